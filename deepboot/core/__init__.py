@@ -1,0 +1,38 @@
+"""Frozen domain types and typed errors. No I/O, no imports from other layers."""
+
+from deepboot.core.cluster import ClusterSpec, Node, Pool
+from deepboot.core.errors import (
+    ConfigError,
+    DeepbootError,
+    InputError,
+    InvalidDecisionError,
+    UnknownPolicyError,
+)
+from deepboot.core.jobs import InferenceTaskSpec, TrainingJobSpec, Workload
+from deepboot.core.params import BatchLimits, GradParams, PerfParams
+from deepboot.core.placement import EMPTY, Allocation, Placement, freeze_allocation, gpus_used
+from deepboot.core.state import ClusterState, JobView
+
+__all__ = [
+    "EMPTY",
+    "Allocation",
+    "BatchLimits",
+    "ClusterSpec",
+    "ClusterState",
+    "ConfigError",
+    "DeepbootError",
+    "GradParams",
+    "InferenceTaskSpec",
+    "InputError",
+    "InvalidDecisionError",
+    "JobView",
+    "Node",
+    "PerfParams",
+    "Placement",
+    "Pool",
+    "TrainingJobSpec",
+    "UnknownPolicyError",
+    "Workload",
+    "freeze_allocation",
+    "gpus_used",
+]

@@ -1,0 +1,42 @@
+"""Typed errors. Each one says what is wrong and what to fix."""
+
+from __future__ import annotations
+
+
+class DeepbootError(Exception):
+    """Base class of every error deepboot raises on purpose."""
+
+
+class InputError(DeepbootError):
+    """Bad user input: a trace, workload or profile file.
+
+    Attributes:
+        path: The file that holds the bad input.
+        line: 1-based line number in ``path`` (0 when the whole file is at fault).
+        field: The column or field name at fault ("" when not applicable).
+        message: What is wrong, in words a user can act on.
+    """
+
+    def __init__(self, path: str, line: int, field: str, message: str) -> None:
+        self.path = str(path)
+        self.line = line
+        self.field = field
+        self.message = message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = self.path if self.line <= 0 else f"{self.path}:{self.line}"
+        what = f" field '{self.field}':" if self.field else ""
+        return f"{where}:{what} {self.message}"
+
+
+class ConfigError(DeepbootError):
+    """A configuration value (CLI flag, policy parameter) is invalid."""
+
+
+class UnknownPolicyError(ConfigError):
+    """A policy name is not in the registry."""
+
+
+class InvalidDecisionError(DeepbootError):
+    """A scheduling decision breaks an invariant; nothing of it was applied."""

@@ -1,0 +1,96 @@
+"""The immutable snapshot a policy decides on."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from deepboot.core.cluster import ClusterSpec
+from deepboot.core.params import BatchLimits, GradParams, PerfParams
+from deepboot.core.placement import EMPTY, Placement
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """What a policy may know about one active (submitted, unfinished) training job.
+
+    Attributes:
+        name: Job name.
+        application: Model name.
+        submit_time: Submission time (s).
+        attained_service: GPU-seconds the job has held so far.
+        num_restarts: Placement changes after its first start.
+        placement: Its current GPUs (EMPTY when queued or preempted).
+        min_replicas: Fewest GPUs it can run on once started (0 = preemptible).
+        max_replicas: Most GPUs a policy may give it now (grows as it is profiled).
+        limits: Batch-size limits of its application.
+        perf_params: Its own fitted throughput model; None until it has run.
+        grad_params: Its latest gradient statistics; None until it has run.
+        target_num_replicas: GPUs requested by the user.
+        target_batch_size: Total batch fixed by the user or the policy; None = adaptive.
+        remaining_progress: Statistical progress left to completion (oracle knowledge,
+            in steps at the initial batch size; used by Optimus).
+    """
+
+    name: str
+    application: str
+    submit_time: float
+    attained_service: float
+    num_restarts: int
+    placement: Placement
+    min_replicas: int
+    max_replicas: int
+    limits: BatchLimits
+    perf_params: PerfParams | None = None
+    grad_params: GradParams | None = None
+    target_num_replicas: int | None = None
+    target_batch_size: int | None = None
+    remaining_progress: float = 0.0
+
+    def age(self, now: float) -> float:
+        return max(now - self.submit_time, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterState:
+    """Snapshot of the cluster at ``now``; never mutated by anyone.
+
+    Attributes:
+        now: Current (virtual or real) time in seconds.
+        cluster: The cluster spec.
+        jobs: Active training jobs, sorted by (submit_time, name).
+        capacity: GPUs training may use per node id (nodes absent => 0).
+    """
+
+    now: float
+    cluster: ClusterSpec
+    jobs: tuple[JobView, ...]
+    capacity: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.capacity, MappingProxyType):
+            object.__setattr__(self, "capacity", MappingProxyType(dict(self.capacity)))
+
+    @classmethod
+    def training_view(
+        cls, now: float, cluster: ClusterSpec, jobs: tuple[JobView, ...]
+    ) -> ClusterState:
+        """A snapshot where training may use every GPU of every node."""
+        return cls(now, cluster, jobs, {n.node_id: n.gpus for n in cluster.nodes})
+
+    @property
+    def total_capacity(self) -> int:
+        return sum(self.capacity.values())
+
+    def job(self, name: str) -> JobView:
+        for j in self.jobs:
+            if j.name == name:
+                return j
+        raise KeyError(name)
+
+    def current(self, name: str) -> Placement:
+        for j in self.jobs:
+            if j.name == name:
+                return j.placement
+        return EMPTY

@@ -1,0 +1,1 @@
+"""Performance models: goodput, fitting, batch-size optimizer, restart cost, catalog."""

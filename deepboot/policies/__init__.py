@@ -1,0 +1,1 @@
+"""Pure decision functions over ClusterState snapshots, and their registry."""

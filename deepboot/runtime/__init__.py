@@ -1,0 +1,1 @@
+"""The distributed runtime (Ray backend, elastic training library). Not built yet."""

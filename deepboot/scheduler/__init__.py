@@ -1,0 +1,1 @@
+"""deepboot.scheduler"""
