@@ -9,6 +9,7 @@ from deepboot.core.errors import (
     UnknownPolicyError,
 )
 from deepboot.core.jobs import InferenceTaskSpec, TrainingJobSpec, Workload
+from deepboot.core.modes import JobMode
 from deepboot.core.params import BatchLimits, GradParams, PerfParams
 from deepboot.core.placement import EMPTY, Allocation, Placement, freeze_allocation, gpus_used
 from deepboot.core.state import ClusterState, JobView
@@ -25,6 +26,7 @@ __all__ = [
     "InferenceTaskSpec",
     "InputError",
     "InvalidDecisionError",
+    "JobMode",
     "JobView",
     "Node",
     "PerfParams",

@@ -6,6 +6,7 @@ from typing import Protocol
 
 import numpy as np
 
+from deepboot.core.modes import JobMode
 from deepboot.core.placement import Allocation
 from deepboot.core.state import ClusterState
 
@@ -24,6 +25,7 @@ class TrainingPolicy(Protocol):
     """
 
     name: str
+    job_mode: JobMode
 
     def allocate(self, state: ClusterState, rng: np.random.Generator) -> Allocation:
         """Return the new allocation: job name -> placement (absent = no GPUs)."""
