@@ -31,7 +31,9 @@ class Application(Protocol):
         """(step_time, sync_time) in seconds of one optimizer step without accumulation.
 
         Args:
-            shape: GPUs per used node, e.g. (2, 2); order does not matter.
+            shape: GPUs per used node in node order, e.g. (2, 2). Rotations are the
+                same placement (the reference canonicalizes to the smallest rotation);
+                the catalog only looks at node and replica counts.
             local_bsz: Per-GPU batch of one micro-step.
         """
         ...

@@ -24,8 +24,16 @@ class TrainingPolicy(Protocol):
     anything carried across rounds must be in the snapshot.
     """
 
-    name: str
-    job_mode: JobMode
+    # Read-only properties, so that frozen dataclasses (and plain attributes) satisfy it.
+    @property
+    def name(self) -> str:
+        """Registry name of the policy."""
+        ...
+
+    @property
+    def job_mode(self) -> JobMode:
+        """How the simulator/runtime sizes the batch of this policy's jobs."""
+        ...
 
     def allocate(self, state: ClusterState, rng: np.random.Generator) -> Allocation:
         """Return the new allocation: job name -> placement (absent = no GPUs)."""

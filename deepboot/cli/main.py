@@ -1,0 +1,233 @@
+"""The ``deepboot`` command: argument parsing, error reporting and dispatch.
+
+Every :class:`~deepboot.core.errors.DeepbootError` becomes one line on stderr,
+``deepboot: error: <message>``, and exit code 2; argparse errors also exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from rich.console import Console
+
+from deepboot import __version__
+from deepboot.cli import commands
+from deepboot.core.errors import DeepbootError
+
+EXIT_OK = 0
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+_DESCRIPTION = """\
+deepboot schedules elastic deep-learning training (and, soon, inference) on one GPU
+cluster, and simulates policies on workload traces to compare them: DeepBoot (TPDS'23),
+Pollux, Tiresias, Optimus and more."""
+
+_EPILOG = """\
+examples:
+  deepboot simulate --workload examples/demo-24.csv --policy pollux --cluster 4x4
+  deepboot workload from-philly --philly philly.csv --jobs 160 --hours 8 --out w.csv
+  deepboot catalog fit --profiles ../shared/traces/profiles
+  deepboot policies
+
+Run 'deepboot COMMAND --help' for the options of one command."""
+
+_SIMULATE_EPILOG = """\
+examples:
+  # the shipped demo: 24 jobs, Pollux, 4 nodes x 4 GPUs
+  deepboot simulate --workload examples/demo-24.csv --policy pollux --cluster 4x4
+
+  # a reference workload with the measured profiles, summary saved as JSON
+  deepboot simulate --workload ../shared/traces/workloads/pollux/workload-6.csv \\
+      --policy pollux --cluster 16x4 --profiles ../shared/traces/profiles \\
+      --summary-json out/pollux-6.json
+
+  # a policy parameter (see 'deepboot policies' for each policy's parameters)
+  deepboot simulate --workload w.csv --policy tiresias --param key=value
+
+Workload formats: the Pollux CSV (name,time,application,num_replicas,batch_size) and
+the DeepBoot CSV (the same plus duration,num_task). Inference rows of a DeepBoot
+workload are ignored for now (with a warning)."""
+
+_PHILLY_EPILOG = """\
+example:
+  deepboot workload from-philly --philly ../shared/traces/philly.csv \\
+      --jobs 160 --hours 8 --seed 1 --out my-workload.csv
+
+Jobs are sampled from the busiest --hours window of the (day-folded) Philly trace and
+mapped to models by their GPU time: < 1 GPU-hour cifar10/ncf, < 10 deepspeech2/bert,
+< 100 yolov3, < 1000 imagenet. The same --seed always gives the same file."""
+
+_CATALOG_EPILOG = """\
+example:
+  deepboot catalog fit --profiles ../shared/traces/profiles
+
+Without --out this overwrites the catalog shipped inside the package, which
+'deepboot simulate' uses when no --profiles is given."""
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Keeps the examples' line breaks and shows defaults."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (exposed for documentation and tests)."""
+    parser = argparse.ArgumentParser(
+        prog="deepboot", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=_Formatter
+    )
+    parser.add_argument("--version", action="version", version=f"deepboot {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log progress details to stderr"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    sim = sub.add_parser(
+        "simulate",
+        help="simulate a scheduling policy on a workload and print the result table",
+        description="Replay a workload on a simulated cluster under one policy and report "
+        "JCT, makespan, queueing, restarts and scheduler latency.",
+        epilog=_SIMULATE_EPILOG,
+        formatter_class=_Formatter,
+    )
+    sim.add_argument("--workload", required=True, metavar="FILE", help="workload CSV")
+    sim.add_argument(
+        "--policy", required=True, metavar="NAME", help="policy name (see 'deepboot policies')"
+    )
+    sim.add_argument(
+        "--cluster", default="16x4", metavar="NODESxGPUS", help="homogeneous cluster shape"
+    )
+    sim.add_argument(
+        "--inference-nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the last N nodes form the inference pool",
+    )
+    sim.add_argument(
+        "--profiles",
+        metavar="DIR",
+        help="measured profile directory (reference format); default: the built-in catalog",
+    )
+    sim.add_argument(
+        "--interval", type=float, default=60.0, metavar="SECONDS", help="scheduling interval"
+    )
+    sim.add_argument("--seed", type=int, default=0, help="seed of the policy's randomness")
+    sim.add_argument("--summary-json", metavar="OUT", help="also write the summary as JSON")
+    sim.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="policy parameter; repeat for several",
+    )
+    sim.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    sim.set_defaults(func=commands.simulate)
+
+    wl = sub.add_parser(
+        "workload",
+        help="generate workload files",
+        description="Generate workload files.",
+        formatter_class=_Formatter,
+    )
+    wl_sub = wl.add_subparsers(dest="workload_command", metavar="COMMAND", required=True)
+    ph = wl_sub.add_parser(
+        "from-philly",
+        help="sample a new training workload from the Microsoft Philly trace",
+        description="Sample a new training workload (Pollux CSV format) from philly.csv.",
+        epilog=_PHILLY_EPILOG,
+        formatter_class=_Formatter,
+    )
+    ph.add_argument("--philly", required=True, metavar="FILE", help="philly.csv")
+    ph.add_argument("--jobs", type=int, default=160, help="number of jobs")
+    ph.add_argument("--hours", type=float, default=8.0, help="submission window, in (0, 24]")
+    ph.add_argument(
+        "--start-hour",
+        type=int,
+        default=None,
+        metavar="H",
+        help="first hour of the window (default: the busiest window)",
+    )
+    ph.add_argument("--seed", type=int, default=0, help="random seed")
+    ph.add_argument("--out", required=True, metavar="FILE", help="output workload CSV")
+    ph.set_defaults(func=commands.workload_from_philly)
+
+    cat = sub.add_parser(
+        "catalog",
+        help="manage the built-in application catalog",
+        description="Manage the application catalog shipped in the package.",
+        formatter_class=_Formatter,
+    )
+    cat_sub = cat.add_subparsers(dest="catalog_command", metavar="COMMAND", required=True)
+    fit = cat_sub.add_parser(
+        "fit",
+        help="fit the catalog from measured profiles",
+        description="Fit the compact application catalog from a profile directory.",
+        epilog=_CATALOG_EPILOG,
+        formatter_class=_Formatter,
+    )
+    fit.add_argument("--profiles", required=True, metavar="DIR", help="profile directory")
+    fit.add_argument(
+        "--out", metavar="FILE", help="output JSON (default: the shipped catalog file)"
+    )
+    fit.set_defaults(func=commands.catalog_fit)
+
+    pol = sub.add_parser(
+        "policies",
+        help="list the registered policies and their parameters",
+        description="List the registered training policies and their parameters.",
+        formatter_class=_Formatter,
+    )
+    pol.set_defaults(func=commands.list_policies)
+    return parser
+
+
+class _CliFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"deepboot: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``deepboot`` command.
+
+    Args:
+        argv: Arguments without the program name; None reads ``sys.argv[1:]``.
+
+    Returns:
+        The exit code: 0 on success, 2 on a usage or input error, 130 on Ctrl-C.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse's own exit (errors: 2, --help: 0)
+        return exc.code if isinstance(exc.code, int) else EXIT_ERROR
+
+    # The handler is bound to the current stderr for this call only, so repeated
+    # in-process calls (tests) never write to a stale stream.
+    logger = logging.getLogger("deepboot")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_CliFormatter())
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO if args.verbose else logging.WARNING)
+    out = Console(file=sys.stdout)
+    err = Console(file=sys.stderr)
+    func: Callable[[argparse.Namespace, Console, Console], int] = args.func
+    try:
+        return func(args, out, err)
+    except DeepbootError as exc:
+        message = " ".join(str(exc).split())
+        print(f"deepboot: error: {message}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("deepboot: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""The Pollux goodput model: throughput x statistical efficiency, and the batch optimizer.
+
+All functions are pure and vectorized: arguments broadcast like NumPy arithmetic, and
+every result is an ``ndarray`` of the broadcast shape (0-d for scalar inputs; use
+``float(x)`` / ``int(x)`` to unwrap).
+
+The formulas are those of ALGORITHMS.md §1::
+
+    T_grad(m)   = alpha_c + beta_c * m
+    T_sync(N,K) = 0 (K == 1); alpha_r + beta_r*(K-2) (N == 1); alpha_n + beta_n*(K-2) (N > 1)
+    T_iter      = (T_grad^gamma + T_sync^gamma)^(1/gamma) + s * T_grad
+    throughput  = K * m * (s + 1) / T_iter
+    efficiency  = (phi + M0) / (phi + M),  phi = M0 * grad_var / grad_sqr
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from deepboot.core.params import BatchLimits, GradParams, PerfParams
+
+ArrayLike: TypeAlias = npt.ArrayLike
+FloatArray: TypeAlias = npt.NDArray[np.float64]
+IntArray: TypeAlias = npt.NDArray[np.int64]
+
+NUM_CANDIDATES = 50
+"""Total batch sizes the optimizer tries, geometrically spaced (as the reference)."""
+
+_EPS = 1e-8
+"""Tolerance of the floor/ceil operations of the batch split (as the reference)."""
+
+
+def compute_time(perf: PerfParams, atomic_bsz: ArrayLike) -> FloatArray:
+    """T_grad: seconds of one forward+backward pass at per-GPU batch ``atomic_bsz``.
+
+    Returns:
+        Array of ``atomic_bsz``'s shape.
+    """
+    m = np.asarray(atomic_bsz, dtype=np.float64)
+    return np.asarray(perf.alpha_c + perf.beta_c * m, dtype=np.float64)
+
+
+def sync_time(perf: PerfParams, num_nodes: ArrayLike, num_replicas: ArrayLike) -> FloatArray:
+    """T_sync: seconds of gradient synchronisation (0 for a single replica).
+
+    Returns:
+        Array of the broadcast shape of ``num_nodes`` and ``num_replicas``.
+    """
+    n = np.asarray(num_nodes)
+    k = np.asarray(num_replicas)
+    retro = np.maximum(k - 2, 0).astype(np.float64)
+    inter = perf.alpha_n + perf.beta_n * retro
+    intra = perf.alpha_r + perf.beta_r * retro
+    out = np.where(n > 1, inter, np.where(k > 1, intra, 0.0))
+    return np.asarray(out, dtype=np.float64)
+
+
+def step_time(
+    perf: PerfParams,
+    num_nodes: ArrayLike,
+    num_replicas: ArrayLike,
+    atomic_bsz: ArrayLike,
+) -> FloatArray:
+    """Seconds of one optimizer step without accumulation: (T_grad^g + T_sync^g)^(1/g).
+
+    Computed in log space so that large gamma never overflows.
+
+    Returns:
+        Array of the broadcast shape of the three arguments.
+    """
+    t_grad = compute_time(perf, atomic_bsz)
+    t_sync = sync_time(perf, num_nodes, num_replicas)
+    g = perf.gamma
+    with np.errstate(divide="ignore"):
+        log_sum = np.logaddexp(g * np.log(t_grad), g * np.log(t_sync))
+    # Without synchronisation the step is exactly T_grad (no log/exp round trip).
+    return np.asarray(np.where(t_sync > 0, np.exp(log_sum / g), t_grad), dtype=np.float64)
+
+
+def efficiency_of(grad: GradParams, init_batch_size: int, batch_size: ArrayLike) -> FloatArray:
+    """Statistical efficiency (phi + M0) / (phi + M) with phi = M0 * var / sqr.
+
+    A non-positive ``grad.sqr`` means the gradient noise dominates (phi -> inf), so the
+    efficiency is 1 at every batch size. A negative variance is treated as 0.
+
+    Returns:
+        Array of ``batch_size``'s shape.
+    """
+    m = np.asarray(batch_size, dtype=np.float64)
+    m0 = float(init_batch_size)
+    var = max(grad.var, 0.0)
+    if grad.sqr <= 0.0 or not math.isfinite(grad.sqr):
+        return np.ones_like(m)
+    phi = m0 * var / grad.sqr
+    return np.asarray((phi + m0) / (phi + m), dtype=np.float64)
+
+
+def fixed_batch_split(num_replicas: int, batch_size: int, limits: BatchLimits) -> tuple[int, int]:
+    """Split a fixed total batch over ``num_replicas`` GPUs (the reference update_local_bsz).
+
+    local = ceil(B / K); accum = ceil(local / max_local) - 1, at least 1 when K == 1 and
+    B > M0 (gradient statistics need two micro-batches); atomic = ceil(local / (accum + 1)),
+    then capped so that K * atomic * (accum + 1) <= max_batch_size (never below 1).
+
+    Args:
+        num_replicas: K >= 1.
+        batch_size: Requested total batch B >= 1.
+        limits: The application's batch limits.
+
+    Returns:
+        ``(atomic_bsz, accum_steps)``.
+
+    Raises:
+        ValueError: ``num_replicas`` or ``batch_size`` is below 1.
+    """
+    if num_replicas < 1 or batch_size < 1:
+        raise ValueError(
+            f"need num_replicas >= 1 and batch_size >= 1; got {num_replicas}, {batch_size}"
+        )
+    # Scalar twin of fixed_batch_split_array (the simulator calls this per epoch).
+    local = math.ceil(batch_size / num_replicas - _EPS)
+    accum = max(math.ceil(local / limits.max_local_bsz - _EPS) - 1, 0)
+    if num_replicas == 1 and batch_size > limits.init_batch_size:
+        accum = max(accum, 1)
+    atomic = math.ceil(local / (accum + 1) - _EPS)
+    cap = math.floor(limits.max_batch_size / (num_replicas * (accum + 1)))
+    return max(min(atomic, cap), 1), accum
+
+
+def fixed_batch_split_array(
+    num_replicas: ArrayLike, batch_size: ArrayLike, limits: BatchLimits
+) -> tuple[IntArray, IntArray]:
+    """Vectorized :func:`fixed_batch_split`; entries with 0 replicas give (0, 0).
+
+    Returns:
+        ``(atomic_bsz, accum_steps)``, int arrays of the broadcast shape.
+    """
+    k = np.asarray(num_replicas, dtype=np.int64)
+    b = np.asarray(batch_size, dtype=np.float64)
+    k, b = np.broadcast_arrays(k, b)
+    safe_k = np.maximum(k, 1)
+    local = np.ceil(b / safe_k - _EPS)
+    accum = np.ceil(local / limits.max_local_bsz - _EPS) - 1
+    accum = np.maximum(accum, 0)
+    accum = np.where((k == 1) & (b > limits.init_batch_size), np.maximum(accum, 1), accum)
+    atomic = np.ceil(local / (accum + 1) - _EPS)
+    cap = np.floor(limits.max_batch_size / (safe_k * (accum + 1)))
+    atomic = np.maximum(np.minimum(atomic, cap), 1)
+    atomic = np.where(k > 0, atomic, 0)
+    accum = np.where(k > 0, accum, 0)
+    return atomic.astype(np.int64), accum.astype(np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class GoodputModel:
+    """One job's goodput model: fitted throughput, gradient statistics, batch limits.
+
+    Immutable; every method is pure and vectorized (see the module docstring).
+    """
+
+    perf: PerfParams
+    grad: GradParams
+    limits: BatchLimits
+
+    def throughput(
+        self,
+        num_nodes: ArrayLike,
+        num_replicas: ArrayLike,
+        atomic_bsz: ArrayLike,
+        accum_steps: ArrayLike,
+    ) -> FloatArray:
+        """Samples per second: K * m * (s + 1) / T_iter.
+
+        Returns:
+            Array of the broadcast shape of the four arguments.
+        """
+        k = np.asarray(num_replicas, dtype=np.float64)
+        m = np.asarray(atomic_bsz, dtype=np.float64)
+        s = np.asarray(accum_steps, dtype=np.float64)
+        t_iter = step_time(self.perf, num_nodes, num_replicas, m) + s * compute_time(self.perf, m)
+        return np.asarray(k * m * (s + 1) / t_iter, dtype=np.float64)
+
+    def efficiency(self, batch_size: ArrayLike) -> FloatArray:
+        """Statistical efficiency at total batch ``batch_size`` (see :func:`efficiency_of`)."""
+        return efficiency_of(self.grad, self.limits.init_batch_size, batch_size)
+
+    def goodput(
+        self,
+        num_nodes: ArrayLike,
+        num_replicas: ArrayLike,
+        atomic_bsz: ArrayLike,
+        accum_steps: ArrayLike,
+    ) -> FloatArray:
+        """throughput * efficiency, in samples per second at the initial batch size.
+
+        Returns:
+            Array of the broadcast shape of the four arguments.
+        """
+        k = np.asarray(num_replicas, dtype=np.float64)
+        m = np.asarray(atomic_bsz, dtype=np.float64)
+        s = np.asarray(accum_steps, dtype=np.float64)
+        tput = self.throughput(num_nodes, k, m, s)
+        return np.asarray(tput * self.efficiency(k * m * (s + 1)), dtype=np.float64)
+
+    def optimize(
+        self,
+        num_nodes: ArrayLike,
+        num_replicas: ArrayLike,
+        accumulation: bool = True,
+    ) -> tuple[FloatArray, IntArray, IntArray]:
+        """Best goodput over total batch sizes, and the per-GPU batch/accumulation for it.
+
+        Tries ``NUM_CANDIDATES`` total batches M geometrically spaced between
+        max(M0, K * min_local_bsz) and max_batch_size. For each, local = M / K; with
+        ``accumulation`` the local batch is split into (accum + 1) micro-batches of at
+        most max_local_bsz (at least 2 when K == 1 and local > M0); candidates whose
+        micro-batch falls outside [min_local_bsz, max_local_bsz] score 0.
+
+        Unlike the reference (which never sees it, since Pollux caps replicas), when
+        K * min_local_bsz > max_batch_size no batch is feasible: goodput is 0,
+        atomic_bsz = max(1, max_batch_size // K) and accum_steps = 0.
+
+        Args:
+            num_nodes: N >= 1, broadcast with ``num_replicas``.
+            num_replicas: K >= N.
+            accumulation: Allow gradient accumulation.
+
+        Returns:
+            ``(goodput, atomic_bsz, accum_steps)``, arrays of the broadcast shape.
+        """
+        lim = self.limits
+        shape = np.broadcast(np.asarray(num_nodes), np.asarray(num_replicas)).shape
+        n = np.broadcast_to(np.asarray(num_nodes, dtype=np.int64), shape).ravel()
+        k = np.broadcast_to(np.asarray(num_replicas, dtype=np.int64), shape).ravel()
+        kf = k.astype(np.float64)
+        lo = np.maximum(float(lim.init_batch_size), lim.min_local_bsz * kf)
+        feasible = lo <= lim.max_batch_size
+        hi = np.full_like(lo, float(lim.max_batch_size))
+        lo = np.minimum(lo, hi)
+        # (NUM_CANDIDATES, P): one column per query.
+        batch = np.geomspace(lo, hi, NUM_CANDIDATES, axis=0)
+        local = batch / kf
+        if accumulation:
+            accum = np.ceil(local / lim.max_local_bsz - _EPS) - 1
+            accum = np.maximum(accum, 0)
+            # One replica estimates gradient noise from micro-batches, so it needs >= 2.
+            needs_two = (k == 1) & (local > lim.init_batch_size + _EPS)
+            accum = np.where(needs_two, np.maximum(accum, 1), accum)
+        else:
+            accum = np.zeros_like(local)
+        atomic = np.ceil(local / (accum + 1) - _EPS)
+        good = self.goodput(n, k, atomic, accum)
+        valid = (atomic >= lim.min_local_bsz) & (atomic <= lim.max_local_bsz) & feasible
+        good = np.where(valid, good, 0.0)
+        best = np.argmax(good, axis=0)
+        cols = np.arange(good.shape[1])
+        out_good = good[best, cols]
+        out_atomic = atomic[best, cols].astype(np.int64)
+        out_accum = accum[best, cols].astype(np.int64)
+        fallback = np.maximum(lim.max_batch_size // np.maximum(k, 1), 1)
+        out_atomic = np.where(feasible, out_atomic, fallback)
+        out_accum = np.where(feasible, out_accum, 0)
+        return (
+            out_good.reshape(shape),
+            out_atomic.reshape(shape).astype(np.int64),
+            out_accum.reshape(shape).astype(np.int64),
+        )
+
+    def fixed_batch(
+        self, num_nodes: ArrayLike, num_replicas: ArrayLike, batch_size: ArrayLike
+    ) -> tuple[FloatArray, IntArray, IntArray]:
+        """Goodput when the total batch is fixed at ``batch_size`` (Tiresias/Optimus/AFS).
+
+        The split is :func:`fixed_batch_split_array`; entries with 0 replicas give 0.
+
+        Returns:
+            ``(goodput, atomic_bsz, accum_steps)``, arrays of the broadcast shape.
+        """
+        n = np.asarray(num_nodes, dtype=np.int64)
+        k = np.asarray(num_replicas, dtype=np.int64)
+        atomic, accum = fixed_batch_split_array(k, batch_size, self.limits)
+        n, k, atomic, accum = np.broadcast_arrays(n, k, atomic, accum)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            good = self.goodput(np.maximum(n, 1), np.maximum(k, 1), np.maximum(atomic, 1), accum)
+        good = np.where(k > 0, good, 0.0)
+        return np.asarray(good, dtype=np.float64), atomic, accum
+
+
+def initial_batch_size(limits: BatchLimits, num_replicas: int) -> int:
+    """Total batch of an adaptive job before it has a model: max(M0, K * min_local_bsz)."""
+    return max(limits.init_batch_size, limits.min_local_bsz * num_replicas)
+
+
+def select_batch(
+    model: GoodputModel | None,
+    limits: BatchLimits,
+    num_nodes: int,
+    num_replicas: int,
+    target_batch_size: int | None = None,
+) -> tuple[int, int]:
+    """The per-GPU batch and accumulation a job runs with (the reference update_local_bsz).
+
+    * ``target_batch_size`` given: :func:`fixed_batch_split` of it.
+    * adaptive with no model yet: fixed split of :func:`initial_batch_size`.
+    * adaptive with a model: :meth:`GoodputModel.optimize` with accumulation, its
+      micro-batch capped so that the total stays within max_batch_size.
+
+    Args:
+        model: The job's fitted model, or None before it has run.
+        limits: The application's batch limits.
+        num_nodes: N >= 1.
+        num_replicas: K >= N.
+        target_batch_size: Fixed total batch, or None for adaptive.
+
+    Returns:
+        ``(atomic_bsz, accum_steps)`` with atomic_bsz >= 1.
+
+    Raises:
+        ValueError: ``num_replicas`` is below 1.
+    """
+    if num_replicas < 1:
+        raise ValueError(f"need num_replicas >= 1; got {num_replicas}")
+    batch = target_batch_size
+    if batch is None and model is None:
+        batch = initial_batch_size(limits, num_replicas)
+    if batch is not None:
+        return fixed_batch_split(num_replicas, batch, limits)
+    assert model is not None
+    _, atomic_arr, accum_arr = model.optimize(num_nodes, num_replicas, accumulation=True)
+    atomic, accum = int(atomic_arr), int(accum_arr)
+    cap = limits.max_batch_size // (num_replicas * (accum + 1))
+    return max(min(atomic, cap), 1), accum

@@ -1,0 +1,576 @@
+"""Ground truth from measured reference profiles (``--profiles DIR``).
+
+A profile folder ``<root>/<model>/`` holds ``placements.csv``, ``scalability.csv`` and
+``validation-<B>.csv`` files (format: ``shared/traces/README.md``).
+:class:`ProfiledApplication` answers the :class:`~deepboot.perf.application.Application`
+queries from them exactly as the reference simulator's ``applications.py`` does:
+
+* **Step time.** The shape (GPUs per node, in node order, zeros dropped) is
+  canonicalized to its lexicographically smallest rotation. If that placement was
+  measured, step and sync time are interpolated linearly in the per-GPU batch. Outside
+  the measured batch range (the reference raises there) the sync time is held at the
+  nearest measured value and the compute time (step - sync) is extrapolated: linearly
+  from the last two points above the range (slope floored at 0), proportionally to the
+  batch below it. Any other placement is interpolated linearly over (num_nodes capped
+  at 16, num_replicas, local_bsz) on the per-(nodes, replicas, batch) means of
+  ``placements.csv`` plus ``scalability.csv``. Outside that data's convex hull (the
+  reference returns NaN there) the batch is first clamped to the measured range, and
+  failing that the nearest measured point in (nodes, replicas, log2 batch) is used.
+* **Gradient statistics** during an epoch are interpolated linearly between the two
+  validated batch sizes around the current batch (clamped to the validated range; an
+  epoch past a file's last row uses that row).
+* **Progress** at the end of epoch e is the minimum over batch sizes of the progress
+  column at row e - 1 (past the last row, extended by the last per-epoch increment).
+
+Results are memoized per instance (the simulator's hot path queries the same few
+configurations over and over). Instances are otherwise immutable.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+from scipy.spatial import Delaunay
+
+from deepboot.core.errors import InputError
+from deepboot.core.params import BatchLimits
+from deepboot.perf.csvtable import CsvTable, read_numeric_csv
+
+logger = logging.getLogger(__name__)
+
+FloatArray: TypeAlias = npt.NDArray[np.float64]
+
+PLACEMENTS_FILE = "placements.csv"
+SCALABILITY_FILE = "scalability.csv"
+PLACEMENT_COLUMNS = ("placement", "local_bsz", "step_time", "sync_time")
+SCALABILITY_COLUMNS = ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")
+VALIDATION_COLUMNS = ("progress", "iteration", "metric", "grad_sqr", "grad_var")
+_VALIDATION_RE = re.compile(r"validation-(\d+)\.csv")
+
+MAX_INTERP_NODES = 16
+"""Node counts above this are interpolated as this many (the reference's cap)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppSettings:
+    """Per-model overrides of what a profile folder implies.
+
+    Attributes:
+        max_epochs: Epochs to completion (None: the shortest validation file's rows).
+        init_batch_size: M0 (None: the smallest validated batch size).
+        max_batch_size: None: the largest validated batch size.
+        min_local_bsz: None: the smallest measured per-GPU batch.
+        max_local_bsz: None: the largest measured per-GPU batch.
+    """
+
+    max_epochs: int | None = None
+    init_batch_size: int | None = None
+    max_batch_size: int | None = None
+    min_local_bsz: int | None = None
+    max_local_bsz: int | None = None
+
+
+APP_SETTINGS: Mapping[str, AppSettings] = MappingProxyType(
+    {
+        "bert": AppSettings(max_epochs=2),
+        "cifar10": AppSettings(max_epochs=100),
+        "ncf": AppSettings(max_epochs=10),
+        "imagenet": AppSettings(max_epochs=90),
+        "deepspeech2": AppSettings(max_epochs=80),
+        "yolov3": AppSettings(max_epochs=50, max_local_bsz=8),
+    }
+)
+"""The reference simulators' settings for the six reference models."""
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationTrace:
+    """One ``validation-<B>.csv``: per-epoch columns, each of shape (E,)."""
+
+    batch_size: int
+    progress: FloatArray
+    iteration: FloatArray
+    metric: FloatArray
+    grad_sqr: FloatArray
+    grad_var: FloatArray
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileData:
+    """The parsed files of one profile folder (no interpretation yet).
+
+    Attributes:
+        name: Model name (the folder name).
+        placements: (placement digits, local_bsz, step_time, sync_time) rows.
+        scalability: (P, 5) array: num_nodes, num_replicas, local_bsz, step, sync.
+        validation: One trace per validated batch size, ascending.
+    """
+
+    name: str
+    placements: tuple[tuple[str, int, float, float], ...]
+    scalability: FloatArray
+    validation: tuple[ValidationTrace, ...]
+
+
+def canonical_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Drop empty nodes and rotate to the lexicographically smallest rotation.
+
+    Raises:
+        ValueError: the shape has no GPU or a negative count.
+    """
+    nodes = tuple(int(c) for c in shape if c != 0)
+    if not nodes or min(nodes) < 0:
+        raise ValueError(f"shape {shape} needs at least one GPU and no negative counts")
+    return min(nodes[i:] + nodes[:i] for i in range(len(nodes)))
+
+
+def _read_placements(path: Path) -> tuple[tuple[str, int, float, float], ...]:
+    table = read_numeric_csv(
+        path,
+        PLACEMENT_COLUMNS,
+        integer=("placement", "local_bsz"),
+        positive=("placement", "local_bsz", "step_time"),
+        non_negative=("sync_time",),
+    )
+    out: list[tuple[str, int, float, float]] = []
+    for raw, row, line in zip(table.raw, table.rows, table.lines, strict=True):
+        digits = raw[0]
+        if not digits.isdigit() or "0" in digits:
+            raise InputError(
+                table.path, line, "placement", f"'{digits}' is not a string of digits 1-9"
+            )
+        _check_sync(table, line, row[3], row[2])
+        out.append((digits, int(row[1]), row[2], row[3]))
+    return tuple(out)
+
+
+def _check_sync(table: CsvTable, line: int, sync: float, step: float) -> None:
+    if sync > step:
+        raise InputError(table.path, line, "sync_time", f"{sync} exceeds step_time {step}")
+
+
+def _read_scalability(path: Path) -> FloatArray:
+    table = read_numeric_csv(
+        path,
+        SCALABILITY_COLUMNS,
+        integer=("num_nodes", "num_replicas", "local_bsz"),
+        positive=("num_nodes", "num_replicas", "local_bsz", "step_time"),
+        non_negative=("sync_time",),
+    )
+    for row, line in zip(table.rows, table.lines, strict=True):
+        if row[0] > row[1]:
+            raise InputError(table.path, line, "num_nodes", "num_nodes exceeds num_replicas")
+        _check_sync(table, line, row[4], row[3])
+    return np.asarray(table.rows, dtype=np.float64).reshape(-1, len(SCALABILITY_COLUMNS))
+
+
+def _read_validation(path: Path, batch_size: int) -> ValidationTrace:
+    table = read_numeric_csv(path, VALIDATION_COLUMNS, positive=("progress",))
+    data = np.asarray(table.rows, dtype=np.float64)
+    return ValidationTrace(batch_size, *(data[:, i].copy() for i in range(5)))
+
+
+def read_profile_dir(path: str | Path) -> ProfileData:
+    """Parse one model's profile folder.
+
+    Raises:
+        InputError: the folder or a required file is missing, no validation file is
+            present, or a file is malformed (the error names file, line and field).
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise InputError(str(folder), 0, "", "profile folder not found")
+    placements = _read_placements(folder / PLACEMENTS_FILE)
+    scalability = _read_scalability(folder / SCALABILITY_FILE)
+    traces: list[ValidationTrace] = []
+    for file in sorted(folder.glob("validation-*.csv")):
+        m = _VALIDATION_RE.fullmatch(file.name)
+        if m is None or int(m.group(1)) <= 0:
+            raise InputError(
+                str(file), 0, "", "name must be validation-<B>.csv with B a positive integer"
+            )
+        traces.append(_read_validation(file, int(m.group(1))))
+    if not traces:
+        raise InputError(str(folder), 0, "", "no validation-<B>.csv file in the profile folder")
+    traces.sort(key=lambda t: t.batch_size)
+    return ProfileData(folder.name, placements, scalability, tuple(traces))
+
+
+class ProfiledApplication:
+    """The :class:`~deepboot.perf.application.Application` of measured reference profiles.
+
+    Build with :meth:`from_dir` or :func:`load_profiles`. See the module docstring for
+    the interpolation rules.
+
+    Attributes:
+        name: Model name.
+        limits: Batch limits (defaults from the data, overridden by ``settings``).
+        max_epochs: Epochs to completion.
+        data: The parsed profile.
+    """
+
+    def __init__(self, data: ProfileData, settings: AppSettings | None = None) -> None:
+        """Build from parsed data.
+
+        Raises:
+            InputError: the limits implied by data and settings are inconsistent.
+        """
+        s = settings or APP_SETTINGS.get(data.name, AppSettings())
+        self.name: str = data.name
+        self.data = data
+        batch_sizes = [t.batch_size for t in data.validation]
+        local = [p[1] for p in data.placements]
+        self.limits: BatchLimits = BatchLimits(
+            init_batch_size=s.init_batch_size or min(batch_sizes),
+            max_batch_size=s.max_batch_size or max(batch_sizes),
+            min_local_bsz=s.min_local_bsz or min(local),
+            max_local_bsz=s.max_local_bsz or max(local),
+        )
+        lim = self.limits
+        if not (
+            lim.init_batch_size <= lim.max_batch_size and lim.min_local_bsz <= lim.max_local_bsz
+        ):
+            raise InputError(data.name, 0, "", f"inconsistent batch limits {lim}")
+        rows = min(t.progress.size for t in data.validation)
+        epochs = s.max_epochs or rows
+        if epochs > rows:
+            logger.warning(
+                "%s: max_epochs %d exceeds the %d validated epochs; extrapolating progress",
+                data.name,
+                epochs,
+                rows,
+            )
+        self.max_epochs: int = epochs
+        self._batch_sizes = np.asarray(batch_sizes, dtype=np.float64)
+        # (B, E) progress table, truncated to the shortest file; min over batch sizes.
+        prog = np.stack([t.progress[:rows] for t in data.validation])
+        self._progress = np.concatenate([[0.0], prog.min(axis=0)])
+        self._exact = self._index_placements(data)
+        self._interp: _Linear3D | None = None
+        self._step_memo: dict[tuple[tuple[int, ...], int], tuple[float, float]] = {}
+        self._grad_memo: dict[tuple[int, int], tuple[float, float]] = {}
+
+    @classmethod
+    def from_dir(cls, path: str | Path, settings: AppSettings | None = None) -> ProfiledApplication:
+        """Parse ``path`` (a model's profile folder) and build the application.
+
+        Raises:
+            InputError: see :func:`read_profile_dir`.
+        """
+        return cls(read_profile_dir(path), settings)
+
+    @staticmethod
+    def _index_placements(
+        data: ProfileData,
+    ) -> dict[str, tuple[FloatArray, FloatArray, FloatArray]]:
+        """Placement digits -> (local_bsz, step, sync) arrays sorted by local_bsz."""
+        grouped: dict[str, list[tuple[int, float, float]]] = {}
+        for digits, bsz, step, sync in data.placements:
+            grouped.setdefault(digits, []).append((bsz, step, sync))
+        out: dict[str, tuple[FloatArray, FloatArray, FloatArray]] = {}
+        for digits, pts in grouped.items():
+            # Repeated measurements of one batch are averaged so x stays strictly increasing.
+            by_bsz: dict[int, list[tuple[float, float]]] = {}
+            for bsz, step, sync in pts:
+                by_bsz.setdefault(bsz, []).append((step, sync))
+            xs = sorted(by_bsz)
+            steps = [float(np.mean([v[0] for v in by_bsz[x]])) for x in xs]
+            syncs = [float(np.mean([v[1] for v in by_bsz[x]])) for x in xs]
+            out[digits] = (
+                np.asarray(xs, dtype=np.float64),
+                np.asarray(steps, dtype=np.float64),
+                np.asarray(syncs, dtype=np.float64),
+            )
+        return out
+
+    @property
+    def validated_batch_sizes(self) -> tuple[int, ...]:
+        """The validated total batch sizes, ascending."""
+        return tuple(t.batch_size for t in self.data.validation)
+
+    def measured_placements(self) -> tuple[str, ...]:
+        """The placement digit strings of ``placements.csv``, sorted."""
+        return tuple(sorted(self._exact))
+
+    # -- step time -----------------------------------------------------------------
+
+    def step_time(self, shape: tuple[int, ...], local_bsz: int) -> tuple[float, float]:
+        """(step_time, sync_time) of one step without accumulation (see module doc).
+
+        Args:
+            shape: GPUs per used node, in node order; rotations are equivalent.
+            local_bsz: Per-GPU batch of one micro-step, >= 1.
+
+        Raises:
+            ValueError: the shape has no GPU or ``local_bsz`` < 1.
+        """
+        if local_bsz < 1:
+            raise ValueError(f"local_bsz must be >= 1; got {local_bsz}")
+        key = (canonical_shape(shape), int(local_bsz))
+        hit = self._step_memo.get(key)
+        if hit is None:
+            hit = self._compute_step_time(*key)
+            self._step_memo[key] = hit
+        return hit
+
+    def _compute_step_time(self, shape: tuple[int, ...], local_bsz: int) -> tuple[float, float]:
+        digits = "".join(map(str, shape)) if max(shape) <= 9 else ""
+        exact = self._exact.get(digits)
+        if exact is not None:
+            return _interp_exact(*exact, float(local_bsz))
+        return self._interp_3d(min(len(shape), MAX_INTERP_NODES), sum(shape), float(local_bsz))
+
+    def _build_interp(self) -> _Linear3D:
+        groups: dict[tuple[int, int, int], list[tuple[float, float]]] = {}
+        for digits, bsz, step, sync in self.data.placements:
+            key = (len(digits), sum(int(c) for c in digits), bsz)
+            groups.setdefault(key, []).append((step, sync))
+        keys = sorted(groups)
+        means = np.asarray([np.mean(groups[k], axis=0) for k in keys], dtype=np.float64)
+        pts = np.asarray(keys, dtype=np.float64).reshape(-1, 3)
+        scal = self.data.scalability
+        points = np.concatenate([pts, scal[:, :3]])
+        values = np.concatenate([means.reshape(-1, 2), scal[:, 3:5]])
+        return _Linear3D(points, values)
+
+    def _interp_3d(self, nodes: int, replicas: int, local_bsz: float) -> tuple[float, float]:
+        if self._interp is None:
+            self._interp = self._build_interp()
+        interp = self._interp
+        out = interp(np.array([nodes, replicas, local_bsz], dtype=np.float64))
+        if out is None:
+            lo, hi = float(interp.points[:, 2].min()), float(interp.points[:, 2].max())
+            clamped = min(max(local_bsz, lo), hi)
+            out = interp(np.array([nodes, replicas, clamped], dtype=np.float64))
+        if out is None:
+            logger.debug(
+                "%s: (%d nodes, %d replicas, bsz %g) is outside the measured hull; "
+                "using the nearest measurement",
+                self.name,
+                nodes,
+                replicas,
+                local_bsz,
+            )
+            pts = interp.points
+            scaled = np.column_stack([pts[:, 0], pts[:, 1], np.log2(pts[:, 2])])
+            query = np.array([nodes, replicas, math.log2(local_bsz)])
+            out = interp.values[int(np.argmin(np.sum((scaled - query) ** 2, axis=1)))]
+        return float(out[0]), float(out[1])
+
+    # -- statistical efficiency ----------------------------------------------------
+
+    def _bracket(self, batch_size: float) -> tuple[int, int, float]:
+        """Indices of the validated sizes around ``batch_size`` and the upper weight."""
+        b = self._batch_sizes
+        x = min(max(batch_size, float(b[0])), float(b[-1]))
+        hi = int(np.searchsorted(b, x, side="left"))
+        if b[hi] == x:
+            return hi, hi, 0.0
+        lo = hi - 1
+        return lo, hi, (x - b[lo]) / (b[hi] - b[lo])
+
+    def grad_stats(self, batch_size: int, epoch: int) -> tuple[float, float]:
+        """(grad_sqr, grad_var) during ``epoch`` (0-based) at total ``batch_size``."""
+        key = (int(batch_size), max(int(epoch), 0))
+        hit = self._grad_memo.get(key)
+        if hit is None:
+            lo, hi, w = self._bracket(float(key[0]))
+            t_lo, t_hi = self.data.validation[lo], self.data.validation[hi]
+            e_lo = min(key[1], t_lo.grad_sqr.size - 1)
+            e_hi = min(key[1], t_hi.grad_sqr.size - 1)
+            sqr = (1 - w) * t_lo.grad_sqr[e_lo] + w * t_hi.grad_sqr[e_hi]
+            var = (1 - w) * t_lo.grad_var[e_lo] + w * t_hi.grad_var[e_hi]
+            hit = (float(sqr), float(var))
+            self._grad_memo[key] = hit
+        return hit
+
+    def progress_at(self, epoch: int) -> float:
+        """Cumulative progress at the end of ``epoch`` epochs (0 -> 0.0)."""
+        if epoch <= 0:
+            return 0.0
+        last = self._progress.size - 1
+        if epoch <= last:
+            return float(self._progress[epoch])
+        step = self._progress[last] - self._progress[last - 1]
+        return float(self._progress[last] + (epoch - last) * step)
+
+
+_EPS = 100 * np.finfo(np.float64).eps
+_EPS_BROAD = float(np.sqrt(np.finfo(np.float64).eps))
+_RCOND_LIMIT = 1000 * np.finfo(np.float64).eps
+
+
+class _Linear3D:
+    """Piecewise-linear interpolation on the Delaunay triangulation of 3-D points.
+
+    Reproduces scipy's ``LinearNDInterpolator`` (the reference's interpolator),
+    including which simplex it picks: the measured (nodes, replicas, batch) grid is
+    full of co-spherical points, so the triangulation has flat slivers and the
+    interpolant jumps across some data planes; where the query lies on such a plane the
+    answer depends on the simplex found, so scipy's walk (lifted-plane walk, directed
+    walk, brute force) is followed step by step. The barycentric transforms are computed
+    with elementwise NumPy (Cramer's rule) instead of scipy's per-simplex LAPACK calls,
+    which can take minutes on a loaded machine when the BLAS library spins threads.
+
+    Args:
+        points: (P, 3) measurement coordinates.
+        values: (P, 2) values at the points.
+    """
+
+    def __init__(self, points: FloatArray, values: FloatArray) -> None:
+        self.points = points
+        self.values = values
+        tri = Delaunay(points)
+        self._simplices = np.asarray(tri.simplices, dtype=np.int64)  # (S, 4)
+        self._neighbors = np.asarray(tri.neighbors, dtype=np.int64)  # (S, 4)
+        self._equations = np.asarray(tri.equations, dtype=np.float64)  # (S, 5)
+        self._lift_scale = float(tri.paraboloid_scale)
+        self._lift_shift = float(tri.paraboloid_shift)
+        self._min = points.min(axis=0)
+        self._max = points.max(axis=0)
+        v = points[self._simplices]  # (S, 4, 3)
+        # As scipy: the last vertex is the origin, columns are v_j - v_3 (j < 3).
+        origin = v[:, 3]
+        a, b, c = v[:, 0] - origin, v[:, 1] - origin, v[:, 2] - origin
+        bc, ca, ab = np.cross(b, c), np.cross(c, a), np.cross(a, b)
+        det = np.sum(a * bc, axis=1)  # (S,)
+        safe = np.where(det != 0.0, det, 1.0)[:, None, None]
+        inv = np.stack([bc, ca, ab], axis=1) / safe  # (S, 3, 3): rows of [a b c]^-1
+        mat = np.stack([a, b, c], axis=2)  # (S, 3, 3), columns a, b, c
+        # Reciprocal 1-norm condition number, as scipy's singularity test.
+        norm = np.abs(mat).sum(axis=1).max(axis=1)
+        norm_inv = np.abs(inv).sum(axis=1).max(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rcond = 1.0 / (norm * norm_inv)
+        self._valid = (det != 0.0) & np.isfinite(rcond) & (rcond >= _RCOND_LIMIT)
+        self._origin = origin
+        self._inv = inv
+
+    def _bary(self, simplex: int, x: FloatArray) -> FloatArray:
+        c = (self._inv[simplex] * (x - self._origin[simplex])[None, :]).sum(axis=1)
+        return np.array([c[0], c[1], c[2], 1.0 - c[0] - c[1] - c[2]])
+
+    def _find(self, x: FloatArray) -> int:
+        """Index of the simplex holding ``x``, or -1; scipy's ``_find_simplex``."""
+        z = np.append(x, (float(np.dot(x, x)) * self._lift_scale) + self._lift_shift)
+        eq = self._equations
+        s = 0
+        best = float((eq[s, :4] * z).sum() + eq[s, 4])
+        changed = True
+        while changed and best <= 0:
+            changed = False
+            for k in range(4):
+                nb = int(self._neighbors[s, k])
+                if nb == -1:
+                    continue
+                dist = float((eq[nb, :4] * z).sum() + eq[nb, 4])
+                if dist > best + _EPS * (1 + abs(best)):
+                    s, best, changed = nb, dist, True
+        return self._directed(x, s)
+
+    def _directed(self, x: FloatArray, start: int) -> int:
+        s = start
+        for _ in range(1 + self._simplices.shape[0] // 4):
+            if not self._valid[s]:
+                return self._brute_force(x)
+            c = self._bary(s, x)
+            inside = 1
+            for k in range(4):
+                if c[k] < -_EPS:
+                    nb = int(self._neighbors[s, k])
+                    if nb == -1:
+                        return -1
+                    s, inside = nb, -1
+                    break
+                if c[k] > 1 + _EPS:
+                    inside = 0
+            if inside == 1:
+                return s
+            if inside == 0:
+                return self._brute_force(x)
+        return self._brute_force(x)
+
+    def _brute_force(self, x: FloatArray) -> int:
+        """scipy's ``_find_simplex_bruteforce``, vectorized over simplices."""
+        if np.any(x < self._min - _EPS) or np.any(x > self._max + _EPS):
+            return -1
+        d = x[None, :] - self._origin
+        c3 = np.sum(self._inv * d[:, None, :], axis=2)  # (S, 3)
+        c = np.column_stack([c3, 1.0 - c3.sum(axis=1)])  # (S, 4)
+        ok = self._valid
+        direct = ok & np.all((c >= -_EPS) & (c <= 1 + _EPS), axis=1)
+        nbs = self._neighbors  # (S, 4)
+        idx = np.arange(nbs.shape[0])
+        # A flat simplex s defers to a valid neighbour holding x, with extra leeway
+        # towards s.
+        nb = np.where(nbs >= 0, nbs, 0)
+        nb_c = c[nb]  # (S, 4 neighbours, 4 coords)
+        towards = nbs[nb] == idx[:, None, None]  # (S, 4, 4)
+        lower = np.where(towards, -_EPS_BROAD, -_EPS)
+        nb_in = np.all((nb_c >= lower) & (nb_c <= 1 + _EPS), axis=2)
+        via = (~ok)[:, None] & (nbs >= 0) & ok[nb] & nb_in  # (S, 4)
+        hit = direct | via.any(axis=1)
+        if not np.any(hit):
+            return -1
+        s = int(np.argmax(hit))
+        if direct[s]:
+            return s
+        return int(nbs[s, int(np.argmax(via[s]))])
+
+    def __call__(self, query: FloatArray) -> FloatArray | None:
+        """Interpolated (2,) values at ``query`` (3,), or None outside the hull."""
+        s = self._find(query)
+        if s < 0:
+            return None
+        w = self._bary(s, query)
+        return np.asarray((w[:, None] * self.values[self._simplices[s]]).sum(axis=0))
+
+
+def _interp_exact(
+    xs: FloatArray, steps: FloatArray, syncs: FloatArray, x: float
+) -> tuple[float, float]:
+    """Linear interpolation in the per-GPU batch at one measured placement (see module)."""
+    if xs[0] <= x <= xs[-1]:
+        return float(np.interp(x, xs, steps)), float(np.interp(x, xs, syncs))
+    if x < xs[0]:
+        sync = float(syncs[0])
+        compute = float(steps[0] - syncs[0]) * x / float(xs[0])
+        return sync + compute, sync
+    sync = float(syncs[-1])
+    comp = steps - syncs
+    if xs.size >= 2:
+        slope = max(float((comp[-1] - comp[-2]) / (xs[-1] - xs[-2])), 0.0)
+    else:
+        slope = float(comp[-1] / xs[-1])
+    compute = float(comp[-1]) + slope * (x - float(xs[-1]))
+    return sync + compute, sync
+
+
+def load_profiles(root: str | Path) -> dict[str, ProfiledApplication]:
+    """Load every model folder under ``root`` (hidden folders are skipped).
+
+    Settings come from :data:`APP_SETTINGS` for known model names, else from the data.
+
+    Returns:
+        Model name -> application, sorted by name.
+
+    Raises:
+        InputError: ``root`` is missing or holds no model folder, or a model folder is
+            invalid (see :func:`read_profile_dir`).
+    """
+    base = Path(root)
+    if not base.is_dir():
+        raise InputError(str(base), 0, "", "profiles folder not found")
+    folders = sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not folders:
+        raise InputError(str(base), 0, "", "no model folder (e.g. cifar10/) in the profiles folder")
+    return {f.name: ProfiledApplication.from_dir(f) for f in folders}

@@ -1,0 +1,169 @@
+"""Speedup functions policies score allocations with.
+
+``speedup(N, K) = goodput(N, K) / goodput(1, 1)`` as in the reference speedup.py. The
+policies' hot path queries thousands of (N, K) pairs per round, so the optimized
+goodput is memoized per (N, K) inside each :class:`SpeedupModel` and computed for all
+missing pairs in one vectorized call.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from deepboot.core.modes import JobMode
+from deepboot.core.params import BatchLimits, GradParams, PerfParams
+from deepboot.core.state import JobView
+from deepboot.perf.goodput import GoodputModel
+
+FloatArray: TypeAlias = npt.NDArray[np.float64]
+
+SpeedupFn: TypeAlias = Callable[[npt.NDArray[np.int64], npt.NDArray[np.int64]], FloatArray]
+"""(num_nodes, num_replicas) int arrays of equal shape -> speedup array of that shape.
+
+Entries with 0 replicas (and 0 nodes) have speedup 0. Scalars are accepted too (0-d
+result).
+"""
+
+
+def _as_pairs(
+    num_nodes: npt.ArrayLike, num_replicas: npt.ArrayLike
+) -> tuple[tuple[int, ...], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Broadcast and flatten; validate 0 <= N <= K and (N == 0) == (K == 0)."""
+    n_in = np.asarray(num_nodes, dtype=np.int64)
+    k_in = np.asarray(num_replicas, dtype=np.int64)
+    shape = np.broadcast(n_in, k_in).shape
+    n = np.broadcast_to(n_in, shape).ravel()
+    k = np.broadcast_to(k_in, shape).ravel()
+    if np.any(n < 0) or np.any(n > k) or np.any((n == 0) != (k == 0)):
+        raise ValueError("speedup needs 0 <= num_nodes <= num_replicas, both 0 or both > 0")
+    return shape, n, k
+
+
+def linear_speedup(num_nodes: npt.ArrayLike, num_replicas: npt.ArrayLike) -> FloatArray:
+    """Speedup of a job without a model yet: linear in replicas (speedup = K)."""
+    shape, _, k = _as_pairs(num_nodes, num_replicas)
+    return k.astype(np.float64).reshape(shape)
+
+
+class SpeedupModel:
+    """Optimized-goodput speedup over (1 node, 1 replica), memoized per (N, K).
+
+    Not thread-safe (the memo grows in place); otherwise behaves as a pure function.
+
+    Args:
+        model: The job's goodput model.
+        accumulation: Let the optimizer use gradient accumulation (the reference does).
+    """
+
+    __slots__ = ("_model", "_accumulation", "_base", "_memo")
+
+    def __init__(self, model: GoodputModel, accumulation: bool = True) -> None:
+        self._model = model
+        self._accumulation = accumulation
+        base, _, _ = model.optimize(1, 1, accumulation=accumulation)
+        self._base = float(base)
+        # _memo[n, k] = speedup, or -1 when not computed yet; grown on demand.
+        self._memo: FloatArray = np.full((5, 9), -1.0)
+        self._memo[0, 0] = 0.0
+
+    @property
+    def model(self) -> GoodputModel:
+        return self._model
+
+    def _grow(self, max_n: int, max_k: int) -> None:
+        rows, cols = self._memo.shape
+        if max_n < rows and max_k < cols:
+            return
+        new = np.full((max(rows, 2 * max_n + 1), max(cols, 2 * max_k + 1)), -1.0)
+        new[:rows, :cols] = self._memo
+        self._memo = new
+
+    def __call__(self, num_nodes: npt.ArrayLike, num_replicas: npt.ArrayLike) -> FloatArray:
+        """Speedup array of the broadcast shape of the arguments (see :data:`SpeedupFn`).
+
+        Raises:
+            ValueError: some N > K, N < 0, or exactly one of N, K is 0.
+        """
+        shape, n, k = _as_pairs(num_nodes, num_replicas)
+        if n.size == 0:
+            return np.zeros(shape)
+        self._grow(int(n.max()), int(k.max()))
+        out = self._memo[n, k]
+        missing = out < 0
+        if np.any(missing):
+            pairs = np.unique(np.stack([n[missing], k[missing]]), axis=1)
+            good, _, _ = self._model.optimize(pairs[0], pairs[1], self._accumulation)
+            # A degenerate model with zero base goodput falls back to linear scaling.
+            linear = pairs[1].astype(np.float64)
+            values = good / self._base if self._base > 0 else linear
+            self._memo[pairs[0], pairs[1]] = values
+            out = self._memo[n, k]
+        return out.reshape(shape)
+
+
+class FixedBatchSpeedup:
+    """Speedup at a fixed total batch: fixed-batch goodput(N, K) / fixed goodput(1, 1).
+
+    Args:
+        model: The job's goodput model.
+        batch_size: The fixed total batch.
+    """
+
+    __slots__ = ("_model", "_batch", "_base")
+
+    def __init__(self, model: GoodputModel, batch_size: int) -> None:
+        self._model = model
+        self._batch = batch_size
+        base, _, _ = model.fixed_batch(1, 1, batch_size)
+        self._base = float(base)
+
+    def __call__(self, num_nodes: npt.ArrayLike, num_replicas: npt.ArrayLike) -> FloatArray:
+        """Speedup array of the broadcast shape of the arguments (see :data:`SpeedupFn`).
+
+        Raises:
+            ValueError: some N > K, N < 0, or exactly one of N, K is 0.
+        """
+        shape, n, k = _as_pairs(num_nodes, num_replicas)
+        good, _, _ = self._model.fixed_batch(n, k, self._batch)
+        if self._base <= 0:
+            return k.astype(np.float64).reshape(shape)
+        return np.asarray(good / self._base, dtype=np.float64).reshape(shape)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_model(
+    perf: PerfParams,
+    grad: GradParams,
+    limits: BatchLimits,
+    batch_size: int | None,
+) -> SpeedupFn:
+    # Pure memo of an immutable input -> speedup function; lets every policy round reuse
+    # the per-(N, K) memo of a job whose parameters did not change since the last round.
+    model = GoodputModel(perf, grad, limits)
+    if batch_size is None:
+        return SpeedupModel(model)
+    return FixedBatchSpeedup(model, batch_size)
+
+
+def speedup_fn(job: JobView, mode: JobMode) -> SpeedupFn:
+    """The speedup function a policy should use for ``job`` under ``mode``.
+
+    * No model yet (``perf_params`` or ``grad_params`` is None): linear, speedup = K.
+    * ADAPTIVE: optimized goodput (:class:`SpeedupModel`).
+    * FIXED_BATCH / FIXED: goodput at ``job.target_batch_size`` (the initial batch size
+      when the job has none) over the same at (1, 1) (:class:`FixedBatchSpeedup`).
+
+    Functions for equal parameters are shared (an LRU cache keyed on the frozen
+    parameters), so their memo survives across scheduling rounds.
+    """
+    if job.perf_params is None or job.grad_params is None:
+        return linear_speedup
+    batch: int | None = None
+    if mode is not JobMode.ADAPTIVE:
+        batch = job.target_batch_size or job.limits.init_batch_size
+    return _cached_model(job.perf_params, job.grad_params, job.limits, batch)

@@ -1,0 +1,339 @@
+"""The Pollux objective: config, per-round problem arrays, and the fitness function.
+
+The fitness is the reference's (petuum/adaptdl ``simulator/pollux.py``, ``Problem``):
+
+* Jobs are ordered as the reference orders them: pinned first (``min_replicas > 0``
+  with a current placement), then ascending attained service, then submission time
+  (and name, for determinism). Only ties in the search depend on this order.
+* A job's speedup on (N nodes, K replicas) is its goodput there over its goodput at
+  the *fair share*: 1 node and ``ceil(total GPUs / jobs)`` replicas. A job without a
+  fitted model has ``K / fair_replicas`` (linear).
+* Speedups are scaled by ``nodes / total GPUs`` (the reference's dominant share times
+  the node count: a node's worth of GPUs is 1).
+* A job whose allocation row (GPUs per node) differs from its current one is
+  multiplied by the realloc factor ``max(age - restarts * delta, 0) / (age + delta)``.
+* Power mean over **all** jobs, those with 0 GPUs included (as speedup 0):
+  ``(sum((x + 1e-3) ** p) / J) ** (1 / p)``; for ``p == 0`` the geometric mean of
+  ``max(x, 1e-3)``.
+* A job holding fewer than ``min_replicas`` GPUs counts as holding none (the
+  reference's repair zeroes such rows before every evaluation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from deepboot.core.modes import JobMode
+from deepboot.core.placement import EMPTY, Allocation
+from deepboot.core.state import ClusterState, JobView
+from deepboot.perf.speedup import SpeedupFn, speedup_fn
+from deepboot.policies.registry import require
+
+FloatArray: TypeAlias = npt.NDArray[np.float64]
+IntArray: TypeAlias = npt.NDArray[np.int64]
+BoolArray: TypeAlias = npt.NDArray[np.bool_]
+
+SpeedupProvider: TypeAlias = Callable[[JobView], SpeedupFn]
+"""Job -> its raw speedup function (any constant normalization; re-based here)."""
+
+
+def adaptive_speedup(job: JobView) -> SpeedupFn:
+    """The default provider: the perf layer's ADAPTIVE speedup function."""
+    return speedup_fn(job, JobMode.ADAPTIVE)
+
+
+@dataclass(frozen=True, slots=True)
+class PolluxConfig:
+    """Parameters of the Pollux policy (reference values as defaults).
+
+    Attributes:
+        p: Power-mean exponent; more negative is fairer. Reference: -1.
+        restart_delay: delta of the realloc factor, seconds. Reference: 30. > 0.
+        speedup_floor: The 1e-3 added to each scaled speedup in the power mean (used
+            as a floor for p == 0). > 0.
+        interference_avoidance: At most one distributed (multi-node) job per node.
+        max_nodes_per_job: Most nodes one job may span (the reference repair's 16).
+        max_search_rounds: Knapsack/packing rounds: each round re-solves the knapsack
+            with the costs packing really achieved for jobs that missed their plan.
+        max_search_moves: Safety cap on local-search moves per candidate start.
+        tabu_moves: Moves of the final tabu search (run only while the result misses
+            the knapsack lower bound); 0 disables it.
+        tabu_tenure: Moves during which a changed (job, node) cell may not change back.
+    """
+
+    p: float = -1.0
+    restart_delay: float = 30.0
+    speedup_floor: float = 1e-3
+    interference_avoidance: bool = True
+    max_nodes_per_job: int = 16
+    max_search_rounds: int = 6
+    max_search_moves: int = 10_000
+    tabu_moves: int = 60
+    tabu_tenure: int = 4
+
+    def __post_init__(self) -> None:
+        require(math.isfinite(self.p), "p", f"must be finite; got {self.p}")
+        require(self.restart_delay > 0, "restart_delay", f"must be > 0; got {self.restart_delay}")
+        require(self.speedup_floor > 0, "speedup_floor", f"must be > 0; got {self.speedup_floor}")
+        require(
+            self.max_nodes_per_job >= 1,
+            "max_nodes_per_job",
+            f"must be >= 1; got {self.max_nodes_per_job}",
+        )
+        require(
+            self.max_search_rounds >= 1,
+            "max_search_rounds",
+            f"must be >= 1; got {self.max_search_rounds}",
+        )
+        require(self.tabu_moves >= 0, "tabu_moves", f"must be >= 0; got {self.tabu_moves}")
+        require(self.tabu_tenure >= 0, "tabu_tenure", f"must be >= 0; got {self.tabu_tenure}")
+        require(
+            self.max_search_moves >= 0,
+            "max_search_moves",
+            f"must be >= 0; got {self.max_search_moves}",
+        )
+
+
+def _pinned(job: JobView) -> bool:
+    return job.min_replicas > 0 and bool(job.placement)
+
+
+def reference_order(jobs: tuple[JobView, ...]) -> list[JobView]:
+    """Jobs in the reference's order: pinned, attained service, submission, name."""
+    return sorted(jobs, key=lambda j: (not _pinned(j), j.attained_service, j.submit_time, j.name))
+
+
+class PolluxProblem:
+    """Arrays of one scheduling round, and cached speedups. Built per ``allocate`` call.
+
+    Attributes (J jobs in reference order, V nodes with capacity > 0, ascending id):
+        jobs: The jobs, in reference order.
+        node_ids: (V,) node ids.
+        capacity: (V,) GPUs per node.
+        base: (J, V) current GPUs per node (GPUs on other nodes are not in it).
+        base_outside: (J,) the job holds GPUs on a node without capacity now, so any
+            allocation changes it.
+        min_replicas, max_replicas: (J,) bounds; ``max_replicas`` also capped by the
+            GPUs of the ``max_nodes_per_job`` largest nodes (0 = cannot run).
+        factor: (J,) realloc factor, clamped at 0.
+        scale: nodes / total GPUs.
+        fair_replicas: ceil(total GPUs / J).
+
+    The speedup table is filled lazily and is the only mutable part; the problem is
+    private to one ``allocate`` call.
+    """
+
+    def __init__(
+        self,
+        state: ClusterState,
+        config: PolluxConfig,
+        speedup: SpeedupProvider = adaptive_speedup,
+    ) -> None:
+        self.config = config
+        self.jobs = reference_order(state.jobs)
+        nodes = [(n, c) for n, c in sorted(state.capacity.items()) if c > 0]
+        self.node_ids: IntArray = np.array([n for n, _ in nodes], dtype=np.int64)
+        self.capacity: IntArray = np.array([c for _, c in nodes], dtype=np.int64)
+        num_jobs, num_nodes = len(self.jobs), len(nodes)
+        total = int(self.capacity.sum())
+        self.total_gpus = total
+        self.scale = num_nodes / total if total > 0 else 0.0
+        self.fair_replicas = max(math.ceil(total / num_jobs), 1) if num_jobs else 1
+        col = {int(n): i for i, n in enumerate(self.node_ids)}
+
+        self.base: IntArray = np.zeros((num_jobs, num_nodes), dtype=np.int64)
+        self.base_outside: BoolArray = np.zeros(num_jobs, dtype=bool)
+        for j, job in enumerate(self.jobs):
+            for node, count in job.placement.counts().items():
+                if node in col:
+                    self.base[j, col[node]] += count
+                else:
+                    self.base_outside[j] = True
+
+        reach = int(np.sort(self.capacity)[::-1][: config.max_nodes_per_job].sum())
+        self.min_replicas: IntArray = np.array([j.min_replicas for j in self.jobs], np.int64)
+        max_r = np.array([j.max_replicas for j in self.jobs], np.int64)
+        max_r = np.minimum(max_r, reach)
+        max_r = np.where(max_r >= np.maximum(self.min_replicas, 1), max_r, 0)
+        self.max_replicas: IntArray = max_r.astype(np.int64)
+
+        delta = config.restart_delay
+        age = np.array([j.age(state.now) for j in self.jobs], dtype=np.float64)
+        restarts = np.array([j.num_restarts for j in self.jobs], dtype=np.float64)
+        self.factor: FloatArray = np.maximum(age - restarts * delta, 0.0) / (age + delta)
+
+        self._fns = [speedup(job) for job in self.jobs]
+        self._norm = np.array([self._fair_goodput(fn) for fn in self._fns], dtype=np.float64)
+        self._max_n = max(min(num_nodes, config.max_nodes_per_job), 1)
+        self._max_k = max(int(self.max_replicas.max(initial=0)), 1)
+        # _table[j, n, k]: speedup over the fair share, -1 until computed.
+        self._table: FloatArray = np.full((num_jobs, self._max_n + 1, self._max_k + 1), -1.0)
+        self._table[:, 0, 0] = 0.0
+
+    @property
+    def num_jobs(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_ids)
+
+    def _fair_goodput(self, fn: SpeedupFn) -> float:
+        fair = self.fair_replicas
+        one = np.ones(1, dtype=np.int64)
+        value = float(fn(one, one * fair)[0])
+        if math.isfinite(value) and value > 0:
+            return value
+        # No feasible batch at the fair share (fair * min_local_bsz > max_batch_size):
+        # the reference would divide by zero; assume linear scaling up to it instead.
+        single = float(fn(one, one)[0])
+        return single * fair if math.isfinite(single) and single > 0 else float(fair)
+
+    def speedup(self, jobs: IntArray, nodes: IntArray, replicas: IntArray) -> FloatArray:
+        """Speedup over the fair share, for index arrays of one shape (0 where K == 0).
+
+        Args:
+            jobs: Job indices.
+            nodes: Node counts N (0 <= N <= K, N == 0 iff K == 0).
+            replicas: Replica counts K.
+
+        Returns:
+            Float array of the same shape.
+        """
+        j = np.asarray(jobs, dtype=np.int64).ravel()
+        n = np.asarray(nodes, dtype=np.int64).ravel()
+        k = np.asarray(replicas, dtype=np.int64).ravel()
+        out = np.zeros(j.shape, dtype=np.float64)
+        inside = (n <= self._max_n) & (k <= self._max_k)
+        ji, ni, ki = j[inside], n[inside], k[inside]
+        vals = self._table[ji, ni, ki]
+        missing = vals < 0
+        if np.any(missing):
+            self._fill(ji[missing], ni[missing], ki[missing])
+            vals = self._table[ji, ni, ki]
+        out[inside] = vals
+        if not np.all(inside):
+            for idx in np.flatnonzero(~inside):
+                out[idx] = self._direct(int(j[idx]), int(n[idx]), int(k[idx]))
+        return out.reshape(np.shape(jobs))
+
+    def _fill(self, j: IntArray, n: IntArray, k: IntArray) -> None:
+        for job in np.unique(j):
+            sel = j == job
+            pairs = np.unique(np.stack([n[sel], k[sel]]), axis=1)
+            raw = self._fns[int(job)](pairs[0], pairs[1])
+            self._table[job, pairs[0], pairs[1]] = np.asarray(raw) / self._norm[job]
+
+    def _direct(self, j: int, n: int, k: int) -> float:
+        if k <= 0:
+            return 0.0
+        arr = np.array([n], dtype=np.int64), np.array([k], dtype=np.int64)
+        return float(self._fns[j](*arr)[0]) / float(self._norm[j])
+
+    def costs(
+        self, jobs: IntArray, nodes: IntArray, replicas: IntArray, changed: BoolArray
+    ) -> FloatArray:
+        """Per-job cost (lower is better) whose sum orders allocations as the fitness.
+
+        cost = (x + floor)^p for p < 0, -(x + floor)^p for p > 0, -log(max(x, floor))
+        for p == 0, with x = speedup * scale * (factor if changed else 1).
+
+        Returns:
+            Float array of the shape of the arguments.
+        """
+        s = self.speedup(jobs, nodes, replicas)
+        mult = np.where(changed, self.factor[np.asarray(jobs, dtype=np.int64)], 1.0)
+        return self.cost_of_scaled(s * self.scale * mult)
+
+    def cost_of_scaled(self, x: FloatArray) -> FloatArray:
+        """Cost of scaled speedups ``x`` (see :meth:`costs`)."""
+        p, floor = self.config.p, self.config.speedup_floor
+        if p == 0:
+            return np.asarray(-np.log(np.maximum(x, floor)), dtype=np.float64)
+        powered = np.asarray((x + floor) ** p, dtype=np.float64)
+        return powered if p < 0 else -powered
+
+    def fitness_of_total(self, total_cost: float) -> float:
+        """The power mean given the summed cost of all jobs (0.0 with no jobs)."""
+        if self.num_jobs == 0:
+            return 0.0
+        p = self.config.p
+        mean = total_cost / self.num_jobs
+        if p == 0:
+            return math.exp(-mean)
+        return float((mean if p < 0 else -mean) ** (1.0 / p))
+
+    def matrix_of(self, allocation: Allocation) -> IntArray:
+        """(J, V) GPUs per job and node of ``allocation`` (nodes without capacity dropped)."""
+        col = {int(n): i for i, n in enumerate(self.node_ids)}
+        out = np.zeros((self.num_jobs, self.num_nodes), dtype=np.int64)
+        for j, job in enumerate(self.jobs):
+            for node, count in allocation.get(job.name, EMPTY).counts().items():
+                if node in col:
+                    out[j, col[node]] += count
+        return out
+
+    def allocation_of(self, matrix: IntArray) -> dict[str, tuple[int, ...]]:
+        """Job name -> node ids (one per GPU) of a (J, V) matrix; empty rows left out."""
+        out: dict[str, tuple[int, ...]] = {}
+        for j, job in enumerate(self.jobs):
+            row = matrix[j]
+            if row.sum() > 0:
+                out[job.name] = tuple(
+                    int(node) for node, c in zip(self.node_ids, row, strict=True) for _ in range(c)
+                )
+        return out
+
+    def matrix_cost(self, matrix: IntArray) -> FloatArray:
+        """(J,) per-job costs of a (J, V) matrix (rows below min_replicas count as 0)."""
+        k = matrix.sum(axis=1)
+        n = np.count_nonzero(matrix, axis=1)
+        short = k < self.min_replicas
+        k = np.where(short, 0, k)
+        n = np.where(short, 0, n)
+        changed = np.any(matrix != self.base, axis=1) | self.base_outside
+        return self.costs(np.arange(self.num_jobs), n, k, changed)
+
+
+def pollux_fitness(
+    state: ClusterState,
+    allocation: Allocation,
+    config: PolluxConfig,
+    speedup: SpeedupProvider | None = None,
+) -> float:
+    """The Pollux power-mean fitness of ``allocation`` on ``state`` (higher is better).
+
+    Any allocation can be scored, feasible or not; jobs absent from it hold no GPU and
+    jobs not in ``state`` are ignored. A job changes (and gets the realloc factor) when
+    its placement differs from its current one.
+
+    Args:
+        state: The snapshot; never mutated.
+        allocation: Job name -> placement.
+        config: Exponent, restart delay and floor.
+        speedup: Raw speedup per job (default: the perf layer's ADAPTIVE speedup).
+
+    Returns:
+        The power mean; 0.0 when there are no jobs.
+    """
+    problem = PolluxProblem(state, config, speedup or adaptive_speedup)
+    if problem.num_jobs == 0:
+        return 0.0
+    idx = np.arange(problem.num_jobs)
+    placements = [allocation.get(job.name, EMPTY) for job in problem.jobs]
+    k = np.array([p.num_replicas for p in placements], dtype=np.int64)
+    n = np.array([p.num_nodes for p in placements], dtype=np.int64)
+    short = k < problem.min_replicas
+    k = np.where(short, 0, k)
+    n = np.where(short, 0, n)
+    changed = np.array(
+        [p != job.placement for p, job in zip(placements, problem.jobs, strict=True)], dtype=bool
+    )
+    total = float(problem.costs(idx, n, k, changed).sum())
+    return problem.fitness_of_total(total)

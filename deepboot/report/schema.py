@@ -1,0 +1,70 @@
+"""The summary dict every simulation run reports, and a check that one conforms.
+
+Schema (nested keys; values are numbers unless noted)::
+
+    {"policy": str, "workload": str,
+     "cluster": {"nodes", "gpus_per_node", "inference_nodes"},
+     "training": {"jobs", "completed", "avg_jct_s", "median_jct_s", "p99_jct_s",
+                  "makespan_s", "avg_queue_s", "restarts", "restart_s"},
+     "scheduler": {"rounds", "decision_ms_median", "decision_ms_max"},
+     "wall_s": float}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from deepboot.core.errors import DeepbootError
+
+SUMMARY_SCHEMA: Mapping[str, tuple[str, ...] | None] = MappingProxyType(
+    {
+        "policy": None,
+        "workload": None,
+        "cluster": ("nodes", "gpus_per_node", "inference_nodes"),
+        "training": (
+            "jobs",
+            "completed",
+            "avg_jct_s",
+            "median_jct_s",
+            "p99_jct_s",
+            "makespan_s",
+            "avg_queue_s",
+            "restarts",
+            "restart_s",
+        ),
+        "scheduler": ("rounds", "decision_ms_median", "decision_ms_max"),
+        "wall_s": None,
+    }
+)
+"""Top-level key -> its sub-keys (None for a scalar)."""
+
+
+class SummaryError(DeepbootError):
+    """A summary dict lacks a key of :data:`SUMMARY_SCHEMA` (a bug in its producer)."""
+
+
+def conform_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A new dict with exactly the keys of :data:`SUMMARY_SCHEMA`, in schema order.
+
+    Extra keys are dropped; ``summary`` is never mutated.
+
+    Raises:
+        SummaryError: a schema key is missing, or a section is not a mapping.
+    """
+    out: dict[str, Any] = {}
+    for key, sub in SUMMARY_SCHEMA.items():
+        if key not in summary:
+            raise SummaryError(f"run summary lacks the key {key!r}")
+        value = summary[key]
+        if sub is None:
+            out[key] = value
+            continue
+        if not isinstance(value, Mapping):
+            raise SummaryError(f"run summary key {key!r} is not a mapping")
+        missing = [s for s in sub if s not in value]
+        if missing:
+            raise SummaryError(f"run summary section {key!r} lacks {', '.join(missing)}")
+        out[key] = {s: value[s] for s in sub}
+    return out

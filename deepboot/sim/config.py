@@ -1,0 +1,67 @@
+"""Typed configuration of one simulation run (no module-level knobs)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from deepboot.core.errors import ConfigError
+from deepboot.perf.restart import FlatRestartCost, RestartCostModel
+
+
+def _frozen(d: dict[str, int]) -> Mapping[str, int]:
+    return MappingProxyType(dict(d))
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Settings of one simulation. Defaults are the Pollux reference settings.
+
+    Attributes:
+        interval: Seconds between scheduling ticks; ticks run at k * interval, k >= 1
+            (the reference first schedules at ``interval``, not at 0).
+        seed: Seed of the ``numpy.random.Generator`` handed to the policy.
+        restart: Delay model charged on every placement change, the first start
+            included (reference: a flat 30 s).
+        max_time: Stop the simulation at this virtual time (None: run until every
+            job completes). Jobs unfinished then have no completion time.
+        replica_cap: Cap on an ADAPTIVE job's ``max_replicas`` (reference 64).
+        adaptive_batch_size: Applications whose total batch stays fixed even under
+            an ADAPTIVE policy (reference: ncf at 32768).
+        app_max_replicas: Per-application cap on ``max_replicas`` under ADAPTIVE
+            and FIXED_BATCH policies (reference: ncf at 1; FIXED jobs keep the
+            replicas they asked for).
+        round_epoch_times: Round each epoch-crossing interval to whole seconds, as the
+            reference simulator does. Off by default: epoch and completion times are
+            exact.
+    """
+
+    interval: float = 60.0
+    seed: int = 0
+    restart: RestartCostModel = field(default_factory=lambda: FlatRestartCost(30.0))
+    max_time: float | None = None
+    replica_cap: int = 64
+    adaptive_batch_size: Mapping[str, int] = field(default_factory=lambda: _frozen({"ncf": 32768}))
+    app_max_replicas: Mapping[str, int] = field(default_factory=lambda: _frozen({"ncf": 1}))
+    round_epoch_times: bool = False
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.interval) and self.interval > 0):
+            raise ConfigError(f"interval must be a positive number of seconds; got {self.interval}")
+        if self.max_time is not None and not self.max_time >= 0:
+            raise ConfigError(f"max_time must be >= 0 seconds or None; got {self.max_time}")
+        if self.replica_cap < 1:
+            raise ConfigError(f"replica_cap must be >= 1; got {self.replica_cap}")
+        for name, value in self.adaptive_batch_size.items():
+            if value < 1:
+                raise ConfigError(f"adaptive_batch_size[{name!r}] must be >= 1; got {value}")
+        for name, value in self.app_max_replicas.items():
+            if value < 1:
+                raise ConfigError(f"app_max_replicas[{name!r}] must be >= 1; got {value}")
+        # Freeze caller-supplied dicts so the config stays immutable.
+        if not isinstance(self.adaptive_batch_size, MappingProxyType):
+            object.__setattr__(self, "adaptive_batch_size", _frozen(dict(self.adaptive_batch_size)))
+        if not isinstance(self.app_max_replicas, MappingProxyType):
+            object.__setattr__(self, "app_max_replicas", _frozen(dict(self.app_max_replicas)))

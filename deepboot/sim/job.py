@@ -1,0 +1,414 @@
+"""Sim-internal mutable state of one training job, integrated in closed form.
+
+Two models per job (ALGORITHMS §1b): the ground truth (:class:`GroundTruth`, a
+memoized view of an :class:`~deepboot.perf.application.Application`) advances the
+job; the job's own fitted model (refitted from the points it has run at) is what
+the scheduler sees through :meth:`SimJob.view`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from deepboot.core.jobs import TrainingJobSpec
+from deepboot.core.modes import JobMode
+from deepboot.core.params import GradParams, PerfParams
+from deepboot.core.placement import EMPTY, Placement
+from deepboot.core.state import JobView
+from deepboot.perf.application import Application
+from deepboot.perf.fit import fit_perf_params
+from deepboot.perf.goodput import GoodputModel, select_batch
+from deepboot.perf.restart import RestartCostModel
+
+ProfileKey = tuple[int, int, int]
+"""(num_nodes, num_replicas, local_bsz) of one measured configuration."""
+
+
+Profile = tuple[tuple[ProfileKey, tuple[float, float]], ...]
+"""A job's measurements in the order it made them: ((key, (step, sync)), ...)."""
+
+
+class GroundTruth:
+    """Memoized ground-truth lookups of one application, shared by all its jobs.
+
+    The application is immutable, so each (shape, batch) or (batch, epoch) query is
+    computed once per simulation. Throughput fits are memoized too: a fit is a pure
+    function of the measured points, and jobs of one application mostly run through
+    the same configurations in the same order (tens of times fewer fits on the
+    Pollux workloads, with identical results).
+    """
+
+    __slots__ = ("app", "final_progress", "_step", "_grad", "_progress", "_fits", "_picks")
+
+    def __init__(self, app: Application) -> None:
+        self.app = app
+        self._step: dict[tuple[tuple[int, ...], int], tuple[float, float]] = {}
+        self._grad: dict[tuple[int, int], tuple[float, float]] = {}
+        self._progress: dict[int, float] = {}
+        self._fits: dict[Profile, PerfParams] = {}
+        self._picks: dict[tuple[PerfParams, GradParams, int, int], tuple[int, int]] = {}
+        self.final_progress = self.progress(app.max_epochs)
+
+    def fit(self, profile: Profile) -> PerfParams:
+        """The throughput model fitted to ``profile`` (non-empty), memoized."""
+        hit = self._fits.get(profile)
+        if hit is None:
+            cols = np.array([k for k, _ in profile], dtype=np.int64)  # (P, 3)
+            times = np.array([v for _, v in profile], dtype=np.float64)  # (P, 2): step, sync
+            hit = self._fits[profile] = fit_perf_params(
+                cols[:, 0], cols[:, 1], cols[:, 2], times[:, 0] - times[:, 1], times[:, 0]
+            )
+        return hit
+
+    def adaptive_batch(
+        self, perf: PerfParams, grad: GradParams, num_nodes: int, num_replicas: int
+    ) -> tuple[int, int]:
+        """(atomic_bsz, accum_steps) maximizing the goodput of a job's own model, memoized.
+
+        The choice is a pure function of the model and the placement's size, and jobs
+        of one application share fits (see :meth:`fit`).
+        """
+        key = (perf, grad, num_nodes, num_replicas)
+        hit = self._picks.get(key)
+        if hit is None:
+            model = GoodputModel(perf, grad, self.app.limits)
+            hit = self._picks[key] = select_batch(model, self.app.limits, num_nodes, num_replicas)
+        return hit
+
+    def step_time(self, shape: tuple[int, ...], local_bsz: int) -> tuple[float, float]:
+        """(step_time, sync_time) in seconds; see ``Application.step_time``."""
+        key = (shape, local_bsz)
+        hit = self._step.get(key)
+        if hit is None:
+            step, sync = self.app.step_time(shape, local_bsz)
+            hit = self._step[key] = (float(step), float(sync))
+        return hit
+
+    def grad_stats(self, batch_size: int, epoch: int) -> tuple[float, float]:
+        """(grad_sqr, grad_var); see ``Application.grad_stats``."""
+        key = (batch_size, epoch)
+        hit = self._grad.get(key)
+        if hit is None:
+            sqr, var = self.app.grad_stats(batch_size, epoch)
+            hit = self._grad[key] = (float(sqr), float(var))
+        return hit
+
+    def progress(self, epoch: int) -> float:
+        """Cumulative progress at the end of ``epoch`` epochs."""
+        hit = self._progress.get(epoch)
+        if hit is None:
+            hit = self._progress[epoch] = float(self.app.progress_at(epoch))
+        return hit
+
+
+class SimJob:
+    """One training job inside the simulator: placement, batch, progress, its model.
+
+    Mutable and private to ``deepboot.sim``; policies only ever see :meth:`view`.
+    Times are virtual seconds. ``time`` is the instant up to which the job's state
+    has been integrated.
+
+    Attributes:
+        spec: The job as submitted.
+        truth: Ground truth of its application.
+        mode: Batch/replica regime of the policy.
+        target_batch_size: Fixed total batch, or None when adaptive.
+        placement: Its GPUs now (EMPTY when queued or preempted).
+        atomic_bsz: Per-GPU micro-batch (0 without GPUs).
+        accum_steps: Gradient-accumulation steps per optimizer step.
+        epoch: Completed epochs.
+        progress: Cumulative statistical progress.
+        restart_left: Seconds of restart delay still to serve before progress resumes.
+        restart_seconds: Restart delay served so far.
+        num_restarts: Placement changes after the first start (None before it).
+        attained_service: GPU-seconds held so far, restart delays included.
+        first_start: Time of its first placement.
+        completion: Time it finished its last epoch.
+        time: Virtual time its state is integrated up to.
+    """
+
+    __slots__ = (
+        "spec",
+        "truth",
+        "mode",
+        "target_batch_size",
+        "round_epoch_times",
+        "_app_replica_cap",
+        "_global_replica_cap",
+        "placement",
+        "_shape",
+        "_num_nodes",
+        "atomic_bsz",
+        "accum_steps",
+        "epoch",
+        "progress",
+        "restart_left",
+        "restart_seconds",
+        "num_restarts",
+        "attained_service",
+        "first_start",
+        "completion",
+        "time",
+        "_profile",
+        "_perf",
+        "_perf_stale",
+        "_grad",
+        "_max_profiled_replicas",
+        "_pick_key",
+    )
+
+    def __init__(
+        self,
+        spec: TrainingJobSpec,
+        truth: GroundTruth,
+        mode: JobMode,
+        *,
+        fixed_batch_size: int | None = None,
+        app_replica_cap: int | None = None,
+        global_replica_cap: int = 64,
+        round_epoch_times: bool = False,
+    ) -> None:
+        """Create a job that has not been submitted yet.
+
+        Args:
+            spec: The job as submitted.
+            truth: Ground truth of ``spec.application``.
+            mode: The policy's job mode.
+            fixed_batch_size: Total batch forced on the job even when ADAPTIVE (ncf).
+            app_replica_cap: Per-application cap of ``max_replicas`` under ADAPTIVE
+                and FIXED_BATCH (ncf: 1), or None.
+            global_replica_cap: Cap of ``max_replicas`` under ADAPTIVE (reference 64).
+            round_epoch_times: Round epoch-crossing intervals to whole seconds.
+        """
+        self.spec = spec
+        self.truth = truth
+        self.mode = mode
+        if mode is JobMode.ADAPTIVE:
+            self.target_batch_size = fixed_batch_size
+        else:
+            self.target_batch_size = spec.batch_size
+        self.round_epoch_times = round_epoch_times
+        self._app_replica_cap = app_replica_cap
+        self._global_replica_cap = global_replica_cap
+        self.placement = EMPTY
+        self._shape: tuple[int, ...] = ()
+        self._num_nodes = 0
+        self.atomic_bsz = 0
+        self.accum_steps = 0
+        self.epoch = 0
+        self.progress = 0.0
+        self.restart_left = 0.0
+        self.restart_seconds = 0.0
+        self.num_restarts: int | None = None
+        self.attained_service = 0.0
+        self.first_start: float | None = None
+        self.completion: float | None = None
+        self.time = spec.submit_time
+        self._profile: dict[ProfileKey, tuple[float, float]] = {}
+        self._perf: PerfParams | None = None
+        self._perf_stale = False
+        self._grad: GradParams | None = None
+        self._max_profiled_replicas = 0
+        self._pick_key: object = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def num_replicas(self) -> int:
+        return self.placement.num_replicas
+
+    @property
+    def perf_params(self) -> PerfParams | None:
+        """The job's own throughput model, refitted lazily after a new measurement."""
+        if self._perf_stale:
+            self._perf = self.truth.fit(tuple(self._profile.items()))
+            self._perf_stale = False
+        return self._perf
+
+    @property
+    def max_replicas(self) -> int:
+        """Most GPUs a policy may give the job now (the reference's per-policy rule).
+
+        ADAPTIVE: 2 x the largest replica count it has run at (1 before it ran),
+        capped by max_batch_size // min_local_bsz and the global cap (64).
+        FIXED_BATCH: its batch // min_local_bsz. FIXED: the replicas the user asked
+        for. ADAPTIVE and FIXED_BATCH are further capped per application (ncf: 1).
+        Never below 1.
+        """
+        limits = self.truth.app.limits
+        if self.mode is JobMode.FIXED:
+            return max(self.spec.num_replicas, 1)
+        if self.mode is JobMode.FIXED_BATCH:
+            most = self.spec.batch_size // limits.min_local_bsz
+        else:
+            most = min(
+                2 * self._max_profiled_replicas,
+                self._global_replica_cap,
+                limits.max_batch_size // limits.min_local_bsz,
+            )
+        if self._app_replica_cap is not None:
+            most = min(most, self._app_replica_cap)
+        return max(most, 1)
+
+    def view(self, now: float) -> JobView:
+        """The immutable snapshot of this job a policy may see at ``now``."""
+        app = self.truth.app
+        return JobView(
+            name=self.spec.name,
+            application=self.spec.application,
+            submit_time=self.spec.submit_time,
+            attained_service=self.attained_service,
+            num_restarts=self.num_restarts or 0,
+            placement=self.placement,
+            min_replicas=0,
+            max_replicas=self.max_replicas,
+            limits=app.limits,
+            perf_params=self.perf_params,
+            grad_params=self._grad,
+            target_num_replicas=self.spec.num_replicas,
+            target_batch_size=self.target_batch_size,
+            remaining_progress=max(self.truth.final_progress - self.progress, 0.0),
+        )
+
+    def reallocate(self, placement: Placement, now: float, restart: RestartCostModel) -> None:
+        """Apply a new placement at ``now`` (the reference ``Job.reallocate``).
+
+        A non-empty placement starts a restart delay (the first start included) and
+        re-picks the batch size; every one after the first start counts as a
+        restart. An empty one releases the GPUs and keeps the progress.
+        """
+        if placement == self.placement:
+            return
+        old_replicas = self.placement.num_replicas
+        self.time = now
+        self.placement = placement
+        if not placement:
+            self._shape = ()
+            self._num_nodes = 0
+            self.atomic_bsz = 0
+            self.accum_steps = 0
+            self._pick_key = None
+            return
+        self._shape = placement.shape()
+        self._num_nodes = len(self._shape)
+        first = self.num_restarts is None
+        self.num_restarts = 0 if first else (self.num_restarts or 0) + 1
+        if first:
+            self.first_start = now
+        self.restart_left = float(
+            restart.delay(self.spec.application, old_replicas, placement.num_replicas, first)
+        )
+        self._repick()
+
+    def advance(self, until: float) -> float | None:
+        """Integrate the job from ``self.time`` to ``until`` on its current placement.
+
+        Closed form, one segment per epoch (the reference ``Job.step``): restart delay
+        first (GPU time, no progress); then, per segment, the ground-truth step time
+        and gradient statistics at the current batch give a constant rate
+        ``gain / (step + (step - sync) * accum)``; the segment ends at the next epoch
+        boundary or at ``until``. Each segment records its measurement in the job's
+        profile, and the batch is re-picked after it.
+
+        Epoch-crossing times are exact unless ``round_epoch_times`` is set (the
+        reference rounds each crossing interval to whole seconds). Either way a
+        completion is only acted upon at the next scheduling tick: the GPUs stay
+        held until then, as in the reference.
+
+        Returns:
+            The completion time if the job finished in ``(self.time, until]``,
+            else None.
+        """
+        span = until - self.time
+        if span <= 0.0 or self.completion is not None:
+            return None
+        if not self.placement:
+            self.time = until
+            return None
+        replicas = self.placement.num_replicas
+        if self.restart_left > 0.0:
+            d = min(self.restart_left, span)
+            self.restart_left -= d
+            self.restart_seconds += d
+            self.attained_service += d * replicas
+            self.time += d
+            span -= d
+        truth = self.truth
+        max_epochs = truth.app.max_epochs
+        init_batch = truth.app.limits.init_batch_size
+        while span > 0.0:
+            if self.epoch >= max_epochs:
+                self.completion = self.time
+                return self.completion
+            atomic, accum = self.atomic_bsz, self.accum_steps
+            batch = replicas * atomic * (accum + 1)
+            step, sync = truth.step_time(self._shape, atomic)
+            sqr, var = truth.grad_stats(batch, self.epoch)
+            self._measure(atomic, step, sync, sqr, var)
+            scale = batch / init_batch
+            denom = var / scale + sqr
+            gain = (var + sqr) / denom if denom > 0.0 else 1.0
+            rate = gain / (step + (step - sync) * accum)
+            target = truth.progress(self.epoch + 1)
+            if not rate > 0.0 or self.progress + rate * span < target:
+                # The whole span stays inside this epoch.
+                if rate > 0.0:
+                    self.progress += rate * span
+                self._run(span, replicas)
+                span = 0.0
+            else:
+                delta = (target - self.progress) / rate
+                if self.round_epoch_times:
+                    delta = float(round(delta))
+                delta = min(max(delta, 0.0), span)
+                self.epoch += 1
+                self.progress = target
+                self._run(delta, replicas)
+                span -= delta
+                if self.epoch >= max_epochs:
+                    self.completion = self.time
+                    return self.completion
+            self._repick()
+        self.time = until
+        return None
+
+    def _run(self, seconds: float, replicas: int) -> None:
+        self.time += seconds
+        self.attained_service += seconds * replicas
+
+    def _measure(self, atomic: int, step: float, sync: float, sqr: float, var: float) -> None:
+        """Record what running one segment measured (the reference update_params)."""
+        if self._grad is None or self._grad.sqr != sqr or self._grad.var != var:
+            self._grad = GradParams(sqr, var)
+        key = (self._num_nodes, self.placement.num_replicas, atomic)
+        if key in self._profile:
+            return
+        self._profile[key] = (step, sync)
+        self._perf_stale = True
+        if key[1] > self._max_profiled_replicas:
+            self._max_profiled_replicas = key[1]
+
+    def _repick(self) -> None:
+        """Re-choose per-GPU batch and accumulation (the reference update_local_bsz).
+
+        Skipped when nothing it depends on changed since the last pick.
+        """
+        replicas = self.placement.num_replicas
+        if self.target_batch_size is not None:
+            key: object = (replicas,)
+        else:
+            key = (replicas, self._num_nodes, len(self._profile), self._grad)
+        if key == self._pick_key:
+            return
+        perf = self.perf_params if self.target_batch_size is None else None
+        if perf is not None and self._grad is not None:
+            pick = self.truth.adaptive_batch(perf, self._grad, self._num_nodes, replicas)
+        else:
+            # Fixed batch, or adaptive before any measurement: max(M0, K * min_local).
+            pick = select_batch(
+                None, self.truth.app.limits, self._num_nodes, replicas, self.target_batch_size
+            )
+        self.atomic_bsz, self.accum_steps = pick
+        self._pick_key = key

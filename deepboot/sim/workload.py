@@ -1,0 +1,224 @@
+"""Workload loaders: the Pollux CSV and the DeepBoot mixed training/inference CSV.
+
+Three headers are accepted (see ``../shared/traces/README.md``), detected by the header
+line:
+
+* Pollux: ``name,time,application,num_replicas,batch_size``: training jobs only.
+* Pollux with durations: the same plus ``duration`` (``pure_train.csv``): training jobs
+  only; the duration column is ignored.
+* DeepBoot: the same plus ``duration,num_task``. Rows whose application is
+  ``infer-<model>-<k>`` are inference tasks; all others are training jobs, whose
+  ``duration`` and ``num_task`` columns are ignored.
+
+Every bad input raises :class:`~deepboot.core.errors.InputError` naming the file, the
+1-based line and the column; nothing is half-loaded.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from deepboot.core.errors import InputError
+from deepboot.core.jobs import InferenceTaskSpec, TrainingJobSpec, Workload
+
+POLLUX_COLUMNS: tuple[str, ...] = ("name", "time", "application", "num_replicas", "batch_size")
+"""Header of a Pollux workload (training jobs only)."""
+
+PURE_TRAIN_COLUMNS: tuple[str, ...] = (*POLLUX_COLUMNS, "duration")
+"""Header of DeepBoot's ``pure_train.csv`` (training jobs; duration unused)."""
+
+DEEPBOOT_COLUMNS: tuple[str, ...] = (*POLLUX_COLUMNS, "duration", "num_task")
+"""Header of a DeepBoot mixed workload (training jobs and inference tasks)."""
+
+_HEADERS: tuple[tuple[str, ...], ...] = (POLLUX_COLUMNS, PURE_TRAIN_COLUMNS, DEEPBOOT_COLUMNS)
+
+_INFER_RE = re.compile(r"infer-(?P<model>.+)-(?P<k>\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """One data row with where it came from, so every parse error can point at it."""
+
+    path: str
+    line: int
+    values: dict[str, str]
+
+    def error(self, column: str, message: str) -> InputError:
+        return InputError(self.path, self.line, column, message)
+
+    def text(self, column: str) -> str:
+        value = self.values[column].strip()
+        if not value:
+            raise self.error(column, "is empty")
+        return value
+
+    def number(self, column: str, *, allow_zero: bool = True) -> float:
+        raw = self.text(column)
+        try:
+            value = float(raw)
+        except ValueError:
+            raise self.error(column, f"{raw!r} is not a number") from None
+        if not math.isfinite(value):
+            raise self.error(column, f"{raw!r} is not a finite number")
+        if value < 0 or (value == 0 and not allow_zero):
+            bound = "non-negative" if allow_zero else "positive"
+            raise self.error(column, f"{raw} must be {bound}")
+        return value
+
+    def positive_int(self, column: str) -> int:
+        raw = self.text(column)
+        try:
+            value = int(raw)
+        except ValueError:
+            raise self.error(column, f"{raw!r} is not an integer") from None
+        if value <= 0:
+            raise self.error(column, f"{raw} must be a positive integer")
+        return value
+
+    def count(self, column: str) -> int:
+        """A non-negative integer; integral floats such as ``"530.0"`` are accepted."""
+        value = self.number(column)
+        if value != int(value):
+            raise self.error(column, f"{self.values[column].strip()} is not a whole number")
+        return int(value)
+
+
+def load_workload(path: str | Path, known_apps: Collection[str]) -> Workload:
+    """Load a Pollux or DeepBoot workload CSV.
+
+    Args:
+        path: The CSV file. Its stem becomes the workload's name.
+        known_apps: Model names the caller can simulate (catalog or profile keys).
+            Training rows and inference services must name one of them.
+
+    Returns:
+        A :class:`Workload` whose training jobs and inference tasks are each sorted by
+        submit time (stable: rows submitted at the same second keep file order).
+
+    Raises:
+        InputError: the file is missing or unreadable, empty, has only a header or an
+            unknown header, or a row is malformed (wrong column count, non-numeric or
+            negative time, non-positive replicas or batch size, unknown model,
+            duplicate name). The error names the file, the 1-based line and the column.
+    """
+    p = Path(path)
+    spath = str(path)
+    known = frozenset(known_apps)
+    training: list[TrainingJobSpec] = []
+    inference: list[InferenceTaskSpec] = []
+    seen: dict[str, int] = {}
+    for row in _rows(p, spath):
+        name = row.text("name")
+        if name in seen:
+            raise row.error("name", f"duplicate job name {name!r} (first on line {seen[name]})")
+        seen[name] = row.line
+        time = row.number("time")
+        application = row.text("application")
+        match = _INFER_RE.fullmatch(application)
+        if match is not None and "num_task" in row.values:
+            model = match.group("model")
+            if model not in known:
+                raise row.error(
+                    "application", f"unknown model {model!r} in {application!r}; {_known(known)}"
+                )
+            inference.append(
+                InferenceTaskSpec(
+                    name=name,
+                    submit_time=time,
+                    service=application,
+                    model=model,
+                    duration=row.number("duration", allow_zero=False),
+                    num_task=row.count("num_task"),
+                )
+            )
+            continue
+        if application not in known:
+            hint = ""
+            if match is not None:
+                hint = " (inference rows need the DeepBoot header with duration,num_task)"
+            raise row.error("application", f"unknown model {application!r}{hint}; {_known(known)}")
+        training.append(
+            TrainingJobSpec(
+                name=name,
+                submit_time=time,
+                application=application,
+                num_replicas=row.positive_int("num_replicas"),
+                batch_size=row.positive_int("batch_size"),
+            )
+        )
+    training.sort(key=lambda j: j.submit_time)
+    inference.sort(key=lambda t: t.submit_time)
+    return Workload(name=p.stem, training=tuple(training), inference=tuple(inference))
+
+
+def _known(known: frozenset[str]) -> str:
+    return "known models: " + (", ".join(sorted(known)) if known else "(none)")
+
+
+def _rows(p: Path, spath: str) -> Iterator[_Row]:
+    """Yield the data rows of ``p``; blank lines are skipped.
+
+    Raises:
+        InputError: missing/unreadable file, empty file, unknown header, header only,
+            or a row with the wrong number of values.
+    """
+    try:
+        # utf-8-sig: spreadsheets often save a byte-order mark before the header.
+        with p.open(newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            header = _header(reader, spath)
+            any_row = False
+            for values in reader:
+                if not values or all(not v.strip() for v in values):
+                    continue
+                any_row = True
+                line = reader.line_num
+                if len(values) != len(header):
+                    raise InputError(spath, line, *_count_problem(header, values))
+                yield _Row(spath, line, dict(zip(header, values, strict=True)))
+    except FileNotFoundError:
+        raise InputError(spath, 0, "", "file not found") from None
+    except IsADirectoryError:
+        raise InputError(spath, 0, "", "is a directory, not a workload CSV file") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(spath, 0, "", f"not a UTF-8 text file ({exc.reason})") from None
+    except csv.Error as exc:
+        raise InputError(spath, 0, "", f"malformed CSV: {exc}") from None
+    except OSError as exc:
+        raise InputError(spath, 0, "", f"cannot read: {exc.strerror or exc}") from None
+    if not any_row:
+        raise InputError(spath, 1, "header", "the file has a header but no rows: no jobs")
+
+
+def _header(reader: Iterator[list[str]], spath: str) -> tuple[str, ...]:
+    for values in reader:
+        if not values or all(not v.strip() for v in values):
+            continue
+        header = tuple(v.strip() for v in values)
+        if header in _HEADERS:
+            return header
+        expected = " | ".join(",".join(h) for h in _HEADERS)
+        field = next(
+            (
+                c
+                for i, c in enumerate(header)
+                if i >= len(DEEPBOOT_COLUMNS) or c != DEEPBOOT_COLUMNS[i]
+            ),
+            header[-1],
+        )
+        line = getattr(reader, "line_num", 1)
+        raise InputError(spath, line, field, f"unknown header; expected one of: {expected}")
+    raise InputError(spath, 1, "header", "the file is empty; expected a CSV header line")
+
+
+def _count_problem(header: Sequence[str], values: Sequence[str]) -> tuple[str, str]:
+    """(column, message) for a row with the wrong number of values."""
+    n, m = len(values), len(header)
+    if n < m:
+        return header[n], f"missing: the row has {n} values, the header {m}"
+    return header[-1], f"the row has {n} values, the header {m}: extra values after it"

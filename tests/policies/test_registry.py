@@ -1,0 +1,138 @@
+"""The policy registry: names, typed configs, and errors that name what to fix."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from deepboot.core import ClusterState, ConfigError, JobMode, UnknownPolicyError
+from deepboot.core.placement import Allocation
+from deepboot.policies import Packing, registry
+from deepboot.policies.registry import PolicyRegistry
+
+BUILT_INS = {
+    "fifo": JobMode.FIXED,
+    "tiresias": JobMode.FIXED,
+    "optimus": JobMode.FIXED_BATCH,
+    "pollux": JobMode.ADAPTIVE,
+}
+
+
+def test_importing_the_package_registers_the_built_ins() -> None:
+    assert set(BUILT_INS) <= set(registry.names())
+    assert registry.names() == sorted(registry.names())
+
+
+@pytest.mark.parametrize("name", sorted(BUILT_INS), ids=sorted(BUILT_INS))
+def test_create_builds_the_named_policy_with_defaults(name: str) -> None:
+    policy = registry.create(name)
+    assert policy.name == name
+    assert policy.job_mode is BUILT_INS[name]
+    cls = registry.config_class(name)
+    assert dataclasses.is_dataclass(cls)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(cls(), dataclasses.fields(cls)[0].name, None)
+
+
+def test_unknown_policy_lists_the_known_ones() -> None:
+    with pytest.raises(UnknownPolicyError) as err:
+        registry.create("lottery")
+    message = str(err.value)
+    assert "lottery" in message
+    for name in BUILT_INS:
+        assert name in message
+    with pytest.raises(UnknownPolicyError):
+        registry.config_class("lottery")
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "field"),
+    [
+        ("pollux", {"q": -1}, "'q'"),
+        ("tiresias", {"threshold": 3}, "'threshold'"),
+        ("tiresias", {"queue_threshold_gpu_hours": -1}, "queue_threshold_gpu_hours"),
+        ("tiresias", {"queue_threshold_gpu_hours": "many"}, "queue_threshold_gpu_hours"),
+        ("pollux", {"restart_delay": 0}, "restart_delay"),
+        ("pollux", {"speedup_floor": -1e-3}, "speedup_floor"),
+        ("pollux", {"max_nodes_per_job": 0}, "max_nodes_per_job"),
+        ("pollux", {"max_nodes_per_job": 2.5}, "max_nodes_per_job"),
+        ("pollux", {"p": float("inf")}, "p"),
+        ("pollux", {"interference_avoidance": "maybe"}, "interference_avoidance"),
+        ("fifo", {"packing": "random"}, "packing"),
+    ],
+    ids=[
+        "unknown-pollux",
+        "unknown-tiresias",
+        "negative-threshold",
+        "non-numeric-threshold",
+        "zero-delay",
+        "negative-floor",
+        "zero-nodes",
+        "fractional-int",
+        "infinite-p",
+        "bad-bool",
+        "bad-enum",
+    ],
+)
+def test_bad_parameters_raise_config_error_naming_them(
+    name: str, params: dict[str, object], field: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        registry.create(name, **params)
+    assert not isinstance(err.value, UnknownPolicyError)
+    assert field in str(err.value)
+
+
+def test_strings_from_a_command_line_are_converted() -> None:
+    config = registry.make_config("tiresias", queue_threshold_gpu_hours="8", packing="BEST_FIT")
+    assert config.queue_threshold_gpu_hours == 8.0
+    assert config.packing is Packing.BEST_FIT
+    pollux = registry.make_config("pollux", interference_avoidance="false", max_nodes_per_job="4")
+    assert pollux.interference_avoidance is False
+    assert pollux.max_nodes_per_job == 4
+    policy = registry.create("tiresias", queue_threshold_gpu_hours=2)
+    assert policy.config.queue_threshold_gpu_hours == 2.0  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class _IdleConfig:
+    gpus: int = 0
+
+
+@dataclass(frozen=True)
+class _IdlePolicy:
+    config: _IdleConfig
+    name: str = "idle"
+    job_mode: JobMode = JobMode.FIXED
+
+    def allocate(self, state: ClusterState, rng: np.random.Generator) -> Allocation:
+        return {}
+
+
+def test_a_separate_registry_registers_and_rejects_duplicates() -> None:
+    reg = PolicyRegistry()
+    assert reg.names() == []
+    reg.register("idle", _IdlePolicy, _IdleConfig)
+    assert reg.names() == ["idle"]
+    assert reg.create("idle", gpus="3").config == _IdleConfig(3)  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="already registered"):
+        reg.register("idle", _IdlePolicy, _IdleConfig)
+
+
+def test_configs_must_be_frozen_dataclasses_with_defaults() -> None:
+    @dataclass
+    class Mutable:
+        x: int = 1
+
+    @dataclass(frozen=True)
+    class NoDefault:
+        x: int
+
+    reg = PolicyRegistry()
+    with pytest.raises(ConfigError, match="frozen"):
+        reg.register("m", _IdlePolicy, Mutable)
+    with pytest.raises(ConfigError, match="default"):
+        reg.register("n", _IdlePolicy, NoDefault)

@@ -1,0 +1,63 @@
+"""End to end: ``deepboot simulate`` on a tiny workload writes the summary JSON schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from deepboot.cli.main import main
+from deepboot.report.schema import SUMMARY_SCHEMA
+
+DEEPBOOT_HEADER = "name,time,application,num_replicas,batch_size,duration,num_task"
+
+
+def make_tiny_workload(tmp_path: Path) -> Path:
+    """Two short training jobs and two inference rows (which are ignored for now)."""
+    rows = [
+        DEEPBOOT_HEADER,
+        "ncf-0,0,ncf,1,32768,-1,-1",
+        "inference-ncf-1,5,infer-ncf-1,1,1,2.0,100",
+        "ncf-1,30,ncf,1,32768,-1,-1",
+        "inference-bert-2,9,infer-bert-1,1,1,3.0,50",
+    ]
+    path = tmp_path / "tiny.csv"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def test_simulate_writes_summary_with_exact_schema(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    workload = make_tiny_workload(tmp_path)
+    out = tmp_path / "summary.json"
+    code = main(
+        [
+            "simulate",
+            "--workload", str(workload),
+            "--policy", "pollux",
+            "--cluster", "2x4",
+            "--summary-json", str(out),
+            "--quiet",
+        ]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(out.read_text(encoding="utf-8"))
+    assert list(summary) == list(SUMMARY_SCHEMA)
+    for key, sub in SUMMARY_SCHEMA.items():
+        if sub is not None:
+            assert list(summary[key]) == list(sub), key
+    assert summary["policy"] == "pollux"
+    assert summary["workload"] == "tiny"
+    assert summary["cluster"] == {"nodes": 2, "gpus_per_node": 4, "inference_nodes": 0}
+    assert summary["training"]["jobs"] == 2
+    assert summary["training"]["completed"] == 2
+    assert 0 < summary["training"]["avg_jct_s"] <= summary["training"]["makespan_s"]
+    assert summary["scheduler"]["rounds"] >= 1
+    # The table goes to stdout; the inference warning to stderr, exactly once.
+    assert "Average JCT" in captured.out
+    warnings = [line for line in captured.err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "2 inference tasks" in warnings[0]
+    assert "Traceback" not in captured.err
