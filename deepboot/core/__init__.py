@@ -8,11 +8,12 @@ from deepboot.core.errors import (
     InvalidDecisionError,
     UnknownPolicyError,
 )
+from deepboot.core.gpu import TRANSITIONS, GpuState, GpuView, check_transition
 from deepboot.core.jobs import InferenceTaskSpec, TrainingJobSpec, Workload
 from deepboot.core.modes import JobMode
 from deepboot.core.params import BatchLimits, GradParams, PerfParams
 from deepboot.core.placement import EMPTY, Allocation, Placement, freeze_allocation, gpus_used
-from deepboot.core.state import ClusterState, JobView
+from deepboot.core.state import ClusterState, InferenceState, JobView
 
 __all__ = [
     "EMPTY",
@@ -22,7 +23,10 @@ __all__ = [
     "ClusterState",
     "ConfigError",
     "DeepbootError",
+    "GpuState",
+    "GpuView",
     "GradParams",
+    "InferenceState",
     "InferenceTaskSpec",
     "InputError",
     "InvalidDecisionError",
@@ -32,9 +36,11 @@ __all__ = [
     "PerfParams",
     "Placement",
     "Pool",
+    "TRANSITIONS",
     "TrainingJobSpec",
     "UnknownPolicyError",
     "Workload",
+    "check_transition",
     "freeze_allocation",
     "gpus_used",
 ]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from deepboot.core.cluster import ClusterSpec
+from deepboot.core.gpu import GpuView
 from deepboot.core.params import BatchLimits, GradParams, PerfParams
 from deepboot.core.placement import EMPTY, Placement
 
@@ -94,3 +95,28 @@ class ClusterState:
             if j.name == name:
                 return j.placement
         return EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceState:
+    """Snapshot an inference-placement policy (ATS-I and variants) decides on.
+
+    Attributes:
+        now: Current time (s).
+        cluster: The cluster spec.
+        gpus: Every GPU of the cluster, sorted by (node_id, index).
+        jobs: Active training jobs (for the speedup lost by a reclaim).
+        lending: Whether training may hold inference-pool GPUs in this run.
+    """
+
+    now: float
+    cluster: ClusterSpec
+    gpus: tuple[GpuView, ...]
+    jobs: tuple[JobView, ...]
+    lending: bool = True
+
+    def job(self, name: str) -> JobView:
+        for j in self.jobs:
+            if j.name == name:
+                return j
+        raise KeyError(name)

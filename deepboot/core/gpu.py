@@ -1,0 +1,83 @@
+"""Per-GPU states of the shared cluster and their legal transitions (DeepBoot §2.1)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from deepboot.core.cluster import Pool
+from deepboot.core.errors import InvalidDecisionError
+
+
+class GpuState(enum.Enum):
+    """What one GPU is doing.
+
+    FREE: empty.
+    TRAINING: a training worker on a training-pool GPU.
+    RUNNING: an inference replica serving a task.
+    PROTECT: an idle replica kept warm for its protect time; not lendable.
+    SLEEP: an idle replica, still loaded, lendable (lending evicts it).
+    LENT: a training worker on an inference-pool GPU; reclaimable at any time.
+    """
+
+    FREE = "free"
+    TRAINING = "training"
+    RUNNING = "running"
+    PROTECT = "protect"
+    SLEEP = "sleep"
+    LENT = "lent"
+
+
+_T = GpuState
+TRANSITIONS: Mapping[GpuState, frozenset[GpuState]] = MappingProxyType(
+    {
+        # A free GPU can take a training worker (own pool or lent) or a cold-started replica.
+        _T.FREE: frozenset({_T.TRAINING, _T.LENT, _T.RUNNING}),
+        _T.TRAINING: frozenset({_T.FREE, _T.RUNNING}),
+        _T.RUNNING: frozenset({_T.PROTECT, _T.RUNNING}),
+        # Warm reuse (PROTECT -> RUNNING) or the protect time ends (PROTECT -> SLEEP).
+        _T.PROTECT: frozenset({_T.RUNNING, _T.SLEEP}),
+        # Warm reuse, eviction by another service's cold start, lending, or release.
+        _T.SLEEP: frozenset({_T.RUNNING, _T.LENT, _T.FREE, _T.TRAINING}),
+        # Reclaimed for inference (-> RUNNING) or released by training (-> FREE).
+        _T.LENT: frozenset({_T.RUNNING, _T.FREE}),
+    }
+)
+
+
+def check_transition(old: GpuState, new: GpuState, where: str = "") -> None:
+    """Raise ``InvalidDecisionError`` unless ``old -> new`` is a legal transition."""
+    if new not in TRANSITIONS[old]:
+        suffix = f" on {where}" if where else ""
+        raise InvalidDecisionError(f"illegal GPU transition {old.name} -> {new.name}{suffix}")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    """One GPU as a policy sees it.
+
+    Attributes:
+        node_id: Its node.
+        index: Its index on the node (0-based).
+        pool: Its node's pool.
+        state: Its state.
+        service: The inference service whose replica is loaded (RUNNING/PROTECT/SLEEP).
+        hits: Warm-reuse hit count of that replica.
+        job: The training job using it (TRAINING/LENT).
+        protect_until: When PROTECT ends (PROTECT only).
+    """
+
+    node_id: int
+    index: int
+    pool: Pool
+    state: GpuState
+    service: str | None = None
+    hits: int = 0
+    job: str | None = None
+    protect_until: float | None = None
+
+    @property
+    def gpu_id(self) -> tuple[int, int]:
+        return (self.node_id, self.index)
