@@ -12,6 +12,7 @@ Published (Pollux, OSDI'21, 64 GPUs): mean over the 8 workloads Pollux 2751 s,
 Tiresias 4038 s, Optimus+Oracle 5682 s; workload-6: 2446 s, 3470 s, 5302 s.
 """
 
+# ruff: noqa: E402  (BLAS threads must be limited before numpy is imported)
 from __future__ import annotations
 
 import os
@@ -70,7 +71,9 @@ def run_one(run: Run, profiles: str, interval: float, seed: int) -> dict[str, ob
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--profiles", default=str(TRACES / "profiles"))
     ap.add_argument("--policies", nargs="+", default=["pollux", "tiresias", "optimus"])
     ap.add_argument("--workloads", nargs="+", type=int, default=list(range(1, 9)))
@@ -94,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             tr = res["training"]
             assert isinstance(tr, dict)
             console.print(
-                f"  {r.source:8s} {r.policy:9s} workload-{r.workload}: avg JCT {tr['avg_jct_s']:8.0f} s"
+                f"  {r.source:8s} {r.policy:9s} workload-{r.workload}: "
+                f"avg JCT {tr['avg_jct_s']:8.0f} s"
                 f"  ({res['wall_s']:.1f} s wall)",
                 highlight=False,
             )
@@ -150,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{statistics.median(s['rounds'] for s in sch):.0f}",  # type: ignore[index]
             )
         console.print(speed)
-    console.print(f"total bench wall time {total:.0f} s on {args.procs} processes; results in {args.out}")
+    console.print(
+        f"total bench wall time {total:.0f} s on {args.procs} processes; results in {args.out}"
+    )
     return 0 if ok else 1
 
 

@@ -23,6 +23,7 @@ layer keeps across calls helps NSGA-II, not us.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 import sys
@@ -60,10 +61,19 @@ GPUS_PER_NODE = 4
 
 def _perturb(perf: PerfParams, rng: np.random.Generator) -> PerfParams:
     """Each parameter times a log-normal factor (sigma 0.25); gamma kept in [1, 10]."""
-    names = ("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r")
-    values = [getattr(perf, name) * float(rng.lognormal(0.0, 0.25)) for name in names]
-    gamma = min(max(perf.gamma * float(rng.lognormal(0.0, 0.1)), 1.0), 10.0)
-    return PerfParams(*values, gamma)
+
+    def jitter(value: float) -> float:
+        return value * float(rng.lognormal(0.0, 0.25))
+
+    return PerfParams(
+        alpha_c=jitter(perf.alpha_c),
+        beta_c=jitter(perf.beta_c),
+        alpha_n=jitter(perf.alpha_n),
+        beta_n=jitter(perf.beta_n),
+        alpha_r=jitter(perf.alpha_r),
+        beta_r=jitter(perf.beta_r),
+        gamma=min(max(perf.gamma * float(rng.lognormal(0.0, 0.1)), 1.0), 10.0),
+    )
 
 
 def _random_placements(
@@ -146,16 +156,10 @@ def make_random_state(rng: np.random.Generator) -> ClusterState:
         )
     capacity = [GPUS_PER_NODE] * num_nodes
     current = _random_placements(jobs, capacity, rng)
-    jobs = [
-        JobView(**{**_fields(j), "placement": Placement(current.get(j.name, ()))}) for j in jobs
-    ]
+    jobs = [dataclasses.replace(j, placement=Placement(current.get(j.name, ()))) for j in jobs]
     jobs.sort(key=lambda j: (j.submit_time, j.name))
     cluster = ClusterSpec(tuple(Node(v, GPUS_PER_NODE) for v in range(num_nodes)))
     return ClusterState.training_view(now, cluster, tuple(jobs))
-
-
-def _fields(job: JobView) -> dict[str, object]:
-    return {name: getattr(job, name) for name in job.__slots__}  # type: ignore[attr-defined]
 
 
 # --------------------------------------------------------------------------- NSGA-II
@@ -173,7 +177,8 @@ class PolluxNsgaProblem(Problem):  # type: ignore[misc]
         super().__init__(n_var=int(np.prod(shape)), n_obj=2, xl=0, xu=xu, vtype=int)
 
     def states(self, x: np.ndarray) -> np.ndarray:
-        return np.asarray(x, dtype=np.int64).reshape(x.shape[0], *self.shape)
+        out: np.ndarray = np.asarray(x, dtype=np.int64).reshape(x.shape[0], *self.shape)
+        return out
 
     def fitness(self, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(P,) fitness and (P,) cluster utility of (P, J, V) states."""
@@ -283,7 +288,8 @@ class JobRepair(Repair):  # type: ignore[misc]
         s = np.diff(np.minimum(np.cumsum(s, axis=1), p.capacity[None, None, :]), axis=1, prepend=0)
         # Rows below min replicas hold nothing.
         s[s.sum(axis=2) < p.min_replicas[None, :]] = 0
-        return s.reshape(pop, -1)
+        out: np.ndarray = s.reshape(pop, -1)
+        return out
 
 
 def run_nsga(

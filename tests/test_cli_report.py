@@ -25,7 +25,15 @@ def make_summary(
     return {
         "policy": policy,
         "workload": "workload-6",
-        "cluster": {"nodes": 16, "gpus_per_node": 4, "inference_nodes": 0},
+        "cluster": {
+            "nodes": 16,
+            "gpus_per_node": 4,
+            "inference_nodes": 0,
+            "lent_gpu_s": 0.0,
+            "reclaims": 0,
+            "util_training_pool": 0.8,
+            "util_inference_pool": 0.0,
+        },
         "training": {
             "jobs": 160,
             "completed": 160,
@@ -37,6 +45,14 @@ def make_summary(
             "restarts": 321,
             "restart_s": 9630.0,
             **training,
+        },
+        "inference": {
+            "tasks": 0,
+            "completed": 0,
+            "cold_starts": 0,
+            "warm_hits": 0,
+            "avg_delay_s": 0.0,
+            "p99_delay_s": 0.0,
         },
         "scheduler": {"rounds": 500, "decision_ms_median": 12.5, "decision_ms_max": 2500.0},
         "wall_s": 42.0,

@@ -51,7 +51,9 @@ def test_simulate_writes_summary_with_exact_schema(
             assert list(summary[key]) == list(sub), key
     assert summary["policy"] == "pollux"
     assert summary["workload"] == "tiny"
-    assert summary["cluster"] == {"nodes": 2, "gpus_per_node": 4, "inference_nodes": 0}
+    cluster = summary["cluster"]
+    assert (cluster["nodes"], cluster["gpus_per_node"], cluster["inference_nodes"]) == (2, 4, 0)
+    assert (cluster["lent_gpu_s"], cluster["reclaims"]) == (0.0, 0)
     assert summary["training"]["jobs"] == 2
     assert summary["training"]["completed"] == 2
     assert 0 < summary["training"]["avg_jct_s"] <= summary["training"]["makespan_s"]

@@ -26,7 +26,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from deepboot.cli.params import describe, parameter_fields, split_pairs
+from deepboot.cli.params import (
+    describe,
+    parameter_fields,
+    shared_cluster_settings,
+    split_pairs,
+)
 from deepboot.cli.progress import SimProgress
 from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.errors import ConfigError, InputError
@@ -53,9 +58,10 @@ def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     registry.config_class(args.policy)  # unknown policy: fail before loading anything
     apps = _load_apps(args.profiles)
     workload = load_workload(args.workload, apps.keys())
-    if workload.inference:
+    if workload.inference and args.inference_nodes == 0:
         log.warning(
-            "%s: ignoring its %d inference tasks: only training is simulated for now",
+            "%s: ignoring its %d inference tasks: there is no inference pool "
+            "(give --inference-nodes N to serve them)",
             args.workload,
             len(workload.inference),
         )
@@ -63,7 +69,12 @@ def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     if not workload.training:
         raise InputError(args.workload, 0, "application", "the workload has no training jobs")
     policy = registry.create(args.policy, **params)
-    config = SimConfig(interval=args.interval, seed=args.seed)
+    settings = shared_cluster_settings(args, args.inference_nodes, args.policy)
+    if workload.inference:
+        from deepboot.policies import inference
+
+        inference.create(settings["inference_policy"])  # unknown name: fail early
+    config = SimConfig(interval=args.interval, seed=args.seed, **settings)
 
     show = not args.quiet and err.file.isatty()
     started = time.perf_counter()

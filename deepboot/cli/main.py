@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 
 from deepboot import __version__
-from deepboot.cli import commands
+from deepboot.cli import commands, compare
+from deepboot.cli.params import add_shared_cluster_flags
 from deepboot.core.errors import DeepbootError
 
 EXIT_OK = 0
@@ -50,7 +51,16 @@ examples:
 
 Workload formats: the Pollux CSV (name,time,application,num_replicas,batch_size) and
 the DeepBoot CSV (the same plus duration,num_task). Inference rows of a DeepBoot
-workload are ignored for now (with a warning)."""
+workload run on the inference pool (--inference-nodes N); with no inference pool
+they are ignored (with a warning).
+
+  # DeepBoot: ATS-T training, ATS-I inference placement, lifecycle and AFE
+  deepboot simulate --workload ../shared/traces/workloads/small.csv --policy deepboot \\
+      --cluster 16x4 --inference-nodes 8 --profiles ../shared/traces/profiles
+
+  # the training-pool-only baseline
+  deepboot simulate --workload ../shared/traces/workloads/small.csv --policy pollux \\
+      --cluster 16x4 --inference-nodes 8 --no-lending --profiles ../shared/traces/profiles"""
 
 _PHILLY_EPILOG = """\
 example:
@@ -124,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="policy parameter; repeat for several",
     )
     sim.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_shared_cluster_flags(sim)
     sim.set_defaults(func=commands.simulate)
 
     wl = sub.add_parser(
@@ -181,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
     )
     pol.set_defaults(func=commands.list_policies)
+
+    compare.add_parser(sub)
     return parser
 
 

@@ -6,8 +6,10 @@ them against the policy's config dataclass.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import enum
+import math
 import typing
 from collections.abc import Sequence
 from typing import Any
@@ -72,3 +74,83 @@ def describe(tp: Any, default: Any) -> str:
         return text
     shown = default.value if isinstance(default, enum.Enum) else default
     return f"{text} = {shown}"
+
+
+INFERENCE_POLICIES: tuple[str, ...] = ("ats-i", "random", "lyra")
+"""Choices of ``--ats-i`` (the inference registry's names)."""
+
+
+def add_shared_cluster_flags(parser: argparse.ArgumentParser) -> None:
+    """Add the shared-cluster flags of ``deepboot simulate``: lending, lifecycle, AFE
+    and the inference-placement policy. Defaults are resolved by
+    :func:`shared_cluster_settings`."""
+    parser.add_argument(
+        "--lending",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="lend idle inference-pool GPUs to training (--no-lending: the "
+        "training-pool-only baseline; inference runs only on the inference pool)",
+    )
+    parser.add_argument(
+        "--lifecycle",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep idle replicas warm (PROTECT) before they become lendable (SLEEP)",
+    )
+    parser.add_argument(
+        "--protect-factor",
+        type=float,
+        default=1.0,
+        metavar="P",
+        help="multiply the protect times (30 s + 15 s per hit, at most 120 s) by P",
+    )
+    parser.add_argument(
+        "--afe",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="DeepBoot's restart costs with AFE (cheap resizes); --no-afe: every change "
+        "costs the model's cold restart. Default: AFE when --inference-nodes > 0, else "
+        "the Pollux fidelity runs' flat 30 s",
+    )
+    parser.add_argument(
+        "--ats-i",
+        dest="ats_i",
+        choices=INFERENCE_POLICIES,
+        default=None,
+        help="inference placement: ATS-I, random choice, or Lyra-style whole-node "
+        "reclaim (default: lyra with --policy lyra, else ats-i)",
+    )
+
+
+def shared_cluster_settings(
+    args: argparse.Namespace, inference_nodes: int, policy: str
+) -> dict[str, Any]:
+    """``SimConfig`` keyword arguments for the flags of :func:`add_shared_cluster_flags`.
+
+    Args:
+        args: Parsed arguments (``lending``, ``lifecycle``, ``protect_factor``, ``afe``,
+            ``ats_i``).
+        inference_nodes: Nodes in the inference pool.
+        policy: The training policy's name (``lyra`` implies ``--ats-i lyra``).
+
+    Raises:
+        ConfigError: ``--protect-factor`` is negative or not a number.
+    """
+    from deepboot.perf.restart import AfeRestartCost, FlatRestartCost
+    from deepboot.policies.lifecycle import LifecycleConfig
+
+    factor = float(args.protect_factor)
+    if not (math.isfinite(factor) and factor >= 0):
+        raise ConfigError(f"--protect-factor must be a number >= 0, got {args.protect_factor}")
+    afe = args.afe
+    if afe is None:
+        restart: object = AfeRestartCost(afe=True) if inference_nodes > 0 else FlatRestartCost()
+    else:
+        restart = AfeRestartCost(afe=bool(afe))
+    ats_i = args.ats_i or ("lyra" if policy == "lyra" else "ats-i")
+    return {
+        "lending": bool(args.lending),
+        "lifecycle": LifecycleConfig(factor=factor, enabled=bool(args.lifecycle)),
+        "restart": restart,
+        "inference_policy": ats_i,
+    }

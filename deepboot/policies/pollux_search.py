@@ -8,17 +8,20 @@ changed?) (see :mod:`deepboot.policies.pollux_fitness`), so this module instead:
    GPU count (0, or min..max replicas) minimizing the summed cost under the total
    capacity, valuing k GPUs at the fewest nodes that hold k, or at the job's current
    placement when k is its current count and keeping it is cheaper (no realloc
-   factor). Exact for the counts when the packing below achieves those node counts.
-2. **Packing.** Kept placements first, then the others by descending count: a single
-   node when one fits (best fit), else the fewest nodes not holding another
-   distributed job.
-3. **Local search** from that matrix: best-improvement over one-GPU moves (grow,
-   shrink, transfer a GPU between jobs on one node, move a GPU between nodes, swap
-   two jobs' GPUs across nodes) and whole-job consolidation onto one node, until no
-   move improves the fitness.
-4. If the result misses the knapsack optimum (a lower bound when no job is faster on
-   more nodes), the same local search also runs from the current allocation
-   (repaired to the present capacity), and the better of the two is returned.
+   factor). Its optimum is a lower bound on every feasible matrix when no job runs
+   faster on more nodes (true of fitted Pollux models): reaching it ends the search.
+2. **Packing** in three orders (kept rows first; by count; by regret, i.e. what a job
+   loses without its fewest nodes): a single node when one fits (best fit), else the
+   cheaper of the fewest nodes not holding another distributed job and the fullest
+   single node. Each packing is polished by **local search**: best-improvement over
+   one-GPU moves (grow, shrink, transfer a GPU between jobs on one node, move a GPU
+   between nodes, swap two jobs' GPUs across nodes) and whole-job consolidation.
+3. **Learning rounds.** Jobs that packing could not give their planned count or node
+   count teach the knapsack the cost they really got, and steps 1-2 repeat.
+4. If the lower bound is still not reached: local search from the current
+   allocation, a large-neighbourhood search (free one node, or two on small
+   clusters, and redo steps 1-3 for the jobs there and the idle ones), and a short
+   tabu search.
 
 Everything is deterministic (ties go to the lowest index); no randomness is needed.
 All constraints hold at every step: node capacity, min/max replicas, at most
@@ -40,6 +43,24 @@ _INF = np.inf
 
 _PAIR_NODES = 8
 """Clusters up to this many nodes also try freeing every pair of nodes."""
+
+
+class PackOrder(enum.Enum):
+    """The order in which :func:`pack_counts` places jobs.
+
+    KEEP_FIRST: kept rows first, then by descending count.
+    SIZE: by descending count (kept rows in turn, so a small kept job cannot take the
+        only node a big job fits on).
+    REGRET: by descending regret: how much a job loses when it cannot have the fewest
+        nodes (split over one more node, or one GPU fewer).
+
+    Within each order, jobs that lose nothing when split go last: they take whatever
+    fragments the others leave.
+    """
+
+    KEEP_FIRST = "keep_first"
+    SIZE = "size"
+    REGRET = "regret"
 
 
 class MoveKind(enum.IntEnum):
@@ -74,54 +95,94 @@ def solve(problem: PolluxProblem) -> IntArray:
     num_jobs, num_nodes = problem.num_jobs, problem.num_nodes
     if num_jobs == 0 or num_nodes == 0:
         return np.zeros((num_jobs, num_nodes), dtype=np.int64)
-    best: IntArray | None = None
-    best_cost = _INF
-    lower = -_INF
+    # Without learned costs the knapsack optimum is a lower bound on every feasible
+    # matrix whenever no job runs faster on more nodes (inter-node sync no cheaper than
+    # intra-node, as fitted models have it): reaching it ends the search.
+    counts, keep, lower = dp_counts(problem)
+    empty = np.zeros_like(problem.base)
+    rounds = problem.config.max_search_rounds
+    best = plan_and_pack(problem, empty, np.arange(num_jobs), lower, rounds, (counts, keep))
+    best_cost = float(problem.matrix_cost(best).sum())
+    if best_cost <= lower + _tolerance(lower):
+        return best
+    other = local_search(problem, repair_base(problem))
+    if float(problem.matrix_cost(other).sum()) < best_cost - _tolerance(best_cost):
+        best = other
+    best = ruin_and_recreate(problem, best, lower)
+    return tabu_search(problem, best, lower)
+
+
+def plan_and_pack(
+    problem: PolluxProblem,
+    start: IntArray,
+    jobs: IntArray,
+    lower: float,
+    rounds: int,
+    first: tuple[IntArray, BoolArray] | None = None,
+) -> IntArray:
+    """Size ``jobs`` by knapsack, pack them around ``start``, polish; learn and repeat.
+
+    Each round packs the knapsack's plan in every :class:`PackOrder` and runs local
+    search on each packing. Jobs that missed their planned count or node count
+    teach the next round's knapsack the cost they really got. Rounds stop when the
+    plan repeats, when every job got its plan, or at ``lower``.
+
+    Args:
+        problem: The round's problem.
+        start: Feasible (J, V) matrix; rows of ``jobs`` must be empty.
+        jobs: Indices of the jobs to size and place.
+        lower: Summed cost at which nothing better exists.
+        rounds: Most knapsack rounds.
+        first: The first round's ``(counts, keep)`` when already known.
+
+    Returns:
+        The best feasible (J, V) matrix found.
+    """
+    free = problem.capacity - start.sum(axis=0)
+    best, best_cost = start, _INF
     learned: dict[tuple[int, int], float] = {}
     plans: set[bytes] = set()
-    for _ in range(problem.config.max_search_rounds):
-        counts, keep, bound = dp_counts(problem, learned)
-        if not plans:
-            # Without learned costs the knapsack optimum is a lower bound on every
-            # feasible matrix whenever no job runs faster on more nodes (inter-node
-            # sync no cheaper than intra-node, as fitted models have it).
-            lower = bound
+    for _ in range(rounds):
+        if first is not None and not plans:
+            counts, keep = first
+        else:
+            counts, keep, _ = dp_counts(problem, learned, jobs, free)
         plan = counts.tobytes() + keep.tobytes()
         if plan in plans:
             break
         plans.add(plan)
-        # Pack with kept rows first, and (when some are kept) in size order too.
         round_best: tuple[float, IntArray] | None = None
-        for keep_first in (True, False) if np.any(keep) else (True,):
-            trial = pack_counts(problem, counts, keep, keep_first=keep_first)
-            matrix = local_search(problem, trial)
+        regret = _regret(problem, counts)
+        orders: set[tuple[int, ...]] = set()
+        for order in PackOrder:
+            sequence = _pack_sequence(order, counts, keep, regret)
+            if sequence in orders:
+                continue
+            orders.add(sequence)
+            packed = pack_counts(problem, counts, keep, start, order, regret)
+            matrix = local_search(problem, packed)
             cost = float(problem.matrix_cost(matrix).sum())
             if round_best is None or cost < round_best[0] - _tolerance(cost):
-                round_best = (cost, trial)
+                round_best = (cost, packed)
             if cost < best_cost - _tolerance(best_cost):
                 best, best_cost = matrix, cost
-            if best is not None and best_cost <= lower + _tolerance(lower):
+            if best_cost <= lower + _tolerance(lower):
                 return best
         assert round_best is not None
-        packed = round_best[1]
+        packed = round_best[1][jobs]
         # Teach the knapsack what packing really gave the jobs that missed their plan.
-        got_k = packed.sum(axis=1)
-        got_n = np.count_nonzero(packed, axis=1)
-        kept = np.all(packed == problem.base, axis=1)
-        missed = (got_k != counts) | (got_n > nodes_for(problem.capacity, counts))
-        missed |= keep & ~kept
+        planned = counts[jobs]
+        missed = (packed.sum(axis=1) != planned) | (
+            np.count_nonzero(packed, axis=1) > nodes_for(free, planned)
+        )
+        missed |= keep[jobs] & ~np.all(packed == problem.base[jobs], axis=1)
         if not np.any(missed):
             break
-        realized = problem.matrix_cost(packed)
-        for j in np.flatnonzero(missed):
-            key = (int(j), int(counts[j]))
-            learned[key] = max(learned.get(key, -_INF), float(realized[j]))
-    other = local_search(problem, repair_base(problem))
-    other_cost = float(problem.matrix_cost(other).sum())
-    if best is None or other_cost < best_cost - _tolerance(best_cost):
-        best, best_cost = other, other_cost
-    best = ruin_and_recreate(problem, best, lower)
-    return tabu_search(problem, best, lower)
+        realized = problem.matrix_cost(round_best[1])[jobs]
+        for i in np.flatnonzero(missed):
+            key = (int(jobs[i]), int(planned[i]))
+            learned[key] = max(learned.get(key, -_INF), float(realized[i]))
+    return best
 
 
 def _neighbourhoods(num_nodes: int, pairs: bool) -> list[tuple[int, ...]]:
@@ -135,9 +196,9 @@ def ruin_and_recreate(problem: PolluxProblem, matrix: IntArray, lower: float) ->
     """Large-neighbourhood search: free one node (or two), then re-size and re-pack.
 
     For each node (pairs of nodes too on small clusters), the jobs on it and the jobs
-    holding nothing are cleared, re-sized by the knapsack over the free GPUs, packed,
-    and polished by local search; a strictly better result replaces ``matrix``.
-    Passes repeat while they improve, at most ``max_search_rounds`` times.
+    holding nothing are cleared and re-placed by :func:`plan_and_pack` (two rounds);
+    a strictly better result replaces ``matrix``. Passes repeat while they improve, at
+    most ``max_search_rounds`` times.
 
     Returns:
         A feasible (J, V) matrix at least as good as ``matrix``.
@@ -151,14 +212,12 @@ def ruin_and_recreate(problem: PolluxProblem, matrix: IntArray, lower: float) ->
             if best_cost <= lower + _tolerance(lower):
                 return best
             on_group = best[:, list(group)].sum(axis=1) > 0
-            idle = best.sum(axis=1) == 0
-            jobs = np.flatnonzero(on_group | idle)
             if not np.any(on_group):
                 continue
-            trial = best.copy()
-            trial[jobs] = 0
-            counts, keep, _ = dp_counts(problem, None, jobs, problem.capacity - trial.sum(axis=0))
-            trial = local_search(problem, pack_counts(problem, counts, keep, trial))
+            jobs = np.flatnonzero(on_group | (best.sum(axis=1) == 0))
+            start = best.copy()
+            start[jobs] = 0
+            trial = plan_and_pack(problem, start, jobs, lower, 2)
             cost = float(problem.matrix_cost(trial).sum())
             if cost < best_cost - _tolerance(best_cost):
                 best, best_cost, improved = trial, cost, True
@@ -379,17 +438,18 @@ def pack_counts(
     counts: IntArray,
     keep: BoolArray,
     start: IntArray | None = None,
-    keep_first: bool = True,
+    order: PackOrder = PackOrder.KEEP_FIRST,
+    regret: FloatArray | None = None,
 ) -> IntArray:
     """GPU counts packed into a feasible matrix (see the module docstring, step 2).
 
     Args:
         problem: The round's problem.
         counts: (J,) GPUs wanted per job (jobs already placed in ``start`` are skipped).
-        keep: (J,) whether a job keeps its current row (tried first).
+        keep: (J,) whether a job keeps its current row (tried first in its turn).
         start: Feasible (J, V) matrix whose rows stay as they are (default: empty).
-        keep_first: Place kept rows before all others (else in size order, so that a
-            small kept job cannot take the only node a big job fits on).
+        order: The order jobs are placed in.
+        regret: (J,) from :func:`_regret` (computed when not given).
 
     Returns:
         (J, V) int array; a job that cannot get ``counts[j]`` gets fewer or none.
@@ -399,14 +459,12 @@ def pack_counts(
     owner = np.full(problem.num_nodes, -1, dtype=np.int64)
     for d in np.flatnonzero(np.count_nonzero(matrix, axis=1) > 1):
         owner[matrix[d] > 0] = d
+    if regret is None:
+        regret = _regret(problem, counts)
     placed = matrix.sum(axis=1) > 0
-    todo = [j for j in range(problem.num_jobs) if not placed[j] and (keep[j] or counts[j] > 0)]
-    # Big jobs first (bin packing), but jobs that lose nothing when split over nodes
-    # last: they can take whatever fragments the others leave. With ``keep_first``,
-    # kept rows go in before everything else.
-    loss = _split_loss(problem, counts)
-    todo.sort(key=lambda j: (not (keep_first and keep[j]), not loss[j] > 0, -int(counts[j]), j))
-    for j in todo:
+    for j in _pack_sequence(order, counts, keep, regret):
+        if placed[j]:
+            continue
         if keep[j] and _row_allowed(problem, problem.base[j], free, owner, j):
             _place_row(matrix, free, owner, j, problem.base[j])
         elif counts[j] > 0:
@@ -414,13 +472,37 @@ def pack_counts(
     return matrix
 
 
-def _split_loss(problem: PolluxProblem, counts: IntArray) -> FloatArray:
-    """(J,) cost increase of each job when its count spans one node more than needed."""
-    n = nodes_for(problem.capacity, counts)
-    more = np.minimum(n + 1, np.minimum(counts, problem.num_nodes))
+def _pack_sequence(
+    order: PackOrder, counts: IntArray, keep: BoolArray, regret: FloatArray
+) -> tuple[int, ...]:
+    """Job indices (those with a count or a kept row) in ``order``."""
+    todo = [j for j in range(len(counts)) if keep[j] or counts[j] > 0]
+
+    def key(j: int) -> tuple[bool, bool, float, float, int]:
+        idle = not regret[j] > 0
+        if order is PackOrder.KEEP_FIRST:
+            return (not keep[j], idle, -float(counts[j]), -float(regret[j]), j)
+        if order is PackOrder.SIZE:
+            return (False, idle, -float(counts[j]), -float(regret[j]), j)
+        return (False, idle, -float(regret[j]), -float(counts[j]), j)
+
+    return tuple(sorted(todo, key=key))
+
+
+def _regret(problem: PolluxProblem, counts: IntArray) -> FloatArray:
+    """(J,) cost a job loses when it cannot have its count on the fewest nodes: the
+    smaller of one node more and one GPU fewer (0 for jobs that lose nothing)."""
+    cap = problem.capacity
     jobs = np.arange(problem.num_jobs)
     changed = np.ones(problem.num_jobs, dtype=bool)
-    return problem.costs(jobs, more, counts, changed) - problem.costs(jobs, n, counts, changed)
+    n = nodes_for(cap, counts)
+    here = problem.costs(jobs, n, counts, changed)
+    more = np.minimum(n + 1, np.minimum(counts, problem.num_nodes))
+    split = problem.costs(jobs, more, counts, changed)
+    fewer_k = counts - 1
+    fewer_k = np.where(fewer_k >= _lower_bound(problem), fewer_k, 0)
+    fewer = problem.costs(jobs, nodes_for(cap, fewer_k), fewer_k, changed)
+    return np.maximum(np.minimum(split, fewer) - here, 0.0)
 
 
 def local_search(problem: PolluxProblem, start: IntArray) -> IntArray:

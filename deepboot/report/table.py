@@ -161,3 +161,201 @@ def to_text(table: Table, width: int = 100) -> str:
     buf = io.StringIO()
     Console(file=buf, width=width, color_system=None, force_terminal=False).print(table)
     return buf.getvalue()
+
+
+# ------------------------------------------------------------------ compare matrix
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One numeric column of the compare matrix (one unit for the whole column).
+
+    Attributes:
+        header: Column header, unit included.
+        section: Top-level summary key ("training", "inference", "cluster").
+        key: Key inside the section.
+        divisor: The summary value is divided by this for display (3600: s -> h).
+        decimals: Decimals shown.
+        only_if: A key of the same section that must be a non-zero number for the
+            value to mean anything ("" = always shown).
+        lower_is_better: Whether the lowest value is the best one; False for
+            descriptive columns (lent GPU-hours, reclaims), never highlighted.
+    """
+
+    header: str
+    section: str
+    key: str
+    divisor: float = 1.0
+    decimals: int = 0
+    only_if: str = ""
+    lower_is_better: bool = True
+
+    def value(self, summary: Mapping[str, Any]) -> float | None:
+        """The raw summary value, or None when missing, not a finite number, or
+        meaningless because the section's ``only_if`` count is 0 (no inference task,
+        no inference pool)."""
+        holder = summary.get(self.section)
+        if not isinstance(holder, Mapping):
+            return None
+        if self.only_if and not _number(holder.get(self.only_if)):
+            return None
+        return _number(holder.get(self.key))
+
+    def text(self, summary: Mapping[str, Any]) -> str:
+        """The display text: ``-`` for a missing value (e.g. a pre-inference summary)."""
+        x = self.value(summary)
+        if x is None:
+            return "-"
+        return f"{x / self.divisor:,.{self.decimals}f}"
+
+
+COMPARE_COLUMNS: tuple[Column, ...] = (
+    Column("Avg JCT (s)", "training", "avg_jct_s"),
+    Column("Median JCT (s)", "training", "median_jct_s"),
+    Column("p99 JCT (s)", "training", "p99_jct_s"),
+    Column("Makespan (h)", "training", "makespan_s", divisor=3600.0, decimals=2),
+    Column("Restarts", "training", "restarts"),
+    Column("Cold starts", "inference", "cold_starts", only_if="tasks"),
+    Column("Inference avg delay (s)", "inference", "avg_delay_s", decimals=2, only_if="tasks"),
+    # Lending more is the point, but reclaims are its price: neither is "best" alone.
+    Column(
+        "Lent GPU-h",
+        "cluster",
+        "lent_gpu_s",
+        divisor=3600.0,
+        decimals=1,
+        only_if="inference_nodes",
+        lower_is_better=False,
+    ),
+    Column("Reclaims", "cluster", "reclaims", only_if="inference_nodes", lower_is_better=False),
+)
+"""The numeric columns of the compare matrix, in display order."""
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixRow:
+    """One run of the compare matrix.
+
+    Attributes:
+        workload: Workload name.
+        run: Run name.
+        summary: Its run summary (never mutated).
+        reference: A bound to compare against rather than a contender (e.g. training
+            on every GPU with no inference): shown, but never ranked best.
+    """
+
+    workload: str
+    run: str
+    summary: Mapping[str, Any]
+    reference: bool = False
+
+
+MATRIX_HEADERS: tuple[str, ...] = (
+    "Workload",
+    "Run",
+    "Done",
+    *(c.header for c in COMPARE_COLUMNS),
+    "Avg JCT vs base",
+)
+"""Every header of the compare matrix, in order (text and HTML share it)."""
+
+
+def _avg_jct(summary: Mapping[str, Any]) -> float | None:
+    return COMPARE_COLUMNS[0].value(summary)
+
+
+def baseline_change(row: MatrixRow, base: MatrixRow | None) -> str:
+    """Average JCT of ``row`` relative to ``base``, e.g. ``-38.2%``; ``base`` for itself."""
+    if base is None:
+        return "-"
+    if base is row:
+        return "base"
+    x, b = _avg_jct(row.summary), _avg_jct(base.summary)
+    if x is None or not b:
+        return "-"
+    return f"{(x / b - 1.0) * 100.0:+.1f}%"
+
+
+def matrix_cells(rows: Sequence[MatrixRow], baseline: str | None = None) -> list[list[str]]:
+    """The compare matrix as text cells, one list per row in :data:`MATRIX_HEADERS` order.
+
+    Args:
+        rows: Runs, grouped by workload in display order.
+        baseline: Run name each workload's average JCT is compared with; None: the
+            first run of each workload. A workload without that run shows ``-``.
+    """
+    bases: dict[str, MatrixRow] = {}
+    for r in rows:
+        if r.workload not in bases and (baseline is None or r.run == baseline):
+            bases[r.workload] = r
+    return [
+        [
+            r.workload,
+            r.run,
+            _completed(r.summary),
+            *(c.text(r.summary) for c in COMPARE_COLUMNS),
+            baseline_change(r, bases.get(r.workload)),
+        ]
+        for r in rows
+    ]
+
+
+def best_cells(rows: Sequence[MatrixRow]) -> set[tuple[int, int]]:
+    """``(row, column)`` indices into :func:`matrix_cells` of each workload's best value.
+
+    Best = lowest, per workload and per lower-is-better :data:`COMPARE_COLUMNS`
+    column, among the non-reference rows that have the value; ties are all best.
+    Used to highlight cells.
+    """
+    best: set[tuple[int, int]] = set()
+    offset = MATRIX_HEADERS.index(COMPARE_COLUMNS[0].header)
+    for workload in dict.fromkeys(r.workload for r in rows):
+        members = [i for i, r in enumerate(rows) if r.workload == workload and not r.reference]
+        for j, col in enumerate(COMPARE_COLUMNS):
+            if not col.lower_is_better:
+                continue
+            values = {i: col.value(rows[i].summary) for i in members}
+            present = [v for v in values.values() if v is not None]
+            if len(present) < 2:
+                continue
+            low = min(present)
+            best.update((i, offset + j) for i, v in values.items() if v == low)
+    return best
+
+
+def _two_lines(text: str) -> str:
+    """``text`` broken at the space that makes its longest line shortest."""
+    words = text.split(" ")
+    if len(words) < 2:
+        return text
+    cut = min(
+        range(1, len(words)),
+        key=lambda k: max(len(" ".join(words[:k])), len(" ".join(words[k:]))),
+    )
+    return " ".join(words[:cut]) + "\n" + " ".join(words[cut:])
+
+
+def matrix_table(
+    rows: Sequence[MatrixRow], baseline: str | None = None, title: str = "Comparison"
+) -> Table:
+    """One rich table of every (workload, run): the compare command's output.
+
+    Each workload's best value of a column is bold and reference rows are italic;
+    the last column is the average JCT relative to ``baseline`` (see
+    :func:`matrix_cells`).
+    """
+    table = Table(title=Text(title), title_justify="left")
+    for i, header in enumerate(MATRIX_HEADERS):
+        # Headers on two lines keep the table narrow; values never wrap.
+        table.add_column(_two_lines(header), justify="left" if i < 2 else "right", no_wrap=True)
+    best = best_cells(rows)
+    previous = None
+    for i, cells in enumerate(matrix_cells(rows, baseline)):
+        if previous is not None and rows[i].workload != previous:
+            table.add_section()
+        previous = rows[i].workload
+        table.add_row(
+            *(Text(c, style="bold" if (i, j) in best else "") for j, c in enumerate(cells)),
+            style="italic" if rows[i].reference else "",
+        )
+    return table

@@ -12,12 +12,18 @@ from deepboot.scheduler.decision import (
     validate_decision,
 )
 from deepboot.scheduler.events import Event, EventKind
+from deepboot.scheduler.inference import (
+    InferenceScheduler,
+    lendable_capacity,
+    validate_placement,
+)
 from deepboot.scheduler.loop import Scheduler
 
 __all__ = [
     "Decision",
     "Event",
     "EventKind",
+    "InferenceScheduler",
     "Operation",
     "Preempt",
     "Resize",
@@ -25,6 +31,8 @@ __all__ = [
     "Start",
     "new_placement",
     "old_placement",
+    "lendable_capacity",
     "resulting_allocation",
     "validate_decision",
+    "validate_placement",
 ]

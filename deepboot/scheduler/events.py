@@ -8,11 +8,22 @@ from types import MappingProxyType
 
 
 class EventKind(enum.Enum):
-    """What happened. Inference events (demand change, replica idle, protect expiry)
-    will be added here; give each new kind a priority in ``_PRIORITY``."""
+    """What happened.
+
+    JOB_SUBMITTED / JOB_FINISHED: a training job arrived or finished its last epoch.
+    INFERENCE_ARRIVAL: an inference task arrived; it is placed at once (ATS-I runs at
+        the arrival, not at the next tick) or queued.
+    INFERENCE_DONE: an inference task finished; its replica goes RUNNING -> PROTECT.
+    PROTECT_EXPIRED: a replica's protect time ended; it goes PROTECT -> SLEEP unless
+        it was reused since (the event's ``seq`` is then stale).
+    TICK: a scheduling round of the training policy.
+    """
 
     JOB_SUBMITTED = "job_submitted"
     JOB_FINISHED = "job_finished"
+    INFERENCE_ARRIVAL = "inference_arrival"
+    INFERENCE_DONE = "inference_done"
+    PROTECT_EXPIRED = "protect_expired"
     TICK = "tick"
 
     @property
@@ -21,7 +32,10 @@ class EventKind(enum.Enum):
 
         Completions run before submissions, and both before the tick, so a tick at
         time ``t`` sees every job submitted at ``t`` and none that finished at ``t``
-        (as the reference simulator does). The gaps leave room for new kinds.
+        (as the reference simulator does). GPUs freed at ``t`` (a finished job or
+        task, an expired protect time) are freed before an inference arrival at
+        ``t`` looks for one, and arrivals are placed before the tick at ``t`` lends
+        what is left. The gaps leave room for new kinds.
         """
         return _PRIORITY[self]
 
@@ -29,7 +43,10 @@ class EventKind(enum.Enum):
 _PRIORITY = MappingProxyType(
     {
         EventKind.JOB_FINISHED: 10,
+        EventKind.INFERENCE_DONE: 12,
+        EventKind.PROTECT_EXPIRED: 14,
         EventKind.JOB_SUBMITTED: 20,
+        EventKind.INFERENCE_ARRIVAL: 30,
         EventKind.TICK: 90,
     }
 )
@@ -41,8 +58,15 @@ class Event:
 
     Attributes:
         kind: What happened.
-        job: The job concerned; empty for a tick.
+        job: The training job or inference task concerned; empty for a tick.
+        seq: Version of the subject when the event was scheduled; a handler ignores
+            the event when the subject has changed since (a job resized by a
+            reclaim finishes at another time; a replica reused before its protect
+            time ended).
+        gpu: The GPU concerned, as (node_id, index), for PROTECT_EXPIRED.
     """
 
     kind: EventKind
     job: str = ""
+    seq: int = 0
+    gpu: tuple[int, int] | None = None

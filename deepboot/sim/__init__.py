@@ -1,8 +1,8 @@
 """The discrete-event simulator: engine, job state, metrics and the run entry point.
 
-``simulate``, ``SimConfig``, ``SimResult`` and ``JobRecord`` are re-exported lazily, so
-that importing the workload loaders (``deepboot.sim.workload``) does not pull in the
-performance and policy stack.
+``simulate``, ``SimConfig``, ``SimResult``, ``JobRecord``, ``InferenceRecord`` and
+``TimelinePoint`` are re-exported lazily, so that importing the workload loaders
+(``deepboot.sim.workload``) does not pull in the performance and policy stack.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ _EXPORTS = MappingProxyType(
         "SimConfig": "deepboot.sim.config",
         "SimResult": "deepboot.sim.metrics",
         "JobRecord": "deepboot.sim.metrics",
+        "InferenceRecord": "deepboot.sim.metrics",
+        "TimelinePoint": "deepboot.sim.metrics",
     }
 )
 

@@ -6,13 +6,31 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TypeVar
 
 from deepboot.core.errors import ConfigError
 from deepboot.perf.restart import FlatRestartCost, RestartCostModel
+from deepboot.policies.lifecycle import LifecycleConfig
+
+_T = TypeVar("_T", int, float)
 
 
-def _frozen(d: dict[str, int]) -> Mapping[str, int]:
+def _frozen(d: Mapping[str, _T]) -> Mapping[str, _T]:
     return MappingProxyType(dict(d))
+
+
+DEEPBOOT_COLD_START: Mapping[str, float] = MappingProxyType(
+    {
+        "bert": 8.0,
+        "cifar10": 6.0,
+        "imagenet": 6.0,
+        "yolov3": 6.0,
+        "deepspeech2": 4.0,
+        "ncf": 4.0,
+    }
+)
+"""Start-up seconds of an inference replica per model (the DeepBoot artifact's
+``APPLICATIONS_DELAY['infer-<model>']``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +54,18 @@ class SimConfig:
         round_epoch_times: Round each epoch-crossing interval to whole seconds, as the
             reference simulator does. Off by default: epoch and completion times are
             exact.
+        inference_policy: Registry name of the inference-placement policy run on
+            every inference arrival (``deepboot.policies.inference``): ``ats-i``,
+            ``random`` or ``lyra``.
+        lending: Lend idle (FREE, SLEEP) inference-pool GPUs to training at each
+            tick, and let inference reclaim them. Off: training sees only the
+            training pool and inference never reclaims (the training-pool-only
+            baseline).
+        lifecycle: Protect-time rule of idle replicas (RUNNING -> PROTECT -> SLEEP).
+        cold_start: Start-up seconds of a new replica, per model.
+        cold_start_default: Start-up seconds of a model missing from ``cold_start``.
+        check_invariants: Re-check every GPU-state invariant after every event
+            (a debug hook for the property tests; O(GPUs) per event).
     """
 
     interval: float = 60.0
@@ -46,6 +76,12 @@ class SimConfig:
     adaptive_batch_size: Mapping[str, int] = field(default_factory=lambda: _frozen({"ncf": 32768}))
     app_max_replicas: Mapping[str, int] = field(default_factory=lambda: _frozen({"ncf": 1}))
     round_epoch_times: bool = False
+    inference_policy: str = "ats-i"
+    lending: bool = True
+    lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
+    cold_start: Mapping[str, float] = field(default_factory=lambda: DEEPBOOT_COLD_START)
+    cold_start_default: float = 6.0
+    check_invariants: bool = False
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.interval) and self.interval > 0):
@@ -60,8 +96,23 @@ class SimConfig:
         for name, value in self.app_max_replicas.items():
             if value < 1:
                 raise ConfigError(f"app_max_replicas[{name!r}] must be >= 1; got {value}")
+        for name, secs in self.cold_start.items():
+            if not (math.isfinite(secs) and secs >= 0):
+                raise ConfigError(f"cold_start[{name!r}] must be >= 0 seconds; got {secs}")
+        if not (math.isfinite(self.cold_start_default) and self.cold_start_default >= 0):
+            raise ConfigError(
+                f"cold_start_default must be >= 0 seconds; got {self.cold_start_default}"
+            )
+        if not self.inference_policy:
+            raise ConfigError("inference_policy must name a registered inference policy")
         # Freeze caller-supplied dicts so the config stays immutable.
         if not isinstance(self.adaptive_batch_size, MappingProxyType):
             object.__setattr__(self, "adaptive_batch_size", _frozen(dict(self.adaptive_batch_size)))
         if not isinstance(self.app_max_replicas, MappingProxyType):
             object.__setattr__(self, "app_max_replicas", _frozen(dict(self.app_max_replicas)))
+        if not isinstance(self.cold_start, MappingProxyType):
+            object.__setattr__(self, "cold_start", _frozen(dict(self.cold_start)))
+
+    def cold_start_of(self, model: str) -> float:
+        """Start-up seconds of a new replica of ``model``."""
+        return self.cold_start.get(model, self.cold_start_default)

@@ -8,6 +8,8 @@ the scheduler sees through :meth:`SimJob.view`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from deepboot.core.jobs import TrainingJobSpec
@@ -99,6 +101,38 @@ class GroundTruth:
         if hit is None:
             hit = self._progress[epoch] = float(self.app.progress_at(epoch))
         return hit
+
+
+@dataclass(frozen=True, slots=True)
+class JobCheckpoint:
+    """Opaque saved state of a :class:`SimJob` (see :meth:`SimJob.checkpoint`)."""
+
+    values: tuple[object, ...]
+    profile_len: int
+
+
+_MUTABLE: tuple[str, ...] = (
+    "placement",
+    "_shape",
+    "_num_nodes",
+    "atomic_bsz",
+    "accum_steps",
+    "epoch",
+    "progress",
+    "restart_left",
+    "restart_seconds",
+    "num_restarts",
+    "attained_service",
+    "first_start",
+    "completion",
+    "time",
+    "_perf",
+    "_perf_stale",
+    "_grad",
+    "_max_profiled_replicas",
+    "_pick_key",
+)
+"""Slots of SimJob that change after construction (``_profile`` only grows)."""
 
 
 class SimJob:
@@ -301,6 +335,24 @@ class SimJob:
             restart.delay(self.spec.application, old_replicas, placement.num_replicas, first)
         )
         self._repick()
+
+    def checkpoint(self) -> JobCheckpoint:
+        """Everything :meth:`advance` and :meth:`reallocate` may change, for :meth:`rollback`.
+
+        The simulator integrates a job up to the next tick right after each round;
+        when a reclaim resizes the job before that tick, it rolls back to the
+        checkpoint taken at the round and integrates again up to the reclaim.
+        """
+        values = tuple(getattr(self, name) for name in _MUTABLE)
+        return JobCheckpoint(values, len(self._profile))
+
+    def rollback(self, cp: JobCheckpoint) -> None:
+        """Restore the state saved by :meth:`checkpoint` (profile entries added since
+        are dropped; the profile only ever grows, in insertion order)."""
+        for name, value in zip(_MUTABLE, cp.values, strict=True):
+            setattr(self, name, value)
+        while len(self._profile) > cp.profile_len:
+            self._profile.popitem()
 
     def advance(self, until: float) -> float | None:
         """Integrate the job from ``self.time`` to ``until`` on its current placement.

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from deepboot.core.cluster import ClusterSpec, Pool
+from deepboot.core.gpu import GpuState
 from deepboot.sim.job import SimJob
+
+_BUSY = (GpuState.TRAINING, GpuState.LENT, GpuState.RUNNING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,59 @@ class JobRecord:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class InferenceRecord:
+    """The outcome of one inference task. Times are virtual seconds.
+
+    Attributes:
+        name: Task name.
+        service: Its service id (``infer-<model>-<k>``).
+        model: Model of the service.
+        submit: Arrival time.
+        start: When it began serving, after the replica's cold start if it had one
+            (None if it never got a GPU before the end of the run).
+        end: When it finished (None if it did not finish before the end).
+        cold: It needed a new replica (a cold start), not a warm one.
+        delay: start - submit: queueing plus cold start (None if it never started).
+    """
+
+    name: str
+    service: str
+    model: str
+    submit: float
+    start: float | None
+    end: float | None
+    cold: bool
+    delay: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class TimelinePoint:
+    """GPU counts per use right after the events at time ``t`` (a step function).
+
+    Attributes:
+        t: Virtual time.
+        training: TRAINING GPUs (training workers on the training pool).
+        lent: LENT GPUs (training workers on inference-pool GPUs).
+        running: RUNNING GPUs (serving an inference task, cold start included).
+        protect: PROTECT GPUs (idle replicas kept warm, not lendable).
+        sleep: SLEEP GPUs (idle replicas, lendable).
+        free: FREE GPUs.
+    """
+
+    t: float
+    training: int
+    lent: int
+    running: int
+    protect: int
+    sleep: int
+    free: int
+
+    @property
+    def total(self) -> int:
+        return self.training + self.lent + self.running + self.protect + self.sleep + self.free
+
+
 def _stat(values: Sequence[float], fn: str) -> float:
     if not values:
         return 0.0
@@ -83,6 +140,14 @@ class SimResult:
         decision_ms: Wall-clock milliseconds of each round's decision, in order.
         wall_s: Wall-clock seconds of the whole run.
         end_time: Virtual time of the last event handled.
+        inference: One record per inference task, in arrival order (empty when the
+            cluster has no inference pool).
+        timeline: GPU counts per state after each event time, consecutive duplicates
+            dropped (a step function over the run).
+        reclaim_times: Time of each GPU taken back from training, in order.
+        start_time: Virtual time of the first event handled.
+        gpu_seconds: GPU-seconds per (pool, state) over [start_time, end_time]; they
+            add up to the cluster's GPUs times that span.
     """
 
     jobs: tuple[JobRecord, ...]
@@ -91,6 +156,31 @@ class SimResult:
     decision_ms: tuple[float, ...]
     wall_s: float
     end_time: float
+    inference: tuple[InferenceRecord, ...] = ()
+    timeline: tuple[TimelinePoint, ...] = ()
+    reclaim_times: tuple[float, ...] = ()
+    start_time: float = 0.0
+    gpu_seconds: Mapping[tuple[Pool, GpuState], float] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    def state_seconds(self, state: GpuState, pool: Pool | None = None) -> float:
+        """GPU-seconds spent in ``state`` (in ``pool``, or the whole cluster)."""
+        return sum(v for (p, s), v in self.gpu_seconds.items() if s is state and pool in (None, p))
+
+    def utilisation(self, pool: Pool) -> float:
+        """Busy GPU-seconds of ``pool`` / (its GPUs x the run's span); 0.0 when empty.
+
+        Busy means doing work: TRAINING, LENT or RUNNING (a replica's cold start
+        included). Idle replicas (PROTECT, SLEEP) and FREE GPUs are not busy. The
+        span is [``start_time``, ``end_time``], from the first event to the last.
+        """
+        gpus = sum(n.gpus for n in self.cluster.nodes if n.pool is pool)
+        span = self.end_time - self.start_time
+        if gpus == 0 or span <= 0:
+            return 0.0
+        busy = sum(self.state_seconds(s, pool) for s in _BUSY)
+        return busy / (gpus * span)
 
     @property
     def completed(self) -> tuple[JobRecord, ...]:
@@ -104,6 +194,10 @@ class SimResult:
         ``makespan_s`` is the last completion minus the first submission;
         ``restart_s`` sums the restart delay each job served (job-seconds, first
         starts included); ``p99`` interpolates linearly. Empty sets give 0.0.
+
+        ``inference`` delays are over the tasks that started. ``cluster.lent_gpu_s``
+        is the GPU-seconds spent LENT; ``reclaims`` counts GPUs taken back;
+        ``util_*_pool`` is :meth:`utilisation`.
         """
         done = self.completed
         jcts = [r.jct for r in done if r.jct is not None]
@@ -114,6 +208,7 @@ class SimResult:
                 r.submit for r in self.jobs
             )
         inference_nodes = sum(1 for n in self.cluster.nodes if n.pool is Pool.INFERENCE)
+        started = [r.delay for r in self.inference if r.delay is not None]
         return {
             "policy": policy,
             "workload": workload,
@@ -121,6 +216,10 @@ class SimResult:
                 "nodes": self.cluster.num_nodes,
                 "gpus_per_node": self.cluster.gpus_per_node,
                 "inference_nodes": inference_nodes,
+                "lent_gpu_s": self.state_seconds(GpuState.LENT),
+                "reclaims": len(self.reclaim_times),
+                "util_training_pool": self.utilisation(Pool.TRAINING),
+                "util_inference_pool": self.utilisation(Pool.INFERENCE),
             },
             "training": {
                 "jobs": len(self.jobs),
@@ -132,6 +231,14 @@ class SimResult:
                 "avg_queue_s": _stat(queues, "mean"),
                 "restarts": sum(r.restarts for r in self.jobs),
                 "restart_s": sum(r.restart_s for r in self.jobs),
+            },
+            "inference": {
+                "tasks": len(self.inference),
+                "completed": sum(1 for r in self.inference if r.end is not None),
+                "cold_starts": sum(1 for r in self.inference if r.start is not None and r.cold),
+                "warm_hits": sum(1 for r in self.inference if r.start is not None and not r.cold),
+                "avg_delay_s": _stat(started, "mean"),
+                "p99_delay_s": _stat(started, "p99"),
             },
             "scheduler": {
                 "rounds": self.rounds,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from deepboot.core import Placement
+from deepboot.core import ClusterState, Placement
 from deepboot.policies import registry
 
 from .builders import make_job, make_state
@@ -12,7 +12,7 @@ from .builders import make_job, make_state
 RNG = np.random.default_rng(0)
 
 
-def allocate(state):  # type: ignore[no-untyped-def]
+def allocate(state: ClusterState) -> dict[str, Placement]:
     return dict(registry.create("fifo").allocate(state, RNG))
 
 

@@ -10,13 +10,21 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from deepboot.core import ClusterState, JobView, Placement
+from deepboot.core import ClusterState, JobView, PerfParams, Placement
 from deepboot.core.placement import Allocation
 from deepboot.perf.speedup import SpeedupFn
 from deepboot.policies import PolluxConfig, PolluxPolicy, pollux_allocate, pollux_fitness
 from deepboot.policies.pollux_fitness import PolluxProblem
-from deepboot.policies.pollux_search import dp_counts, local_search, repair_base, solve
+from deepboot.policies.pollux_search import (
+    PackOrder,
+    dp_counts,
+    local_search,
+    pack_counts,
+    repair_base,
+    solve,
+)
 
 from .builders import PERF, POOR_PERF, make_job, make_state
 from .test_contract import snapshots
@@ -32,7 +40,10 @@ def table_speedup(values: dict[str, Callable[[int, int], float]]) -> Callable[[J
         fn = values[job.name]
 
         def speedup(n: npt.NDArray[np.int64], k: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-            flat = [fn(int(a), int(b)) if b > 0 else 0.0 for a, b in zip(np.ravel(n), np.ravel(k))]
+            flat = [
+                fn(int(a), int(b)) if b > 0 else 0.0
+                for a, b in zip(np.ravel(n), np.ravel(k), strict=True)
+            ]
             return np.asarray(flat, dtype=np.float64).reshape(np.shape(k))
 
         return speedup
@@ -187,7 +198,7 @@ TINY = [
 
 @pytest.mark.parametrize("spec", [s for _, s in TINY], ids=[n for n, _ in TINY])
 def test_search_reaches_the_brute_force_optimum(
-    spec: list[tuple[str, object, tuple[int, ...]]],
+    spec: list[tuple[str, PerfParams | None, tuple[int, ...]]],
 ) -> None:
     jobs = [
         make_job(
@@ -195,7 +206,7 @@ def test_search_reaches_the_brute_force_optimum(
             submit_time=100.0 * i,
             perf=perf,
             placement=placement,
-            max_replicas=3,  # type: ignore[arg-type]
+            max_replicas=3,
             num_restarts=i % 2,
         )
         for i, (name, perf, placement) in enumerate(spec)
@@ -268,3 +279,68 @@ def test_search_reaches_the_optimum_when_packing_is_tight(
     alloc = pollux_allocate(state, CONFIG, provider)
     got = pollux_fitness(state, alloc, CONFIG, provider)
     assert got == pytest.approx(problem.fitness_of_total(best), rel=1e-9)
+
+
+@pytest.mark.parametrize("order", list(PackOrder), ids=[o.value for o in PackOrder])
+def test_every_pack_order_gives_a_feasible_matrix(order: PackOrder) -> None:
+    jobs = [
+        make_job("kept", submit_time=0, placement=(2,), max_replicas=3),
+        make_job("big", submit_time=1, max_replicas=3),
+        make_job("small", submit_time=2, max_replicas=2),
+    ]
+    state = make_state(jobs, nodes=3, gpus=[2, 1, 3])
+    problem = PolluxProblem(
+        state, CONFIG, table_speedup(dict.fromkeys(("kept", "big", "small"), _one_node_fast))
+    )
+    counts, keep, _ = dp_counts(problem)
+    matrix = pack_counts(problem, counts, keep, order=order)
+    assert np.all(matrix.sum(axis=0) <= problem.capacity)
+    assert np.all(matrix.sum(axis=1) <= problem.max_replicas)
+    assert matrix.sum() > 0
+
+
+FNS: list[Callable[[int, int], float]] = [_one_node_fast, _concave, linear]
+
+
+@st.composite
+def tiny_instances(draw: st.DrawFn) -> tuple[ClusterState, dict[str, Callable[[int, int], float]]]:
+    """2-3 nodes of 1-3 GPUs, 2-3 jobs with synthetic speedups and current placements."""
+    num_nodes = draw(st.integers(2, 3))
+    gpus = draw(st.lists(st.integers(1, 3), min_size=num_nodes, max_size=num_nodes))
+    used = [0] * num_nodes
+    jobs: list[JobView] = []
+    fns: dict[str, Callable[[int, int], float]] = {}
+    for i in range(draw(st.integers(2, 3))):
+        placement = []
+        for node in draw(st.lists(st.integers(0, num_nodes - 1), max_size=2)):
+            if used[node] < gpus[node]:
+                used[node] += 1
+                placement.append(node)
+        name = f"j{i}"
+        jobs.append(
+            make_job(
+                name,
+                submit_time=draw(st.floats(0.0, 3500.0)),
+                placement=placement,
+                max_replicas=draw(st.integers(1, 3)),
+                num_restarts=draw(st.integers(0, 3)),
+            )
+        )
+        fns[name] = draw(st.sampled_from(FNS))
+    return make_state(jobs, nodes=num_nodes, gpus=gpus), fns
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instance=tiny_instances())
+def test_search_is_near_the_brute_force_optimum_on_tiny_clusters(
+    instance: tuple[ClusterState, dict[str, Callable[[int, int], float]]],
+) -> None:
+    state, fns = instance
+    problem = PolluxProblem(state, CONFIG, table_speedup(fns))
+    best = min(float(problem.matrix_cost(m).sum()) for m in _all_matrices(problem))
+    found = float(problem.matrix_cost(solve(problem)).sum())
+    # Adversarial tiny clusters (uneven nodes, speedups that punish splitting) can
+    # leave a rare small gap; the realistic states of bench/pollux_search.py reach
+    # the knapsack bound, i.e. the optimum.
+    assert found <= best * 1.05 + 1e-9

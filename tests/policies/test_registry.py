@@ -133,6 +133,6 @@ def test_configs_must_be_frozen_dataclasses_with_defaults() -> None:
 
     reg = PolicyRegistry()
     with pytest.raises(ConfigError, match="frozen"):
-        reg.register("m", _IdlePolicy, Mutable)
+        reg.register("m", lambda config: _IdlePolicy(_IdleConfig()), Mutable)
     with pytest.raises(ConfigError, match="default"):
-        reg.register("n", _IdlePolicy, NoDefault)
+        reg.register("n", lambda config: _IdlePolicy(_IdleConfig()), NoDefault)

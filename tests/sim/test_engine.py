@@ -331,14 +331,17 @@ def test_inference_nodes_get_no_training_capacity() -> None:
 
     wl = make_workload(make_job("a"))
     res = simulate(
-        wl, ClusterSpec.parse("2x2", inference_nodes=1), Spy(), {"tiny": TinyApp()}, SimConfig()
+        wl,
+        ClusterSpec.parse("2x2", inference_nodes=1),
+        Spy(),
+        {"tiny": TinyApp()},
+        SimConfig(lending=False),
     )
+    # Without lending, training sees only the training pool.
     assert seen[0] == {0: 2, 1: 0}
-    assert res.summary("spy", "w")["cluster"] == {
-        "nodes": 2,
-        "gpus_per_node": 2,
-        "inference_nodes": 1,
-    }
+    cluster = res.summary("spy", "w")["cluster"]
+    assert (cluster["nodes"], cluster["gpus_per_node"], cluster["inference_nodes"]) == (2, 2, 1)
+    assert cluster["lent_gpu_s"] == 0.0
 
 
 def test_runs_are_deterministic_for_a_seed() -> None:
@@ -356,7 +359,15 @@ def test_runs_are_deterministic_for_a_seed() -> None:
 def test_summary_schema_and_values() -> None:
     out = run(make_job("a"), make_job("b"))
     s = out.result.summary("greedy", "wl")
-    assert list(s) == ["policy", "workload", "cluster", "training", "scheduler", "wall_s"]
+    assert list(s) == [
+        "policy",
+        "workload",
+        "cluster",
+        "training",
+        "inference",
+        "scheduler",
+        "wall_s",
+    ]
     assert list(s["training"]) == [
         "jobs",
         "completed",

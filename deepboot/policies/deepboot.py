@@ -1,0 +1,446 @@
+"""DeepBoot ATS-T: exact group-knapsack GPU counts, then best-fit placement (§2.4).
+
+Faithful to the reference artifact's ``dp.py`` (czq693497091/DeepBoot):
+
+* Jobs in the reference order: pinned (``min_replicas > 0`` with GPUs) first, then
+  ascending attained service, then submission time (and name, for determinism).
+* Group j = job j; item k = "j gets k GPUs", weight k, for k = max(min_replicas, 1) ..
+  max_replicas (capped by the GPUs available); "0 GPUs" is always allowed.
+* value_j(k) = speedup_j(N_k, k) * penalty_j(k), the speedup over the job's goodput at
+  its fair share (1 node, ceil(GPUs / jobs) replicas), as the artifact re-bases it; a
+  job without a model scales linearly, ``k / fair``.
+* penalty_j(k) = max(age - restarts * delta, 0) / (age + delta) when k differs from the
+  job's current GPU count (a queued job's count is 0), 1 otherwise; delta = 10 s.
+* Ties go as in the artifact: the forward pass keeps the first maximum, and the
+  backtrack takes the smallest k that reaches the optimum, preferring an item over
+  "0 GPUs" (so a job whose value is 0, e.g. a brand-new one, still gets spare GPUs).
+* Counts become placements in ascending count order: unchanged counts keep their
+  placement (when it still fits), the others are best-fitted: the node with the fewest
+  free GPUs that holds the rest of the job, else the node with the most free GPUs and
+  continue (:attr:`~deepboot.policies.packing.Packing.BEST_FIT`).
+
+Deviations from the artifact (all noted in the report):
+
+* N_k, the node count the speedup of k GPUs is taken at, is the fewest nodes of the
+  *available* capacities that hold k GPUs (the artifact divides by the node size,
+  which is the same when every node is fully available); for the job's current count
+  it is its current node count.
+* ``hysteresis`` (default 0, i.e. off) additionally scales the value of a changed count
+  by ``1 - hysteresis``: a knob against restart thrash.
+* A kept placement must fit the capacity of this round (the artifact never checks).
+
+The DP is O(J * G * K) time with NumPy rows: for each job one ``(K, G + 1)`` add of
+shifted views of the previous row and one max over K. Rows only span the GPUs the jobs
+so far can use, and items past a job's first maximal value are dropped (a larger k
+with no more value can never be the smallest optimal choice), both exactly. The rows
+are kept for the backtrack: J x (G + 1) floats at most (65 MB at 2,000 x 4,096).
+Placement buckets nodes by free GPUs, so best fit costs O(C + log V) a step instead of
+a scan of the V nodes. ``bench/ats_t_scale.py`` times it all.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+from numpy.lib.stride_tricks import as_strided
+
+from deepboot.core.modes import JobMode
+from deepboot.core.placement import Allocation, Placement, freeze_allocation
+from deepboot.core.state import ClusterState, JobView
+from deepboot.perf.speedup import SpeedupFn, speedup_fn
+from deepboot.policies.packing import Packing, free_map, keep_or_pack
+from deepboot.policies.registry import register, require
+
+FloatArray: TypeAlias = npt.NDArray[np.float64]
+IntArray: TypeAlias = npt.NDArray[np.int64]
+
+SpeedupProvider: TypeAlias = Callable[[JobView], SpeedupFn]
+"""Job -> its raw speedup function (any constant normalization; re-based here)."""
+
+
+def adaptive_speedup(job: JobView) -> SpeedupFn:
+    """The default provider: the perf layer's ADAPTIVE speedup function."""
+    return speedup_fn(job, JobMode.ADAPTIVE)
+
+
+@dataclass(frozen=True, slots=True)
+class DeepBootConfig:
+    """Parameters of :class:`DeepBootPolicy` (reference values as defaults).
+
+    Attributes:
+        restart_delay: delta of the restart penalty, seconds. Reference: 10. > 0.
+        hysteresis: Extra discount of a changed GPU count, in [0, 1): its value is
+            multiplied by ``1 - hysteresis`` on top of the penalty. Reference: 0.
+        packing: How a job whose count changed is placed (reference: best fit).
+    """
+
+    restart_delay: float = 10.0
+    hysteresis: float = 0.0
+    packing: Packing = Packing.BEST_FIT
+
+    def __post_init__(self) -> None:
+        require(
+            math.isfinite(self.restart_delay) and self.restart_delay > 0,
+            "restart_delay",
+            f"must be a finite number > 0; got {self.restart_delay}",
+        )
+        require(
+            0.0 <= self.hysteresis < 1.0,
+            "hysteresis",
+            f"must be in [0, 1); got {self.hysteresis}",
+        )
+
+
+def restart_penalty(job: JobView, now: float, delta: float) -> float:
+    """``max(age - restarts * delta, 0) / (age + delta)`` of ``job`` at ``now``."""
+    age = job.age(now)
+    return max(age - job.num_restarts * delta, 0.0) / (age + delta)
+
+
+def reference_order(jobs: Sequence[JobView]) -> list[JobView]:
+    """Jobs in the artifact's order: pinned, attained service, submission, name."""
+
+    def pinned(job: JobView) -> bool:
+        return job.min_replicas > 0 and bool(job.placement)
+
+    return sorted(jobs, key=lambda j: (not pinned(j), j.attained_service, j.submit_time, j.name))
+
+
+def fair_replicas(total_gpus: int, num_jobs: int) -> int:
+    """The fair share in GPUs: ``ceil(total_gpus / num_jobs)``, at least 1."""
+    if num_jobs <= 0:
+        return 1
+    return max(math.ceil(total_gpus / num_jobs), 1)
+
+
+def fair_share_base(fn: SpeedupFn, fair: int) -> float:
+    """``fn`` at the fair share (1 node, ``fair`` replicas): the value speedups are
+    divided by.
+
+    When that point has no feasible batch (the model returns 0 or a non-finite value)
+    linear scaling from one GPU is assumed instead, and ``fair`` when even that fails.
+    """
+    one = np.ones(1, dtype=np.int64)
+    value = float(fn(one, one * fair)[0])
+    if math.isfinite(value) and value > 0:
+        return value
+    single = float(fn(one, one)[0])
+    return single * fair if math.isfinite(single) and single > 0 else float(fair)
+
+
+def capacity_profile(capacities: Iterable[int]) -> IntArray:
+    """Cumulative GPUs of the nodes, largest first: entry i holds the i + 1 largest.
+
+    Returns:
+        Shape (V,) for the V nodes with capacity > 0.
+    """
+    return np.cumsum(sorted((c for c in capacities if c > 0), reverse=True), dtype=np.int64)
+
+
+def nodes_for(counts: IntArray, profile: IntArray) -> IntArray:
+    """Fewest nodes that hold each GPU count (never more nodes than GPUs).
+
+    Args:
+        counts: GPU counts, shape (M,), each >= 1.
+        profile: :func:`capacity_profile` of the free GPUs per node.
+
+    Returns:
+        Node counts, shape (M,); counts beyond the total get every node.
+    """
+    if profile.size == 0:
+        return np.zeros_like(counts)
+    need = np.searchsorted(profile, counts, side="left") + 1
+    return np.minimum(np.minimum(need, profile.size), counts).astype(np.int64)
+
+
+def group_knapsack(values: Sequence[FloatArray], low: Sequence[int], capacity: int) -> list[int]:
+    """Exact group knapsack: at most one item per group, item weight = GPU count.
+
+    Args:
+        values: ``values[i][t]`` is the value of giving group i ``low[i] + t`` GPUs;
+            shape (M_i,), M_i may be 0 (the group can only get 0). Finite.
+        low: Smallest GPU count of each group's items (>= 1).
+        capacity: GPUs available (>= 0).
+
+    Returns:
+        GPU count per group: 0 or in ``[low[i], low[i] + M_i - 1]``, summing to at most
+        ``capacity``, maximizing the total value (a group at 0 adds 0). Among optimal
+        choices, the one the reference backtrack finds (see the module docstring).
+
+    Raises:
+        ValueError: lengths differ, a value is not finite, ``low`` < 1 or
+            ``capacity`` < 0.
+    """
+    if len(values) != len(low):
+        raise ValueError(f"{len(values)} value arrays but {len(low)} lows")
+    if capacity < 0:
+        raise ValueError(f"capacity must be >= 0; got {capacity}")
+    items: list[tuple[int, FloatArray]] = []
+    for vals, lo in zip(values, low, strict=True):
+        v = np.asarray(vals, dtype=np.float64).ravel()
+        if lo < 1:
+            raise ValueError(f"item counts start at 1 or more; got {lo}")
+        if not np.all(np.isfinite(v)):
+            raise ValueError("knapsack values must be finite")
+        # Drop items past the first maximum, and those that cannot fit at all: exact,
+        # since a larger count with no more value is never the smallest optimal one.
+        if v.size:
+            v = v[: int(np.argmax(v)) + 1]
+        v = v[: max(capacity - lo + 1, 0)]
+        items.append((lo, v))
+
+    rows: list[FloatArray] = [np.zeros(1)]
+    widest = max((v.size for _, v in items), default=0)
+    top = max((lo + v.size - 1 for lo, v in items if v.size), default=0)
+    buffer = np.empty((max(widest, 1), capacity + 1), dtype=np.float64)
+    # padded[top + c] holds the previous row at c (extended past its width with its last
+    # value); everything before ``top`` stays -inf, so c - k < 0 is never chosen.
+    padded = np.full(top + capacity + 1, -np.inf)
+    step = padded.strides[0]
+    # shifted[k, c] = padded[top - k + c]: the previous row at c - k, for every k at once.
+    shifted = as_strided(
+        padded[top:], shape=(top + 1, capacity + 1), strides=(-step, step), writeable=False
+    )
+    for lo, v in items:
+        prev = rows[-1]
+        if v.size == 0:
+            rows.append(prev)
+            continue
+        hi = lo + v.size - 1
+        # Row width: the GPUs this group and the earlier ones can use at most. Beyond
+        # it a row is constant (the DP is "at most c GPUs"), which the backtrack uses.
+        width = min(capacity, prev.size - 1 + hi)
+        padded[top : top + prev.size] = prev
+        padded[top + prev.size : top + width + 1] = prev[-1]
+        sums = buffer[: v.size, : width + 1]
+        np.add(shifted[lo : hi + 1, : width + 1], v[:, None], out=sums)
+        rows.append(np.maximum(padded[top : top + width + 1], sums.max(axis=0)))
+
+    counts = [0] * len(items)
+    c = capacity
+    for i in range(len(items) - 1, -1, -1):
+        lo, v = items[i]
+        row, prev = rows[i + 1], rows[i]
+        c = min(c, row.size - 1)
+        if v.size == 0 or c < lo:
+            continue
+        ks = np.arange(lo, min(lo + v.size - 1, c) + 1)
+        before = prev[np.minimum(c - ks, prev.size - 1)]
+        hit = np.flatnonzero(before + v[ks - lo] == row[c])
+        if hit.size:
+            counts[i] = int(ks[hit[0]])
+            c -= counts[i]
+    return counts
+
+
+def _fits(placement: Placement, capacity: Mapping[int, int]) -> bool:
+    return all(capacity.get(node, 0) >= n for node, n in placement.counts().items())
+
+
+def job_values(
+    job: JobView,
+    now: float,
+    total: int,
+    fair: int,
+    profile: IntArray,
+    capacity: Mapping[int, int],
+    config: DeepBootConfig,
+    speedup: SpeedupProvider = adaptive_speedup,
+) -> tuple[int, FloatArray]:
+    """The knapsack items of one job: (smallest count, value of each count from it).
+
+    Args:
+        job: The job.
+        now: Current time (s), for its age.
+        total: GPUs available in all.
+        fair: The fair share in GPUs.
+        profile: :func:`capacity_profile` of the available GPUs.
+        capacity: Available GPUs per node.
+        config: Penalty parameters.
+        speedup: Raw speedup function per job.
+
+    Returns:
+        ``(low, values)``: ``values[t]`` for ``low + t`` GPUs; empty when the job
+        cannot run (``max_replicas`` below its minimum).
+    """
+    lo = max(job.min_replicas, 1)
+    hi = min(job.max_replicas, total)
+    if hi < lo:
+        return lo, np.zeros(0)
+    ks = np.arange(lo, hi + 2, dtype=np.int64)
+    ns = nodes_for(ks, profile)
+    current = job.placement
+    cur = current.num_replicas
+    if lo <= cur <= hi and _fits(current, capacity):
+        ns[cur - lo] = current.num_nodes
+    # One call per job: the counts, then the fair share (1 node, ``fair`` GPUs) last.
+    ks[-1], ns[-1] = fair, 1
+    fn = speedup(job)
+    raw = np.asarray(fn(ns, ks), dtype=np.float64)
+    base = float(raw[-1])
+    if not (math.isfinite(base) and base > 0):
+        base = fair_share_base(fn, fair)
+    s = raw[:-1] / base
+    s = np.where(np.isfinite(s), np.maximum(s, 0.0), 0.0)
+    change = restart_penalty(job, now, config.restart_delay) * (1.0 - config.hysteresis)
+    return lo, np.where(ks[:-1] == cur, s, s * change)
+
+
+def ats_t_counts(
+    state: ClusterState,
+    config: DeepBootConfig = DeepBootConfig(),
+    speedup: SpeedupProvider = adaptive_speedup,
+) -> dict[str, int]:
+    """ATS-T's GPU count per job (0 included), before placement.
+
+    Args:
+        state: The snapshot; never mutated.
+        config: Penalty parameters.
+        speedup: Raw speedup function per job.
+
+    Returns:
+        Job name -> GPUs, summing to at most the total capacity of ``state``.
+    """
+    jobs = reference_order(state.jobs)
+    capacity = free_map(state)
+    total = sum(capacity.values())
+    if not jobs or total == 0:
+        return {j.name: 0 for j in jobs}
+    fair = fair_replicas(total, len(jobs))
+    profile = capacity_profile(capacity.values())
+    items = [
+        job_values(job, state.now, total, fair, profile, capacity, config, speedup) for job in jobs
+    ]
+    counts = group_knapsack([v for _, v in items], [lo for lo, _ in items], total)
+    return {job.name: k for job, k in zip(jobs, counts, strict=True)}
+
+
+class _FreeNodes:
+    """Free GPUs per node, bucketed by count, for best-fit placement in O(C + log V) a
+    step (C = the largest node capacity) instead of a scan over the V nodes.
+
+    Each bucket is a heap of node ids; an entry is stale once its node's count moved
+    (counts only fall while placing) and is dropped when met.
+    """
+
+    __slots__ = ("free", "total", "_buckets")
+
+    def __init__(self, free: Mapping[int, int]) -> None:
+        self.free = {n: c for n, c in free.items() if c > 0}
+        self.total = sum(self.free.values())
+        self._buckets: list[list[int]] = [[] for _ in range(max(self.free.values(), default=0) + 1)]
+        for node in sorted(self.free):
+            self._buckets[self.free[node]].append(node)
+
+    def take(self, node: int, count: int) -> None:
+        left = self.free[node] - count
+        self.free[node] = left
+        self.total -= count
+        if left > 0:
+            heapq.heappush(self._buckets[left], node)
+
+    def _lowest(self, count: int) -> int | None:
+        bucket = self._buckets[count]
+        while bucket and self.free[bucket[0]] != count:
+            heapq.heappop(bucket)
+        return bucket[0] if bucket else None
+
+    def fitting(self, need: int) -> int | None:
+        """The node with the fewest free GPUs >= ``need`` (lowest id on ties), or None."""
+        for count in range(need, len(self._buckets)):
+            node = self._lowest(count)
+            if node is not None:
+                return node
+        return None
+
+    def fullest(self) -> int:
+        """The node with the most free GPUs (lowest id on ties); some must be free."""
+        for count in range(len(self._buckets) - 1, 0, -1):
+            node = self._lowest(count)
+            if node is not None:
+                return node
+        raise ValueError("no free GPU left")
+
+
+def best_fit_place(
+    order: Sequence[tuple[JobView, int]], capacity: Mapping[int, int]
+) -> dict[str, Placement]:
+    """Place jobs with known GPU counts: the same result as
+    ``keep_or_pack(order, capacity, Packing.BEST_FIT)``, fast on large clusters.
+
+    First every job whose current placement has exactly its count and still fits keeps
+    it (in ``order``); then the others, in ``order``, take the node with the fewest
+    free GPUs that holds the rest of the job, else the node with the most free GPUs,
+    and continue.
+
+    Args:
+        order: ``(job, gpus)`` in placement order; gpus >= 1.
+        capacity: GPUs available per node; never mutated.
+
+    Returns:
+        Job name -> placement of every job that could be placed.
+    """
+    nodes = _FreeNodes(capacity)
+    out: dict[str, Placement] = {}
+    for job, gpus in order:
+        current = job.placement
+        if current.num_replicas == gpus and _fits(current, nodes.free):
+            for node, count in current.counts().items():
+                nodes.take(node, count)
+            out[job.name] = current
+    for job, gpus in order:
+        if job.name in out or gpus > nodes.total:
+            continue
+        counts: dict[int, int] = {}
+        need = gpus
+        while need > 0:
+            fit = nodes.fitting(need)
+            if fit is not None:
+                counts[fit] = need
+                nodes.take(fit, need)
+                break
+            # No node holds the rest: take the fullest whole (the fewest nodes overall).
+            full = nodes.fullest()
+            got = nodes.free[full]
+            counts[full] = got
+            nodes.take(full, got)
+            need -= got
+        out[job.name] = Placement.from_counts(counts)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class DeepBootPolicy:
+    """ATS-T: the knapsack over speedups with the restart penalty, then best fit."""
+
+    config: DeepBootConfig = DeepBootConfig()
+    name: ClassVar[str] = "deepboot"
+    job_mode: ClassVar[JobMode] = JobMode.ADAPTIVE
+
+    def gpu_counts(self, state: ClusterState) -> dict[str, int]:
+        """GPU count per job name (0 included), before placement."""
+        return ats_t_counts(state, self.config)
+
+    def allocate(self, state: ClusterState, rng: np.random.Generator) -> Allocation:
+        """Return the allocation; ``state`` is never mutated and ``rng`` is unused."""
+        del rng
+        counts = self.gpu_counts(state)
+        rank = {job.name: i for i, job in enumerate(reference_order(state.jobs))}
+        order = sorted(
+            ((j, counts[j.name]) for j in state.jobs if counts[j.name] > 0),
+            key=lambda p: (p[1], rank[p[0].name]),
+        )
+        if self.config.packing is Packing.BEST_FIT:
+            placed = best_fit_place(order, free_map(state))
+        else:
+            placed = keep_or_pack(order, free_map(state), self.config.packing)
+        return freeze_allocation(placed)
+
+
+register("deepboot", lambda config: DeepBootPolicy(config), DeepBootConfig)

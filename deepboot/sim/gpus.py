@@ -1,0 +1,334 @@
+"""Sim-internal per-GPU state of the shared cluster, with its GPU-second accounting.
+
+Every GPU of the cluster is one :class:`SimGpu` in exactly one
+:class:`~deepboot.core.gpu.GpuState`. Every change goes through :meth:`GpuBoard.move`,
+which checks the transition (``check_transition``) and keeps the per-state counts
+that the timeline and the utilisation figures are built from. GPU-seconds are
+integrated per (pool, state) between events, so they add up to
+``GPUs x elapsed time`` by construction; :meth:`GpuBoard.check` re-derives
+everything from the GPUs themselves (the conservation tests' debug hook).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Mapping
+
+from deepboot.core.cluster import ClusterSpec, Pool
+from deepboot.core.errors import InvalidDecisionError
+from deepboot.core.gpu import GpuState, GpuView, check_transition
+from deepboot.core.placement import Placement
+
+GpuId = tuple[int, int]
+"""(node_id, index) of one GPU."""
+
+_HELD = frozenset({GpuState.TRAINING, GpuState.LENT})
+_LOADED = frozenset({GpuState.RUNNING, GpuState.PROTECT, GpuState.SLEEP})
+_STATES = tuple(GpuState)
+_POOLS = tuple(Pool)
+
+
+class SimGpu:
+    """One GPU, mutable; the simulator's own record behind a :class:`GpuView`.
+
+    Attributes:
+        node_id: Its node.
+        index: Its index on the node.
+        pool: Its node's pool.
+        state: Its state.
+        service: The service whose replica is loaded (RUNNING/PROTECT/SLEEP).
+        hits: Warm-reuse hit count of that replica.
+        job: The training job on it (TRAINING/LENT).
+        protect_until: When PROTECT ends (PROTECT only).
+        version: Bumped on every change, so a PROTECT_EXPIRED scheduled before a
+            reuse can be recognised as stale.
+    """
+
+    __slots__ = (
+        "node_id",
+        "index",
+        "pool",
+        "state",
+        "service",
+        "hits",
+        "job",
+        "protect_until",
+        "version",
+        "_view",
+    )
+
+    def __init__(self, node_id: int, index: int, pool: Pool) -> None:
+        self.node_id = node_id
+        self.index = index
+        self.pool = pool
+        self.state = GpuState.FREE
+        self.service: str | None = None
+        self.hits = 0
+        self.job: str | None = None
+        self.protect_until: float | None = None
+        self.version = 0
+        self._view: GpuView | None = None
+
+    @property
+    def gpu_id(self) -> GpuId:
+        return (self.node_id, self.index)
+
+    def view(self) -> GpuView:
+        """The frozen view of this GPU (cached until it changes)."""
+        if self._view is None:
+            self._view = GpuView(
+                self.node_id,
+                self.index,
+                self.pool,
+                self.state,
+                self.service,
+                self.hits,
+                self.job,
+                self.protect_until,
+            )
+        return self._view
+
+
+class GpuBoard:
+    """Every GPU of the cluster, the training jobs holding them, and GPU-seconds.
+
+    Attributes:
+        gpus: Every GPU, sorted by (node_id, index).
+        evictions: SLEEP replicas evicted so far (by training or by another service).
+    """
+
+    def __init__(self, cluster: ClusterSpec) -> None:
+        self.cluster = cluster
+        self.gpus: tuple[SimGpu, ...] = tuple(
+            SimGpu(n.node_id, i, n.pool) for n in cluster.nodes for i in range(n.gpus)
+        )
+        self._nodes: tuple[tuple[SimGpu, ...], ...] = tuple(
+            tuple(g for g in self.gpus if g.node_id == n.node_id) for n in cluster.nodes
+        )
+        self._by_id = {g.gpu_id: g for g in self.gpus}
+        self._held: dict[str, list[SimGpu]] = {}
+        self._counts: dict[tuple[Pool, GpuState], int] = {
+            (p, s): 0 for p in _POOLS for s in _STATES
+        }
+        for g in self.gpus:
+            self._counts[g.pool, g.state] += 1
+        self._seconds: dict[tuple[Pool, GpuState], float] = dict.fromkeys(self._counts, 0.0)
+        self._clock: float | None = None
+        self._start: float | None = None
+        self._views: tuple[GpuView, ...] | None = None
+        self.evictions = 0
+
+    # -- time ------------------------------------------------------------------------
+
+    def advance(self, now: float) -> None:
+        """Integrate GPU-seconds per (pool, state) up to ``now`` (call before changes)."""
+        if self._clock is None:
+            self._clock = self._start = now
+            return
+        dt = now - self._clock
+        if dt > 0.0:
+            for key, n in self._counts.items():
+                if n:
+                    self._seconds[key] += n * dt
+            self._clock = now
+
+    @property
+    def span(self) -> tuple[float, float]:
+        """(first, last) time the accounting has seen; (0, 0) before any event."""
+        if self._start is None or self._clock is None:
+            return (0.0, 0.0)
+        return (self._start, self._clock)
+
+    def gpu_seconds(self, pool: Pool | None = None) -> dict[GpuState, float]:
+        """GPU-seconds spent in each state so far, in ``pool`` or the whole cluster."""
+        out = dict.fromkeys(_STATES, 0.0)
+        for (p, s), v in self._seconds.items():
+            if pool is None or p is pool:
+                out[s] += v
+        return out
+
+    # -- queries ---------------------------------------------------------------------
+
+    def get(self, gpu_id: GpuId) -> SimGpu:
+        """The GPU ``(node_id, index)``.
+
+        Raises:
+            KeyError: no such GPU.
+        """
+        return self._by_id[gpu_id]
+
+    def counts(self, pool: Pool | None = None) -> dict[GpuState, int]:
+        """GPUs per state now, in ``pool`` or the whole cluster."""
+        out = dict.fromkeys(_STATES, 0)
+        for (p, s), n in self._counts.items():
+            if pool is None or p is pool:
+                out[s] += n
+        return out
+
+    def count(self, state: GpuState) -> int:
+        """GPUs in ``state`` now, over the whole cluster."""
+        return sum(self._counts[p, state] for p in _POOLS)
+
+    def pool_size(self, pool: Pool) -> int:
+        return sum(n for (p, _), n in self._counts.items() if p is pool)
+
+    def views(self) -> tuple[GpuView, ...]:
+        """Frozen views of every GPU, sorted by (node_id, index); cached until a change."""
+        if self._views is None:
+            self._views = tuple(g.view() for g in self.gpus)
+        return self._views
+
+    def held(self, job: str) -> tuple[SimGpu, ...]:
+        """The GPUs training job ``job`` holds (TRAINING or LENT)."""
+        return tuple(self._held.get(job, ()))
+
+    def holders(self) -> Iterator[tuple[str, tuple[SimGpu, ...]]]:
+        """(job, its GPUs) for every job holding at least one GPU."""
+        for job, gpus in self._held.items():
+            if gpus:
+                yield job, tuple(gpus)
+
+    # -- changes ---------------------------------------------------------------------
+
+    def move(self, gpu: SimGpu, new: GpuState) -> None:
+        """Change one GPU's state after checking the transition.
+
+        Clears what the new state does not carry: the job unless TRAINING/LENT, the
+        service and hits unless a replica stays loaded, the protect end unless
+        PROTECT. The caller sets the fields the new state needs.
+
+        Raises:
+            InvalidDecisionError: ``gpu.state -> new`` is not a legal transition.
+        """
+        old = gpu.state
+        check_transition(old, new, f"GPU {gpu.gpu_id}")
+        self._counts[gpu.pool, old] -= 1
+        self._counts[gpu.pool, new] += 1
+        gpu.state = new
+        if new not in _HELD and gpu.job is not None:
+            self._held[gpu.job].remove(gpu)
+            gpu.job = None
+        if new not in _LOADED:
+            gpu.service = None
+            gpu.hits = 0
+        if new is not GpuState.PROTECT:
+            gpu.protect_until = None
+        self.touch(gpu)
+
+    def touch(self, gpu: SimGpu) -> None:
+        """Record that ``gpu``'s fields changed (drops cached views, bumps version)."""
+        gpu.version += 1
+        gpu._view = None
+        self._views = None
+
+    def release_job(self, job: str) -> None:
+        """Every GPU of ``job`` goes back to FREE (the job finished or was preempted)."""
+        for gpu in list(self._held.get(job, ())):
+            self.move(gpu, GpuState.FREE)
+        self._held.pop(job, None)
+
+    def shrink(self, job: str, target: Placement) -> None:
+        """Release ``job``'s GPUs on every node where it holds more than ``target``.
+
+        The highest-indexed GPUs of the node go first (deterministic). Released
+        GPUs become FREE.
+        """
+        want = target.counts()
+        mine = self._held.get(job, [])
+        per_node: Counter[int] = Counter(g.node_id for g in mine)
+        for node, have in sorted(per_node.items()):
+            extra = have - want.get(node, 0)
+            if extra <= 0:
+                continue
+            on_node = sorted((g for g in mine if g.node_id == node), key=lambda g: -g.index)
+            for gpu in on_node[:extra]:
+                self.move(gpu, GpuState.FREE)
+
+    def grow(self, job: str, target: Placement) -> int:
+        """Acquire GPUs for ``job`` on every node where it holds fewer than ``target``.
+
+        On each node a FREE GPU is taken first, then a SLEEP one (its replica is
+        evicted). A training-pool GPU becomes TRAINING, an inference-pool one LENT.
+
+        Returns:
+            SLEEP replicas evicted.
+
+        Raises:
+            InvalidDecisionError: a node has too few FREE or SLEEP GPUs (the
+                capacity given to the policy was wrong: a bug).
+        """
+        mine = self._held.setdefault(job, [])
+        per_node: Counter[int] = Counter(g.node_id for g in mine)
+        evicted = 0
+        for node, want in sorted(target.counts().items()):
+            need = want - per_node.get(node, 0)
+            if need <= 0:
+                continue
+            free = [g for g in self._nodes[node] if g.state is GpuState.FREE]
+            sleep = [g for g in self._nodes[node] if g.state is GpuState.SLEEP]
+            pick = (free + sleep)[:need]
+            if len(pick) < need:
+                raise InvalidDecisionError(
+                    f"job {job!r} needs {need} more GPUs on node {node}, only "
+                    f"{len(free)} FREE and {len(sleep)} SLEEP"
+                )
+            for gpu in pick:
+                new = GpuState.TRAINING if gpu.pool is Pool.TRAINING else GpuState.LENT
+                if gpu.state is GpuState.SLEEP:
+                    evicted += 1
+                self.move(gpu, new)
+                gpu.job = job
+                mine.append(gpu)
+        self.evictions += evicted
+        return evicted
+
+    def take_from_job(self, gpu: SimGpu, new: GpuState) -> str:
+        """Take a LENT GPU back from its job (reclaim); returns the job's name.
+
+        Raises:
+            InvalidDecisionError: the GPU is not LENT, or the transition is illegal.
+        """
+        job = gpu.job
+        if gpu.state is not GpuState.LENT or job is None:
+            raise InvalidDecisionError(f"GPU {gpu.gpu_id} is {gpu.state.name}, not LENT")
+        self.move(gpu, new)
+        return job
+
+    # -- debug -----------------------------------------------------------------------
+
+    def check(self, placements: Mapping[str, Placement]) -> None:
+        """Re-derive every invariant from the GPUs themselves (debug hook; O(GPUs)).
+
+        Every GPU is in exactly one state; the per-state counts match; TRAINING GPUs
+        are on the training pool and LENT ones on the inference pool, each held by
+        exactly one job; the GPUs each job holds match its placement node by node
+        (so lent GPUs are counted exactly once); loaded replicas name a service.
+
+        Args:
+            placements: The placement of every training job holding GPUs.
+
+        Raises:
+            AssertionError: an invariant is broken (a simulator bug).
+        """
+        seen: Counter[tuple[Pool, GpuState]] = Counter((g.pool, g.state) for g in self.gpus)
+        assert len({g.gpu_id for g in self.gpus}) == len(self.gpus) == self.cluster.total_gpus
+        for key, n in self._counts.items():
+            assert seen[key] == n, f"count of {key} is {n}, GPUs say {seen[key]}"
+        owners: dict[str, Counter[int]] = {}
+        for g in self.gpus:
+            if g.state is GpuState.TRAINING:
+                assert g.pool is Pool.TRAINING and g.job, f"bad TRAINING GPU {g.gpu_id}"
+            if g.state is GpuState.LENT:
+                assert g.pool is Pool.INFERENCE and g.job, f"bad LENT GPU {g.gpu_id}"
+            if g.state in _HELD:
+                assert g.job is not None
+                owners.setdefault(g.job, Counter())[g.node_id] += 1
+                assert g in self._held[g.job], f"GPU {g.gpu_id} missing from {g.job}'s list"
+            else:
+                assert g.job is None, f"{g.state.name} GPU {g.gpu_id} names job {g.job}"
+            assert (g.service is not None) == (g.state in _LOADED), f"GPU {g.gpu_id}"
+            assert (g.protect_until is not None) == (g.state is GpuState.PROTECT)
+        for job, gpus in self._held.items():
+            assert Counter(g.node_id for g in gpus) == owners.get(job, Counter()), job
+        want = {j: Counter(p.counts()) for j, p in placements.items() if p}
+        assert owners == want, f"GPUs held {owners} != placements {want}"

@@ -1,0 +1,285 @@
+"""End to end: ``deepboot compare`` on a tiny mixed workload, in-process."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import csv
+import io
+import json
+import multiprocessing
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from deepboot.cli.compare import (
+    MatrixProgress,
+    RunOutcome,
+    RunTask,
+    _execute_in_worker,
+    execute,
+    parse_run,
+    run_matrix,
+)
+from deepboot.cli.main import main
+from deepboot.report.schema import SUMMARY_SCHEMA
+
+HEADER = "name,time,application,num_replicas,batch_size,duration,num_task"
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def make_mixed_workload(path: Path) -> Path:
+    """Two short training jobs and a burst of inference on two services."""
+    rows = [
+        HEADER,
+        "cifar10-0,0,cifar10,2,128,-1,-1",
+        "inference-ncf-1,5,infer-ncf-1,1,1,20.0,100",
+        "ncf-1,30,ncf,1,32768,-1,-1",
+        "inference-bert-2,90,infer-bert-1,1,1,30.0,50",
+        "inference-ncf-3,200,infer-ncf-1,1,1,20.0,100",
+        *(f"inference-bert-{i},{396 + i},infer-bert-1,1,1,30.0,50" for i in range(4, 8)),
+    ]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+RUNS = ("deepboot=deepboot", "pollux-only=pollux:no-lending", "limit=pollux:no-inference")
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One compare run shared by the tests that only read its outputs."""
+    tmp = tmp_path_factory.mktemp("compare")
+    workload = make_mixed_workload(tmp / "tiny.csv")
+    out = tmp / "out"
+    argv = ["compare", "--workload", str(workload), "--cluster", "2x4", "--inference-nodes", "1"]
+    for r in RUNS:
+        argv += ["--run", r]
+    argv += ["--out", str(out), "--procs", "1", "--quiet", "--baseline", "pollux-only"]
+    # Module-scoped fixtures cannot use capsys; main() binds its consoles to the
+    # current sys.stdout/sys.stderr, so redirecting them captures everything.
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = main(argv)
+    return {"code": code, "out": out, "stdout": stdout.getvalue(), "stderr": stderr.getvalue()}
+
+
+def test_compare_succeeds_and_prints_one_table(matrix: dict[str, Any]) -> None:
+    assert matrix["code"] == 0, matrix["stderr"]
+    text = matrix["stdout"]
+    assert text.count("Comparison (3 runs)") == 1
+    for name in ("deepboot", "pollux-only", "limit"):
+        assert re.search(rf"│ tiny\s+│ {re.escape(name)}\s", text), name
+    assert "…" not in text  # never squeezed into ellipses, even on an 80-column pipe
+
+
+def test_results_csv_has_one_row_per_run(matrix: dict[str, Any]) -> None:
+    rows = read_csv(matrix["out"] / "results.csv")
+    assert [(r["workload"], r["run"]) for r in rows] == [
+        ("tiny", "deepboot"),
+        ("tiny", "pollux-only"),
+        ("tiny", "limit"),
+    ]
+    assert rows[1]["spec"] == "pollux-only=pollux:no-lending"
+    assert all(r["training.completed"] == "2" for r in rows)
+
+
+def test_run_flags_reach_the_simulator(matrix: dict[str, Any]) -> None:
+    by_run = {r["run"]: r for r in read_csv(matrix["out"] / "results.csv")}
+    # no-lending: nothing lent, nothing reclaimed, inference still served.
+    assert float(by_run["pollux-only"]["cluster.lent_gpu_s"]) == 0.0
+    assert by_run["pollux-only"]["cluster.reclaims"] == "0"
+    assert by_run["pollux-only"]["inference.completed"] == "7"
+    # no-inference: every node trains and no inference task exists.
+    assert by_run["limit"]["cluster.inference_nodes"] == "0"
+    assert by_run["limit"]["inference.tasks"] == "0"
+    # deepboot lends the idle inference GPUs.
+    assert float(by_run["deepboot"]["cluster.lent_gpu_s"]) > 0.0
+
+
+def test_summaries_hold_the_schema_and_the_run(matrix: dict[str, Any]) -> None:
+    files = sorted(p.name for p in (matrix["out"] / "summaries").iterdir())
+    assert files == ["tiny--deepboot.json", "tiny--limit.json", "tiny--pollux-only.json"]
+    summary = json.loads((matrix["out"] / "summaries" / "tiny--deepboot.json").read_text())
+    for key, sub in SUMMARY_SCHEMA.items():
+        assert key in summary
+        for s in sub or ():
+            assert s in summary[key], (key, s)
+    assert summary["run"] == {"name": "deepboot", "spec": "deepboot=deepboot"}
+    assert summary["inference"]["tasks"] == 7
+
+
+def test_figures_are_written_and_embedded(matrix: dict[str, Any]) -> None:
+    out = matrix["out"]
+    pngs = {p: (out / f"{p}-tiny.png").read_bytes() for p in ("jct-cdf", "gpus", "reclaims")}
+    assert all(b.startswith(PNG_MAGIC) for b in pngs.values())
+    html = (out / "report.html").read_text(encoding="utf-8")
+    embedded = [base64.b64decode(s) for s in re.findall(r"base64,([^\"]+)\"", html)]
+    assert embedded == list(pngs.values())
+    assert "deepboot compare --workload" in html and "--baseline pollux-only" in html
+    assert "AFE restarts" in html and "no lending" in html  # runs with defaults spelled out
+
+
+@pytest.mark.parametrize(
+    ("runs", "extra", "message"),
+    [
+        (("x=nosuchpolicy",), (), "nosuchpolicy"),
+        (("a=pollux", "a=deepboot"), (), "two runs are named 'a'"),
+        (("a=pollux",), ("--baseline", "b"), "--baseline 'b' is not a run name"),
+        (("a=deepboot:ats-i=nope",), (), "nope"),
+        (("a=pollux:bogus_param=1",), (), "bogus_param"),
+        (("a=pollux:no-lendig",), (), "unknown flag"),
+        (("a=pollux",), ("--procs", "0"), "--procs must be >= 1"),
+        (("a=pollux",), ("--cluster", "2x4", "--inference-nodes", "2"), "--inference-nodes 2"),
+    ],
+    ids=[
+        "unknown-policy", "duplicate-name", "bad-baseline", "unknown-ats-i", "bad-param",
+        "bad-flag", "zero-procs", "no-training-pool",
+    ],
+)  # fmt: skip
+def test_bad_settings_fail_before_any_run(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    runs: tuple[str, ...],
+    extra: tuple[str, ...],
+    message: str,
+) -> None:
+    workload = make_mixed_workload(tmp_path / "tiny.csv")
+    argv = ["compare", "--workload", str(workload), "--cluster", "2x4", "--inference-nodes", "1"]
+    for r in runs:
+        argv += ["--run", r]
+    argv += ["--out", str(tmp_path / "out"), "--quiet", *extra]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert not (tmp_path / "out").exists()  # nothing was run or written
+
+
+def test_workloads_with_the_same_name_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    one = make_mixed_workload(tmp_path / "a" / "w.csv")
+    two = make_mixed_workload(tmp_path / "b" / "w.csv")
+    code = main(
+        ["compare", "--workload", str(one), "--workload", str(two), "--out", str(tmp_path / "o")]
+    )
+    assert code == 2
+    assert "share the name 'w'" in capsys.readouterr().err
+
+
+def test_missing_matplotlib_is_reported_and_no_figures_still_works(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # as if not installed
+    workload = make_mixed_workload(tmp_path / "tiny.csv")
+    argv = ["compare", "--workload", str(workload), "--cluster", "2x4", "--inference-nodes", "1"]
+    argv += ["--run", "p=pollux:no-lending", "--out", str(tmp_path / "out"), "--quiet"]
+    assert main(argv) == 2
+    assert "deepboot[report]" in capsys.readouterr().err
+    assert main([*argv, "--no-figures"]) == 0
+    html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert "<img" not in html and "<table" in html
+    assert not list((tmp_path / "out").glob("*.png"))
+
+
+def test_a_failing_run_is_reported_not_raised(tmp_path: Path) -> None:
+    task = RunTask(
+        index=3,
+        workload_path=str(tmp_path / "missing.csv"),
+        workload_name="missing",
+        run=parse_run("a=pollux"),
+        cluster="2x4",
+        inference_nodes=1,
+        profiles=None,
+        interval=60.0,
+        seed=0,
+    )
+    outcome = execute(task)
+    assert outcome.index == 3
+    assert outcome.error is not None and "missing.csv" in outcome.error
+    assert outcome.summary == {}
+
+
+def make_tasks(tmp_path: Path) -> list[RunTask]:
+    workload = make_mixed_workload(tmp_path / "tiny.csv")
+    runs = [parse_run("deepboot"), parse_run("p=pollux:no-lending")]
+    return [
+        RunTask(
+            index=i,
+            workload_path=str(workload),
+            workload_name="tiny",
+            run=run,
+            cluster="2x4",
+            inference_nodes=1,
+            profiles=None,
+            interval=60.0,
+            seed=0,
+        )
+        for i, run in enumerate(runs)
+    ]
+
+
+def comparable(outcome: RunOutcome) -> tuple[Any, ...]:
+    """Everything of an outcome except wall-clock measurements."""
+    summary = {k: v for k, v in outcome.summary.items() if k not in ("wall_s", "scheduler")}
+    assert outcome.usage is not None
+    return (
+        outcome.index,
+        summary,
+        outcome.jcts,
+        outcome.reclaim_times,
+        outcome.usage.edges.tolist(),
+        outcome.usage.values.tolist(),
+    )
+
+
+def test_worker_processes_give_the_in_process_results(tmp_path: Path) -> None:
+    tasks = make_tasks(tmp_path)
+    quiet = Console(file=io.StringIO())
+    with MatrixProgress(quiet, tasks, enabled=False) as display:
+        serial = run_matrix(tasks, 1, display)
+    with MatrixProgress(quiet, tasks, enabled=False) as display:
+        parallel = run_matrix(tasks, 2, display)
+    assert [o.error for o in parallel] == [None, None]
+    assert [comparable(o) for o in parallel] == [comparable(o) for o in serial]
+
+
+def test_progress_display_shows_running_cells(tmp_path: Path) -> None:
+    tasks = make_tasks(tmp_path)
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=120)
+    with MatrixProgress(console, tasks, enabled=True) as display:
+        display.update(1, 3723.0, 1, 2)
+        display.finished(0)
+    text = buf.getvalue()
+    assert "p / tiny" in text
+    assert "01:02:03" in text
+    assert "runs" in text
+
+
+def test_worker_progress_goes_through_a_manager_queue(tmp_path: Path) -> None:
+    task = make_tasks(tmp_path)[1]
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        queue = manager.Queue()
+        outcome = _execute_in_worker(task, queue)
+        messages = []
+        while not queue.empty():
+            messages.append(queue.get_nowait())
+    assert outcome.error is None
+    assert messages, "a run reports its progress at least once"
+    assert all(m[0] == task.index for m in messages)
+    assert messages[-1][2:] == (2, 2)  # the last report: every job completed
