@@ -46,10 +46,10 @@ from deepboot.core import (  # noqa: E402
     PerfParams,
     Placement,
 )
+from deepboot.perf.speedup import adaptive_speedup  # noqa: E402
 from deepboot.policies.deepboot import (  # noqa: E402
     DeepBootConfig,
     DeepBootPolicy,
-    adaptive_speedup,
     group_knapsack,
 )
 

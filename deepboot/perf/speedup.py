@@ -167,3 +167,12 @@ def speedup_fn(job: JobView, mode: JobMode) -> SpeedupFn:
     if mode is not JobMode.ADAPTIVE:
         batch = job.target_batch_size or job.limits.init_batch_size
     return _cached_model(job.perf_params, job.grad_params, job.limits, batch)
+
+
+SpeedupProvider: TypeAlias = Callable[[JobView], SpeedupFn]
+"""Job -> its raw speedup function (any constant normalization; policies re-base it)."""
+
+
+def adaptive_speedup(job: JobView) -> SpeedupFn:
+    """The default provider of the adaptive policies: ``speedup_fn(job, ADAPTIVE)``."""
+    return speedup_fn(job, JobMode.ADAPTIVE)

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, TypeAlias
 
@@ -53,20 +53,12 @@ from numpy.lib.stride_tricks import as_strided
 from deepboot.core.modes import JobMode
 from deepboot.core.placement import Allocation, Placement, freeze_allocation
 from deepboot.core.state import ClusterState, JobView
-from deepboot.perf.speedup import SpeedupFn, speedup_fn
+from deepboot.perf.speedup import SpeedupFn, SpeedupProvider, adaptive_speedup
 from deepboot.policies.packing import Packing, free_map, keep_or_pack
 from deepboot.policies.registry import register, require
 
 FloatArray: TypeAlias = npt.NDArray[np.float64]
 IntArray: TypeAlias = npt.NDArray[np.int64]
-
-SpeedupProvider: TypeAlias = Callable[[JobView], SpeedupFn]
-"""Job -> its raw speedup function (any constant normalization; re-based here)."""
-
-
-def adaptive_speedup(job: JobView) -> SpeedupFn:
-    """The default provider: the perf layer's ADAPTIVE speedup function."""
-    return speedup_fn(job, JobMode.ADAPTIVE)
 
 
 @dataclass(frozen=True, slots=True)

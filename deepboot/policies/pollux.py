@@ -15,13 +15,8 @@ import numpy as np
 from deepboot.core.modes import JobMode
 from deepboot.core.placement import Allocation, Placement, freeze_allocation
 from deepboot.core.state import ClusterState
-from deepboot.policies.pollux_fitness import (
-    PolluxConfig,
-    PolluxProblem,
-    SpeedupProvider,
-    adaptive_speedup,
-    pollux_fitness,
-)
+from deepboot.perf.speedup import SpeedupProvider, adaptive_speedup
+from deepboot.policies.pollux_fitness import PolluxConfig, PolluxProblem, pollux_fitness
 from deepboot.policies.pollux_search import solve
 from deepboot.policies.registry import register
 

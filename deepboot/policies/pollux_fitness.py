@@ -22,30 +22,20 @@ The fitness is the reference's (petuum/adaptdl ``simulator/pollux.py``, ``Proble
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
-from deepboot.core.modes import JobMode
 from deepboot.core.placement import EMPTY, Allocation
 from deepboot.core.state import ClusterState, JobView
-from deepboot.perf.speedup import SpeedupFn, speedup_fn
+from deepboot.perf.speedup import SpeedupFn, SpeedupProvider, adaptive_speedup
 from deepboot.policies.registry import require
 
 FloatArray: TypeAlias = npt.NDArray[np.float64]
 IntArray: TypeAlias = npt.NDArray[np.int64]
 BoolArray: TypeAlias = npt.NDArray[np.bool_]
-
-SpeedupProvider: TypeAlias = Callable[[JobView], SpeedupFn]
-"""Job -> its raw speedup function (any constant normalization; re-based here)."""
-
-
-def adaptive_speedup(job: JobView) -> SpeedupFn:
-    """The default provider: the perf layer's ADAPTIVE speedup function."""
-    return speedup_fn(job, JobMode.ADAPTIVE)
 
 
 @dataclass(frozen=True, slots=True)

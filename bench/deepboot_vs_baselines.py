@@ -4,8 +4,8 @@ Runs ``deepboot compare`` on DeepBoot's mixed workloads (``small.csv`` and
 ``middle.csv``) on 16 x 4 GPUs with 8 inference nodes and the measured profiles, with
 the headline pair, the all-GPU limit and the ablations side by side:
 
-    .venv/bin/python bench/deepboot.py                  # full matrix, both workloads (long)
-    .venv/bin/python bench/deepboot.py --quick          # headline pair + limit on small.csv
+    .venv/bin/python bench/deepboot_vs_baselines.py          # full matrix, both workloads (long)
+    .venv/bin/python bench/deepboot_vs_baselines.py --quick  # headline pair + limit, small.csv
 
 The table, results.csv, figures and report.html land in ``--out``.
 """
@@ -21,10 +21,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse
 import sys
 from pathlib import Path
-
-# This file is named like the package; drop its folder from the path so that
-# "import deepboot" finds the package, not this script.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from deepboot.cli.main import main as deepboot_main
 
