@@ -161,6 +161,7 @@ class SimJob:
         time: Virtual time its state is integrated up to.
     """
 
+    # Construction-time fields, then the mutable ones (listed once, in _MUTABLE).
     __slots__ = (
         "spec",
         "truth",
@@ -169,26 +170,8 @@ class SimJob:
         "round_epoch_times",
         "_app_replica_cap",
         "_global_replica_cap",
-        "placement",
-        "_shape",
-        "_num_nodes",
-        "atomic_bsz",
-        "accum_steps",
-        "epoch",
-        "progress",
-        "restart_left",
-        "restart_seconds",
-        "num_restarts",
-        "attained_service",
-        "first_start",
-        "completion",
-        "time",
         "_profile",
-        "_perf",
-        "_perf_stale",
-        "_grad",
-        "_max_profiled_replicas",
-        "_pick_key",
+        *_MUTABLE,
     )
 
     def __init__(

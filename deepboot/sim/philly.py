@@ -34,6 +34,7 @@ import numpy as np
 
 from deepboot.core.errors import ConfigError, InputError
 from deepboot.core.jobs import TrainingJobSpec
+from deepboot.sim.csvfile import csv_read_errors
 from deepboot.sim.workload import POLLUX_COLUMNS
 
 PHILLY_COLUMNS: tuple[str, ...] = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
@@ -165,28 +166,20 @@ def read_philly(path: str | Path) -> list[PhillyJob]:
     """
     spath = str(path)
     jobs: list[PhillyJob] = []
-    try:
-        with Path(path).open(newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            header = next(reader, None)
-            if header is None:
-                raise InputError(spath, 1, "header", "the file is empty; expected a header")
-            if tuple(h.strip() for h in header) != PHILLY_COLUMNS:
-                raise InputError(spath, 1, "header", f"expected header {','.join(PHILLY_COLUMNS)}")
-            for values in reader:
-                if not values or all(not v.strip() for v in values):
-                    continue
-                jobs.append(_parse_philly_row(spath, reader.line_num, values))
-    except FileNotFoundError:
-        raise InputError(spath, 0, "", "file not found") from None
-    except IsADirectoryError:
-        raise InputError(spath, 0, "", "is a directory, not philly.csv") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(spath, 0, "", f"not a UTF-8 text file ({exc.reason})") from None
-    except csv.Error as exc:
-        raise InputError(spath, 0, "", f"malformed CSV: {exc}") from None
-    except OSError as exc:
-        raise InputError(spath, 0, "", f"cannot read: {exc.strerror or exc}") from None
+    with (
+        csv_read_errors(spath, "philly.csv"),
+        Path(path).open(newline="", encoding="utf-8-sig") as f,
+    ):
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            raise InputError(spath, 1, "header", "the file is empty; expected a header")
+        if tuple(h.strip() for h in header) != PHILLY_COLUMNS:
+            raise InputError(spath, 1, "header", f"expected header {','.join(PHILLY_COLUMNS)}")
+        for values in reader:
+            if not values or all(not v.strip() for v in values):
+                continue
+            jobs.append(_parse_philly_row(spath, reader.line_num, values))
     if not jobs:
         raise InputError(spath, 1, "header", "the file has a header but no rows")
     return jobs

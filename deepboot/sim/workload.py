@@ -25,6 +25,7 @@ from pathlib import Path
 
 from deepboot.core.errors import InputError
 from deepboot.core.jobs import InferenceTaskSpec, TrainingJobSpec, Workload
+from deepboot.sim.csvfile import csv_read_errors
 
 POLLUX_COLUMNS: tuple[str, ...] = ("name", "time", "application", "num_replicas", "batch_size")
 """Header of a Pollux workload (training jobs only)."""
@@ -167,30 +168,22 @@ def _rows(p: Path, spath: str) -> Iterator[_Row]:
         InputError: missing/unreadable file, empty file, unknown header, header only,
             or a row with the wrong number of values.
     """
-    try:
-        # utf-8-sig: spreadsheets often save a byte-order mark before the header.
-        with p.open(newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            header = _header(reader, spath)
-            any_row = False
-            for values in reader:
-                if not values or all(not v.strip() for v in values):
-                    continue
-                any_row = True
-                line = reader.line_num
-                if len(values) != len(header):
-                    raise InputError(spath, line, *_count_problem(header, values))
-                yield _Row(spath, line, dict(zip(header, values, strict=True)))
-    except FileNotFoundError:
-        raise InputError(spath, 0, "", "file not found") from None
-    except IsADirectoryError:
-        raise InputError(spath, 0, "", "is a directory, not a workload CSV file") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(spath, 0, "", f"not a UTF-8 text file ({exc.reason})") from None
-    except csv.Error as exc:
-        raise InputError(spath, 0, "", f"malformed CSV: {exc}") from None
-    except OSError as exc:
-        raise InputError(spath, 0, "", f"cannot read: {exc.strerror or exc}") from None
+    # utf-8-sig: spreadsheets often save a byte-order mark before the header.
+    with (
+        csv_read_errors(spath, "a workload CSV file"),
+        p.open(newline="", encoding="utf-8-sig") as f,
+    ):
+        reader = csv.reader(f)
+        header = _header(reader, spath)
+        any_row = False
+        for values in reader:
+            if not values or all(not v.strip() for v in values):
+                continue
+            any_row = True
+            line = reader.line_num
+            if len(values) != len(header):
+                raise InputError(spath, line, *_count_problem(header, values))
+            yield _Row(spath, line, dict(zip(header, values, strict=True)))
     if not any_row:
         raise InputError(spath, 1, "header", "the file has a header but no rows: no jobs")
 
