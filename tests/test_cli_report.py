@@ -44,6 +44,8 @@ def make_summary(
             "avg_queue_s": 45.5,
             "restarts": 321,
             "restart_s": 9630.0,
+            "max_job_restarts": 17,
+            "max_job_restart_s": 510.0,
             **training,
         },
         "inference": {

@@ -75,6 +75,9 @@ run syntax:  --run NAME=POLICY[:FLAG,FLAG...]   (NAME= is optional)
   no-lifecycle      idle replicas go straight to SLEEP (no protect time)
   ats-i=NAME        inference placement policy: ats-i, random or lyra
   protect-factor=X  scale the protect times by X
+  reserve           predictive lending (ours, beyond the paper): keep back the idle
+                    replicas the recent arrival rates say the next interval needs
+  reserve-target=Q  the reserve's coverage probability (default 0.8; implies reserve)
   no-inference      drop the workload's inference tasks and give training every
                     node (the all-GPU limit)
   KEY=VALUE         a parameter of the training policy (as simulate --param)
@@ -109,6 +112,8 @@ _BOOL_FLAGS: Mapping[str, tuple[str, bool]] = MappingProxyType(
         "lifecycle": ("lifecycle", True),
         "no-lifecycle": ("lifecycle", False),
         "no-inference": ("no_inference", True),
+        "reserve": ("reserve", True),
+        "no-reserve": ("reserve", False),
     }
 )
 
@@ -125,6 +130,8 @@ class RunSpec:
         lifecycle: Replica lifecycle on (None: simulator default).
         inference_policy: ATS-I variant name (None: simulator default).
         protect_factor: Protect-time scale (None: simulator default).
+        reserve: Predictive lending reserve on (None: simulator default, off).
+        reserve_target: Its coverage probability (None: the default 0.8).
         no_inference: Drop inference tasks and use every node for training.
         params: Training-policy parameters, as ``(key, value)`` strings.
         text: The ``--run`` text it came from.
@@ -137,6 +144,8 @@ class RunSpec:
     lifecycle: bool | None = None
     inference_policy: str | None = None
     protect_factor: float | None = None
+    reserve: bool | None = None
+    reserve_target: float | None = None
     no_inference: bool = False
     params: tuple[tuple[str, str], ...] = ()
     text: str = ""
@@ -188,6 +197,8 @@ def parse_run(text: str) -> RunSpec:
             values["inference_policy"] = value
         elif key == "protect-factor":
             values["protect_factor"] = _positive(text, key, value)
+        elif key == "reserve-target":
+            values["reserve_target"] = _positive(text, key, value)
         else:
             if not key or key in params:
                 raise ConfigError(f"--run {text!r}: bad or repeated parameter {flag!r}")
@@ -231,6 +242,9 @@ def sim_config(run: RunSpec, interval: float, seed: int, inference_nodes: int) -
         protect_factor=1.0 if run.protect_factor is None else run.protect_factor,
         afe=run.afe,
         ats_i=run.inference_policy,
+        # reserve-target=Q alone turns the reserve on.
+        reserve=run.reserve if run.reserve is not None else run.reserve_target is not None,
+        reserve_target=0.8 if run.reserve_target is None else run.reserve_target,
     )
     nodes = 0 if run.no_inference else inference_nodes
     settings = shared_cluster_settings(flags, nodes, run.policy)
@@ -257,6 +271,8 @@ def describe_config(run: RunSpec, config: SimConfig) -> str:
         parts.append(f"lifecycle x{config.lifecycle.factor:g}")
     else:
         parts.append("no lifecycle")
+    if config.lend_reserve.enabled:
+        parts.append(f"lending reserve q={config.lend_reserve.target:g}")
     return ", ".join(parts)
 
 

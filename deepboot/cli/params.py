@@ -113,6 +113,23 @@ def add_shared_cluster_flags(parser: argparse.ArgumentParser) -> None:
         "the Pollux fidelity runs' flat 30 s",
     )
     parser.add_argument(
+        "--reserve",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="predictive lending (beyond the paper): at each tick keep back from training "
+        "the idle replicas each service's recent arrival rate says the next interval "
+        "needs, so arrivals reuse them instead of reclaiming a lent GPU (fewer "
+        "reclaims, restarts and cold starts). Off: DeepBoot lends every idle GPU",
+    )
+    parser.add_argument(
+        "--reserve-target",
+        type=float,
+        default=0.8,
+        metavar="Q",
+        help="with --reserve: keep enough replicas to cover a service's arrivals in the "
+        "next interval with probability Q (Poisson on the last 10 minutes' rate), 0 <= Q < 1",
+    )
+    parser.add_argument(
         "--ats-i",
         dest="ats_i",
         choices=INFERENCE_POLICIES,
@@ -129,14 +146,16 @@ def shared_cluster_settings(
 
     Args:
         args: Parsed arguments (``lending``, ``lifecycle``, ``protect_factor``, ``afe``,
-            ``ats_i``).
+            ``ats_i``, ``reserve``, ``reserve_target``).
         inference_nodes: Nodes in the inference pool.
         policy: The training policy's name (``lyra`` implies ``--ats-i lyra``).
 
     Raises:
-        ConfigError: ``--protect-factor`` is negative or not a number.
+        ConfigError: ``--protect-factor`` is negative or not a number, or
+            ``--reserve-target`` is outside [0, 1).
     """
     from deepboot.perf.restart import AfeRestartCost, FlatRestartCost
+    from deepboot.policies.lending import LendReserveConfig
     from deepboot.policies.lifecycle import LifecycleConfig
 
     factor = float(args.protect_factor)
@@ -148,7 +167,12 @@ def shared_cluster_settings(
     else:
         restart = AfeRestartCost(afe=bool(afe))
     ats_i = args.ats_i or ("lyra" if policy == "lyra" else "ats-i")
+    target = float(getattr(args, "reserve_target", 0.8))
+    if not 0.0 <= target < 1.0:  # also False for NaN
+        raise ConfigError(f"--reserve-target must be in [0, 1), got {target}")
+    reserve = LendReserveConfig(enabled=bool(getattr(args, "reserve", False)), target=target)
     return {
+        "lend_reserve": reserve,
         "lending": bool(args.lending),
         "lifecycle": LifecycleConfig(factor=factor, enabled=bool(args.lifecycle)),
         "restart": restart,

@@ -6,7 +6,8 @@ Schema (nested keys; values are numbers unless noted)::
      "cluster": {"nodes", "gpus_per_node", "inference_nodes", "lent_gpu_s", "reclaims",
                  "util_training_pool", "util_inference_pool"},
      "training": {"jobs", "completed", "avg_jct_s", "median_jct_s", "p99_jct_s",
-                  "makespan_s", "avg_queue_s", "restarts", "restart_s"},
+                  "makespan_s", "avg_queue_s", "restarts", "restart_s",
+                  "max_job_restarts", "max_job_restart_s"},
      "inference": {"tasks", "completed", "cold_starts", "warm_hits", "avg_delay_s",
                    "p99_delay_s"},
      "scheduler": {"rounds", "decision_ms_median", "decision_ms_max"},
@@ -44,6 +45,8 @@ SUMMARY_SCHEMA: Mapping[str, tuple[str, ...] | None] = MappingProxyType(
             "avg_queue_s",
             "restarts",
             "restart_s",
+            "max_job_restarts",
+            "max_job_restart_s",
         ),
         "inference": (
             "tasks",

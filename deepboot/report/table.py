@@ -53,6 +53,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("Average queueing", "training", "avg_queue_s", Unit.SECONDS, ratio=True),
     Metric("Restarts", "training", "restarts", Unit.COUNT, ratio=True),
     Metric("Restart time", "training", "restart_s", Unit.SECONDS, ratio=True),
+    Metric("Most restarts of one job", "training", "max_job_restarts", Unit.COUNT, ratio=True),
     Metric("Scheduler rounds", "scheduler", "rounds", Unit.COUNT),
     Metric("Decision latency (median)", "scheduler", "decision_ms_median", Unit.MILLISECONDS),
     Metric("Decision latency (max)", "scheduler", "decision_ms_max", Unit.MILLISECONDS),
@@ -215,6 +216,7 @@ COMPARE_COLUMNS: tuple[Column, ...] = (
     Column("p99 JCT (s)", "training", "p99_jct_s"),
     Column("Makespan (h)", "training", "makespan_s", divisor=3600.0, decimals=2),
     Column("Restarts", "training", "restarts"),
+    Column("Max restarts/job", "training", "max_job_restarts"),
     Column("Cold starts", "inference", "cold_starts", only_if="tasks"),
     Column("Inference avg delay (s)", "inference", "avg_delay_s", decimals=2, only_if="tasks"),
     # Lending more is the point, but reclaims are its price: neither is "best" alone.

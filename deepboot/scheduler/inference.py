@@ -12,7 +12,7 @@ DeepBoot's shared cluster live here once:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from types import MappingProxyType
 
 import numpy as np
@@ -30,18 +30,23 @@ TRAINABLE: frozenset[GpuState] = frozenset(
 
 
 def lendable_capacity(
-    cluster: ClusterSpec, gpus: Iterable[GpuView], lending: bool
+    cluster: ClusterSpec,
+    gpus: Iterable[GpuView],
+    lending: bool,
+    reserved: Collection[tuple[int, int]] = frozenset(),
 ) -> Mapping[int, int]:
     """GPUs training may use per node (``ClusterState.capacity``).
 
     A GPU counts when its state is in :data:`TRAINABLE` and, on an inference-pool
     node, only when ``lending`` is on. GPUs serving or protecting an inference
-    replica (RUNNING, PROTECT) never count, whatever their pool.
+    replica (RUNNING, PROTECT) never count, whatever their pool, nor do the idle
+    GPUs the lending reserve keeps back (:func:`deepboot.policies.lending.reserved_gpus`).
 
     Args:
         cluster: The cluster (every node appears in the result).
         gpus: Every GPU of the cluster.
         lending: Whether training may borrow inference-pool GPUs.
+        reserved: Ids of idle (FREE or SLEEP) GPUs kept back for inference.
 
     Returns:
         A read-only ``{node_id: gpus}`` covering every node.
@@ -49,6 +54,8 @@ def lendable_capacity(
     cap = {n.node_id: 0 for n in cluster.nodes}
     for g in gpus:
         if g.state in TRAINABLE and (lending or g.pool is Pool.TRAINING):
+            if g.gpu_id in reserved and g.state in (GpuState.FREE, GpuState.SLEEP):
+                continue
             cap[g.node_id] += 1
     return MappingProxyType(cap)
 

@@ -10,6 +10,7 @@ from typing import TypeVar
 
 from deepboot.core.errors import ConfigError
 from deepboot.perf.restart import FlatRestartCost, RestartCostModel
+from deepboot.policies.lending import LendReserveConfig
 from deepboot.policies.lifecycle import LifecycleConfig
 
 _T = TypeVar("_T", int, float)
@@ -62,6 +63,9 @@ class SimConfig:
             training pool and inference never reclaims (the training-pool-only
             baseline).
         lifecycle: Protect-time rule of idle replicas (RUNNING -> PROTECT -> SLEEP).
+        lend_reserve: Predictive lending: idle replicas kept back from each training
+            round for the arrivals the recent rates predict (off: DeepBoot's rule,
+            lend every FREE and SLEEP inference GPU).
         cold_start: Start-up seconds of a new replica, per model.
         cold_start_default: Start-up seconds of a model missing from ``cold_start``.
         check_invariants: Re-check every GPU-state invariant after every event
@@ -79,6 +83,7 @@ class SimConfig:
     inference_policy: str = "ats-i"
     lending: bool = True
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
+    lend_reserve: LendReserveConfig = field(default_factory=LendReserveConfig)
     cold_start: Mapping[str, float] = field(default_factory=lambda: DEEPBOOT_COLD_START)
     cold_start_default: float = 6.0
     check_invariants: bool = False

@@ -50,6 +50,7 @@ from deepboot.core.placement import Placement
 from deepboot.core.state import ClusterState, JobView
 from deepboot.perf.application import Application
 from deepboot.policies.inference import InferencePolicy
+from deepboot.policies.lending import reserved_gpus
 from deepboot.scheduler import Event, EventKind, Scheduler, new_placement
 from deepboot.scheduler.inference import InferenceScheduler, lendable_capacity
 from deepboot.sim.config import SimConfig
@@ -359,7 +360,13 @@ class Simulation:
             return
         active = sorted(self._active.values(), key=lambda j: (j.spec.submit_time, j.name))
         if self._has_pool:
-            capacity = lendable_capacity(self.cluster, self.board.views(), self._lending)
+            views = self.board.views()
+            reserved: frozenset[tuple[int, int]] = frozenset()
+            reserve = self.config.lend_reserve
+            if self._lending and reserve.enabled and self.serving is not None:
+                rates = self.serving.arrival_rates(now, reserve.window_s)
+                reserved = reserved_gpus(views, rates, self.config.interval, reserve)
+            capacity = lendable_capacity(self.cluster, views, self._lending, reserved)
         else:
             capacity = training_capacity(self.cluster)
         state = ClusterState(now, self.cluster, tuple(j.view(now) for j in active), capacity)

@@ -193,7 +193,9 @@ class SimResult:
         JCT statistics are over finished jobs; ``avg_queue_s`` over jobs that started;
         ``makespan_s`` is the last completion minus the first submission;
         ``restart_s`` sums the restart delay each job served (job-seconds, first
-        starts included); ``p99`` interpolates linearly. Empty sets give 0.0.
+        starts included); ``max_job_restarts`` and ``max_job_restart_s`` are the
+        most restarts, and the most restart seconds, of any one job (the thrash
+        check); ``p99`` interpolates linearly. Empty sets give 0.0.
 
         ``inference`` delays are over the tasks that started. ``cluster.lent_gpu_s``
         is the GPU-seconds spent LENT; ``reclaims`` counts GPUs taken back;
@@ -231,6 +233,8 @@ class SimResult:
                 "avg_queue_s": _stat(queues, "mean"),
                 "restarts": sum(r.restarts for r in self.jobs),
                 "restart_s": sum(r.restart_s for r in self.jobs),
+                "max_job_restarts": max((r.restarts for r in self.jobs), default=0),
+                "max_job_restart_s": max((r.restart_s for r in self.jobs), default=0.0),
             },
             "inference": {
                 "tasks": len(self.inference),

@@ -15,6 +15,7 @@ a FIFO queue, retried whenever a GPU may have become available.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -121,6 +122,7 @@ class Serving:
         self._reclaim = reclaim
         self._job_views = job_views
         self._waiting: list[SimTask] = []
+        self._arrivals: dict[str, deque[float]] = {}
         self.reclaim_times: list[float] = []
         self.finished = 0
 
@@ -147,8 +149,21 @@ class Serving:
     def arrive(self, name: str, now: float) -> None:
         """A task arrives: place it now, or queue it behind the waiting ones."""
         task = self.tasks[name]
+        self._arrivals.setdefault(task.spec.service, deque()).append(now)
         if not self._try(task, now):
             self._waiting.append(task)
+
+    def arrival_rates(self, now: float, window_s: float) -> dict[str, float]:
+        """Arrivals per second of each service over ``(now - window_s, now]``, from the
+        tasks that have arrived so far (services with none in the window are left out).
+        """
+        rates: dict[str, float] = {}
+        for service, times in self._arrivals.items():
+            while times and times[0] <= now - window_s:
+                times.popleft()
+            if times:
+                rates[service] = len(times) / window_s
+        return rates
 
     def finish(self, name: str, now: float) -> None:
         """A task ends: its replica goes RUNNING -> PROTECT (-> SLEEP at once when the

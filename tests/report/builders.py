@@ -49,6 +49,8 @@ def make_summary(
             "avg_queue_s": 30.0,
             "restarts": 200,
             "restart_s": 6000.0,
+            "max_job_restarts": 12,
+            "max_job_restart_s": 400.0,
         },
         "scheduler": {"rounds": 600, "decision_ms_median": 3.0, "decision_ms_max": 40.0},
         "wall_s": 12.0,

@@ -17,10 +17,14 @@ from test_inference_builders import SERVICES, Greedy, job, run, task
 
 from deepboot.core import GpuState, Pool
 from deepboot.policies import inference
+from deepboot.policies.lending import LendReserveConfig
 from deepboot.policies.lifecycle import LifecycleConfig
 from deepboot.scheduler import Event
 from deepboot.sim.engine import Simulation
 from deepboot.sim.metrics import SimResult
+
+RESERVE = LendReserveConfig(enabled=True, target=0.5, window_s=300.0)
+"""A reserve that keeps replicas back often on these short scenarios."""
 
 scenarios = st.fixed_dictionaries(
     {
@@ -33,6 +37,7 @@ scenarios = st.fixed_dictionaries(
         "want": st.integers(1, 5),
         "lending": st.booleans(),
         "lifecycle": st.sampled_from([LifecycleConfig(), LifecycleConfig(enabled=False)]),
+        "reserve": st.sampled_from([LendReserveConfig(), RESERVE]),
         "policy": st.sampled_from(["ats-i", "random", "lyra"]),
         "seed": st.integers(0, 3),
     }
@@ -55,6 +60,7 @@ def simulate_scenario(s: dict[str, object], on_event: object) -> SimResult:
         inference_policy=inference.create(s["policy"]),  # type: ignore[arg-type]
         lending=s["lending"],
         lifecycle=s["lifecycle"],
+        lend_reserve=s["reserve"],
         seed=s["seed"],
         on_event=on_event,  # type: ignore[arg-type]
         check_invariants=True,

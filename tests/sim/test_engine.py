@@ -378,6 +378,8 @@ def test_summary_schema_and_values() -> None:
         "avg_queue_s",
         "restarts",
         "restart_s",
+        "max_job_restarts",
+        "max_job_restart_s",
     ]
     assert list(s["scheduler"]) == ["rounds", "decision_ms_median", "decision_ms_max"]
     t = s["training"]
@@ -387,6 +389,8 @@ def test_summary_schema_and_values() -> None:
     assert t["makespan_s"] == pytest.approx(2550.0)
     assert t["avg_queue_s"] == pytest.approx((60.0 + 1320.0) / 2)
     assert t["restart_s"] == pytest.approx(60.0)
+    # Each job's first start costs 30 s and neither restarts.
+    assert (t["max_job_restarts"], t["max_job_restart_s"]) == (0, pytest.approx(30.0))
     assert s["scheduler"]["rounds"] == out.result.rounds == len(out.result.decision_ms)
     assert s["policy"] == "greedy" and s["workload"] == "wl"
 

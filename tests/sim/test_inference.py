@@ -276,3 +276,31 @@ def test_max_time_leaves_unfinished_tasks_without_an_end() -> None:
     s = res.summary("g", "w")["inference"]
     assert (s["tasks"], s["completed"], s["cold_starts"], s["avg_delay_s"]) == (2, 0, 1, 5.0)
     assert res.timeline[-1].t == res.end_time == 10.0
+
+
+@pytest.mark.parametrize("reserve", [False, True], ids=["lend-all", "reserve"])
+def test_the_lending_reserve_keeps_a_busy_services_replica_warm(reserve: bool) -> None:
+    # A task of one service every 90 s: its replica is SLEEP by every tick. DeepBoot
+    # lends it, so the next task reclaims a GPU (a cold start and a training
+    # resize); the reserve (rate over the last 120 s: mean >= 0.5 per interval, so
+    # P[no arrival] < 0.8) keeps it back, and every later task reuses it warm.
+    from deepboot.policies.lending import LendReserveConfig
+
+    tasks = [task(f"t{k}", 10.0 + 90.0 * k, 1.0) for k in range(8)]
+    res = run(
+        [job("j")],
+        tasks,
+        shape="2x2",
+        policy=Greedy(want=4),
+        inference_policy=ONE_POOL,
+        lend_reserve=LendReserveConfig(enabled=reserve, target=0.8, window_s=120.0),
+        max_time=900.0,
+        check_invariants=True,
+    )
+    s = res.summary("greedy", "w")
+    if reserve:
+        assert (s["cluster"]["reclaims"], s["inference"]["cold_starts"]) == (0, 1)
+        assert s["training"]["max_job_restarts"] == 0
+    else:
+        assert s["cluster"]["reclaims"] == s["inference"]["cold_starts"] - 1 == 7
+        assert s["training"]["max_job_restarts"] >= 7

@@ -14,12 +14,16 @@ from test_inference_builders import SERVICES, TINY_COLD, Greedy, job, run, task
 
 from deepboot.core import GpuState, Pool
 from deepboot.policies import inference
+from deepboot.policies.lending import LendReserveConfig
 from deepboot.policies.lifecycle import LifecycleConfig
 from deepboot.scheduler import Event, EventKind
 from deepboot.sim.engine import Simulation
 
 SERVABLE = frozenset({GpuState.FREE, GpuState.SLEEP, GpuState.LENT})
 """Inference-pool states a waiting task could be placed on at once."""
+
+RESERVE = LendReserveConfig(enabled=True, target=0.5, window_s=300.0)
+"""A reserve that keeps replicas back often on these short scenarios."""
 
 scenarios = st.fixed_dictionaries(
     {
@@ -33,6 +37,7 @@ scenarios = st.fixed_dictionaries(
         "shape": st.sampled_from([("2x2", 1), ("3x1", 1), ("3x2", 1)]),
         "want": st.integers(1, 6),
         "lifecycle": st.sampled_from([LifecycleConfig(), LifecycleConfig(factor=8.0)]),
+        "reserve": st.sampled_from([LendReserveConfig(), RESERVE]),
         "policy": st.sampled_from(["ats-i", "random", "lyra"]),
         "use_training_pool": st.booleans(),
     }
@@ -67,6 +72,7 @@ def test_no_task_waits_while_an_inference_gpu_is_free_sleep_or_lent(s: dict) -> 
         policy=Greedy(want=s["want"]),
         inference_policy=inference.create(s["policy"], use_training_pool=s["use_training_pool"]),
         lifecycle=s["lifecycle"],
+        lend_reserve=s["reserve"],
         lending=True,
         on_event=check,
     )

@@ -1,0 +1,134 @@
+"""Predictive lending: which idle inference GPUs to keep back from a training round.
+
+DeepBoot lends every FREE and SLEEP inference GPU at each tick (ALGORITHMS.md §2.4).
+On a trace where each service's tasks come every minute or two, that lends out the
+very replicas the next arrivals would reuse: the arrival then finds no warm replica
+and no FREE GPU, and ATS-I reclaims a lent GPU. Each reclaim costs a cold start for
+inference and two resizes for training (the shrink now and the re-growth at the next
+tick), each of which pauses every worker of the job. On ``small.csv`` that cycle is
+most of DeepBoot's restarts.
+
+The reserve keeps back, per service, as many idle replicas as its recent arrival rate
+says the next interval will need (beyond the replicas already RUNNING or PROTECT):
+
+* ``rate_s`` = arrivals of service s in the last ``window_s`` seconds / ``window_s``
+  (measured by the caller from what has arrived so far: no look-ahead);
+* ``need_s`` = the smallest n with ``P[Poisson(rate_s * horizon_s) <= n] >= target``;
+* keep ``need_s - (RUNNING + PROTECT replicas of s)`` of s's SLEEP replicas (GPU
+  order), and, when s has too few, that many FREE inference-pool GPUs for it.
+
+A service that is quiet (``P[no arrival] >= target``) keeps nothing back, so the
+reserve shrinks to zero when inference is idle, and training gets every GPU, as in
+DeepBoot. Pure: a function of the GPU views and the rates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from deepboot.core.cluster import Pool
+from deepboot.core.gpu import GpuState, GpuView
+from deepboot.policies.registry import require
+
+GpuId = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class LendReserveConfig:
+    """Parameters of the predictive lending reserve.
+
+    Attributes:
+        enabled: Keep idle replicas back from lending (False: DeepBoot's rule, lend
+            every FREE and SLEEP inference GPU).
+        target: Probability that the kept replicas cover a service's arrivals over
+            the horizon, in [0, 1). 0 keeps nothing back.
+        window_s: Seconds of arrivals the rate is measured over (> 0).
+        horizon_s: Seconds the reserve must cover; None means the scheduling
+            interval (a lent GPU is held at least until the next tick).
+    """
+
+    enabled: bool = False
+    target: float = 0.8
+    window_s: float = 600.0
+    horizon_s: float | None = None
+
+    def __post_init__(self) -> None:
+        require(0.0 <= self.target < 1.0, "target", f"must be in [0, 1); got {self.target}")
+        require(
+            math.isfinite(self.window_s) and self.window_s > 0,
+            "window_s",
+            f"must be a finite number > 0; got {self.window_s}",
+        )
+        require(
+            self.horizon_s is None or (math.isfinite(self.horizon_s) and self.horizon_s > 0),
+            "horizon_s",
+            f"must be a finite number > 0 or None; got {self.horizon_s}",
+        )
+
+
+def poisson_quantile(mean: float, target: float) -> int:
+    """The smallest n with ``P[Poisson(mean) <= n] >= target`` (0 for mean <= 0).
+
+    Raises:
+        ValueError: ``target`` is not in [0, 1) or ``mean`` is not finite.
+    """
+    if not 0.0 <= target < 1.0:
+        raise ValueError(f"target must be in [0, 1); got {target}")
+    if not math.isfinite(mean):
+        raise ValueError(f"mean must be finite; got {mean}")
+    if mean <= 0.0:
+        return 0
+    term = math.exp(-mean)
+    cdf, n = term, 0
+    while cdf < target:
+        n += 1
+        term *= mean / n
+        cdf += term
+    return n
+
+
+def reserved_gpus(
+    gpus: Iterable[GpuView],
+    rates: Mapping[str, float],
+    horizon_s: float,
+    config: LendReserveConfig,
+) -> frozenset[GpuId]:
+    """Idle inference-pool GPUs (SLEEP or FREE) to keep back from this training round.
+
+    Args:
+        gpus: Every GPU of the cluster (only inference-pool ones can be kept).
+        rates: Recent arrivals per second of each service (missing: 0).
+        horizon_s: Seconds the reserve must cover (used when ``config.horizon_s`` is
+            None), > 0.
+        config: The reserve's parameters.
+
+    Returns:
+        GPU ids to leave out of ``ClusterState.capacity``; empty when disabled.
+    """
+    if not config.enabled or config.target == 0.0:
+        return frozenset()
+    horizon = config.horizon_s if config.horizon_s is not None else horizon_s
+    pool = [g for g in gpus if g.pool is Pool.INFERENCE]
+    busy = Counter(
+        g.service for g in pool if g.state in (GpuState.RUNNING, GpuState.PROTECT) and g.service
+    )
+    sleeping: dict[str, list[GpuView]] = {}
+    for g in pool:
+        if g.state is GpuState.SLEEP and g.service:
+            sleeping.setdefault(g.service, []).append(g)
+    free = [g for g in pool if g.state is GpuState.FREE]
+    kept: list[GpuId] = []
+    deficit = 0
+    # Sorted services: the FREE GPUs go to the deficits in a deterministic order.
+    for service in sorted(rates):
+        need = poisson_quantile(rates[service] * horizon, config.target) - busy[service]
+        if need <= 0:
+            continue
+        mine = sorted(sleeping.get(service, []), key=lambda g: g.gpu_id)[:need]
+        kept.extend(g.gpu_id for g in mine)
+        deficit += need - len(mine)
+    kept.extend(g.gpu_id for g in sorted(free, key=lambda g: g.gpu_id)[:deficit])
+    return frozenset(kept)

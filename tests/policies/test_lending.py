@@ -1,0 +1,92 @@
+"""The predictive lending reserve (``deepboot.policies.lending``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
+
+from deepboot.core import GpuState, Pool
+from deepboot.core.errors import ConfigError
+from deepboot.core.gpu import GpuView
+from deepboot.policies.lending import LendReserveConfig, poisson_quantile, reserved_gpus
+
+ON = LendReserveConfig(enabled=True, target=0.8)
+
+
+def gpu(node: int, index: int, state: GpuState, service: str | None = None) -> GpuView:
+    pool = Pool.INFERENCE if node >= 1 else Pool.TRAINING
+    return GpuView(node, index, pool, state, service=service)
+
+
+@given(st.floats(0.0, 40.0), st.floats(0.0, 0.999))
+def test_poisson_quantile_matches_scipy(mean: float, target: float) -> None:
+    n = poisson_quantile(mean, target)
+    if mean == 0.0:
+        assert n == 0
+        return
+    # The smallest n whose CDF reaches the target (scipy's ppf, up to rounding at the
+    # boundary: the CDF at n reaches it and the CDF at n - 1 does not, to 1e-9).
+    assert stats.poisson.cdf(n, mean) >= target - 1e-9
+    if n > 0:
+        assert stats.poisson.cdf(n - 1, mean) < target + 1e-9
+
+
+def test_poisson_quantile_rejects_bad_targets() -> None:
+    with pytest.raises(ValueError, match="target"):
+        poisson_quantile(1.0, 1.0)
+    with pytest.raises(ValueError, match="mean"):
+        poisson_quantile(math.inf, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("field", "kwargs"),
+    [
+        ("target", {"target": 1.0}),
+        ("window_s", {"window_s": 0.0}),
+        ("horizon_s", {"horizon_s": -1.0}),
+    ],
+)
+def test_config_names_the_bad_field(field: str, kwargs: dict[str, float]) -> None:
+    with pytest.raises(ConfigError, match=field):
+        LendReserveConfig(enabled=True, **kwargs)  # type: ignore[arg-type]
+
+
+def test_disabled_or_quiet_services_keep_nothing() -> None:
+    gpus = [gpu(1, 0, GpuState.SLEEP, "a"), gpu(1, 1, GpuState.FREE)]
+    assert reserved_gpus(gpus, {"a": 1.0}, 60.0, LendReserveConfig()) == frozenset()
+    # One arrival in ten minutes: P[none in 60 s] = e^-0.1 = 0.90 >= 0.8.
+    assert reserved_gpus(gpus, {"a": 1 / 600}, 60.0, ON) == frozenset()
+    assert reserved_gpus(gpus, {}, 60.0, ON) == frozenset()
+
+
+def test_busy_service_keeps_its_sleep_replica_not_others() -> None:
+    gpus = [
+        gpu(0, 0, GpuState.FREE),  # training pool: never kept
+        gpu(1, 0, GpuState.SLEEP, "b"),
+        gpu(1, 1, GpuState.SLEEP, "a"),
+        gpu(1, 2, GpuState.SLEEP, "a"),
+        gpu(1, 3, GpuState.FREE),
+    ]
+    # Rate 1/60: mean 1 over 60 s, P[<= 1] = 0.74 < 0.8 <= P[<= 2] = 0.92: two kept.
+    assert reserved_gpus(gpus, {"a": 1 / 60}, 60.0, ON) == {(1, 1), (1, 2)}
+    # A replica already PROTECT covers one of the two.
+    protect = [*gpus, gpu(2, 0, GpuState.PROTECT, "a")]
+    assert reserved_gpus(protect, {"a": 1 / 60}, 60.0, ON) == {(1, 1)}
+
+
+def test_a_service_without_replicas_keeps_free_gpus() -> None:
+    gpus = [gpu(1, 0, GpuState.SLEEP, "b"), gpu(1, 1, GpuState.FREE), gpu(1, 2, GpuState.FREE)]
+    assert reserved_gpus(gpus, {"a": 1 / 60}, 60.0, ON) == {(1, 1), (1, 2)}
+    # The config's own horizon overrides the interval: mean 0.1 keeps nothing.
+    short = LendReserveConfig(enabled=True, target=0.8, horizon_s=6.0)
+    assert reserved_gpus(gpus, {"a": 1 / 60}, 60.0, short) == frozenset()
+
+
+def test_never_more_than_the_idle_gpus() -> None:
+    gpus = [gpu(1, 0, GpuState.FREE), gpu(1, 1, GpuState.LENT), gpu(1, 2, GpuState.RUNNING, "x")]
+    kept = reserved_gpus(gpus, {"a": 1.0, "b": 1.0}, 60.0, ON)
+    assert kept == {(1, 0)}
