@@ -5,7 +5,7 @@ Runs ``deepboot compare`` on DeepBoot's mixed workloads (``small.csv`` and
 the headline pair, the all-GPU limit and the ablations side by side:
 
     .venv/bin/python bench/deepboot_vs_baselines.py          # full matrix, both workloads (long)
-    .venv/bin/python bench/deepboot_vs_baselines.py --quick  # headline pair + limit, small.csv
+    .venv/bin/python bench/deepboot_vs_baselines.py --quick  # headline runs, small.csv
 
 The table, results.csv, figures and report.html land in ``--out``.
 """
@@ -27,19 +27,31 @@ from deepboot.cli.main import main as deepboot_main
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO.parent / "shared" / "traces"
 
-HEADLINE = ("deepboot=deepboot", "pollux-only=pollux:no-lending", "limit=pollux:no-inference")
+HEADLINE = (
+    "deepboot=deepboot",
+    # Ours beyond the paper: DeepBoot plus the predictive lending reserve.
+    "deepboot+=deepboot:reserve",
+    # The paper's baseline: Pollux on the training pool alone, with the cold restarts of
+    # a scheduler without AFE (as the reference artifact ran it).
+    "pollux-only=pollux:no-lending,no-afe",
+    "limit=pollux:no-inference",
+)
 ABLATIONS = (
+    "pollux-only-afe=pollux:no-lending,afe",
     "deepboot-noafe=deepboot:no-afe",
     "deepboot-nolifecycle=deepboot:no-lifecycle",
     "deepboot-random=deepboot:ats-i=random",
     "deepboot-lyra=deepboot:ats-i=lyra",
     "deepboot-p8=deepboot:protect-factor=8",
+    "deepboot+random=deepboot:reserve,ats-i=random",
+    # Each baseline without DeepBoot's parts (training pool only, cold restarts) and
+    # with them (ATS-I lending, lifecycle, AFE), as the paper's ablation reports them.
     "pollux-lending=pollux",
-    "afs-only=afs:no-lending",
+    "afs-only=afs:no-lending,no-afe",
     "afs-lending=afs",
-    "tiresias-only=tiresias:no-lending",
+    "tiresias-only=tiresias:no-lending,no-afe",
     "tiresias-lending=tiresias",
-    "optimus-only=optimus:no-lending",
+    "optimus-only=optimus:no-lending,no-afe",
     "optimus-lending=optimus",
     "lyra=lyra",
 )
@@ -49,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--quick", action="store_true", help="headline pair and limit on small.csv")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="the headline runs (deepboot, deepboot+, pollux-only, limit) on small.csv",
+    )
     ap.add_argument("--profiles", default=str(TRACES / "profiles"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "deepboot"))
     ap.add_argument("--procs", type=int, default=os.cpu_count() or 1)

@@ -68,17 +68,29 @@ def test_parse_run(text: str, expected: RunSpec) -> None:
         ("x=pollux:protect-factor=-1", "protect-factor must be a number"),
         ("x=pollux:protect-factor=abc", "protect-factor must be a number"),
         ("x=pollux:k=1,k=2", "repeated parameter"),
+        ("x=pollux:reserve,no-reserve", "reserve is set twice"),
+        ("x=pollux:reserve-target=-0.5", "reserve-target must be a number"),
         ("a/b=pollux", "letters, digits"),
         ("../x=pollux", "letters, digits"),
     ],
     ids=[
         "no-policy", "trailing-colon", "double-comma", "typo", "both-ways", "empty-ats-i",
-        "two-ats-i", "negative-factor", "nan-factor", "repeated-param", "slash", "dotdot",
+        "two-ats-i", "negative-factor", "nan-factor", "repeated-param", "two-reserves",
+        "negative-reserve", "slash", "dotdot",
     ],
 )  # fmt: skip
 def test_parse_run_errors_say_what_is_wrong(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         parse_run(text)
+
+
+def test_reserve_target_alone_turns_the_reserve_on() -> None:
+    from deepboot.cli.compare import sim_config
+
+    on = sim_config(parse_run("x=deepboot:reserve-target=0.9"), 60.0, 0, 8).lend_reserve
+    assert (on.enabled, on.target) == (True, 0.9)
+    assert sim_config(parse_run("x=deepboot:reserve"), 60.0, 0, 8).lend_reserve.target == 0.8
+    assert not sim_config(parse_run("x=deepboot"), 60.0, 0, 8).lend_reserve.enabled
 
 
 def test_command_line_is_canonical_and_shell_quoted() -> None:

@@ -73,7 +73,7 @@ run syntax:  --run NAME=POLICY[:FLAG,FLAG...]   (NAME= is optional)
   afe / no-afe      keep-alive resizes (AFE) or cold restarts for every change
   lifecycle         the replica lifecycle RUNNING -> PROTECT -> SLEEP
   no-lifecycle      idle replicas go straight to SLEEP (no protect time)
-  ats-i=NAME        inference placement policy: ats-i, random or lyra
+  ats-i=NAME        inference placement policy: ats-i, ats-i-pack, random or lyra
   protect-factor=X  scale the protect times by X
   reserve           predictive lending (ours, beyond the paper): keep back the idle
                     replicas the recent arrival rates say the next interval needs

@@ -134,7 +134,8 @@ def add_shared_cluster_flags(parser: argparse.ArgumentParser) -> None:
         dest="ats_i",
         choices=INFERENCE_POLICIES,
         default=None,
-        help="inference placement: ATS-I, random choice, or Lyra-style whole-node "
+        help="inference placement: ATS-I; ats-i-pack, ATS-I whose cold starts fill the "
+        "most fragmented node first (ours); random choice; or Lyra-style whole-node "
         "reclaim (default: lyra with --policy lyra, else ats-i)",
     )
 

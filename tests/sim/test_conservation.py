@@ -38,7 +38,7 @@ scenarios = st.fixed_dictionaries(
         "lending": st.booleans(),
         "lifecycle": st.sampled_from([LifecycleConfig(), LifecycleConfig(enabled=False)]),
         "reserve": st.sampled_from([LendReserveConfig(), RESERVE]),
-        "policy": st.sampled_from(["ats-i", "random", "lyra"]),
+        "policy": st.sampled_from(["ats-i", "ats-i-pack", "random", "lyra"]),
         "seed": st.integers(0, 3),
     }
 )

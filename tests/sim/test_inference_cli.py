@@ -57,6 +57,16 @@ def test_negative_protect_factor_is_a_config_error() -> None:
         shared_cluster_settings(parse("--protect-factor", "-1"), 8, "deepboot")
 
 
+def test_reserve_flags_become_the_lending_reserve() -> None:
+    from deepboot.policies.lending import LendReserveConfig
+
+    assert shared_cluster_settings(parse(), 8, "deepboot")["lend_reserve"] == LendReserveConfig()
+    got = shared_cluster_settings(parse("--reserve", "--reserve-target", "0.9"), 8, "deepboot")
+    assert got["lend_reserve"] == LendReserveConfig(enabled=True, target=0.9)
+    with pytest.raises(ConfigError, match="--reserve-target"):
+        shared_cluster_settings(parse("--reserve", "--reserve-target", "1.5"), 8, "deepboot")
+
+
 def test_unknown_ats_i_variant_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--workload", "w.csv", "--policy", "pollux", "--ats-i", "x"]) == 2
     assert "--ats-i" in capsys.readouterr().err

@@ -38,7 +38,7 @@ scenarios = st.fixed_dictionaries(
         "want": st.integers(1, 6),
         "lifecycle": st.sampled_from([LifecycleConfig(), LifecycleConfig(factor=8.0)]),
         "reserve": st.sampled_from([LendReserveConfig(), RESERVE]),
-        "policy": st.sampled_from(["ats-i", "random", "lyra"]),
+        "policy": st.sampled_from(["ats-i", "ats-i-pack", "random", "lyra"]),
         "use_training_pool": st.booleans(),
     }
 )

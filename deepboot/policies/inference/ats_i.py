@@ -8,7 +8,8 @@ Faithful to the reference artifact (``simulator.py`` for warm reuse,
    stays lendable), then GPU order.
 2. A FREE GPU, inference pool first, then the training pool; within a pool the node
    with the fewest training workers first (the artifact's ``node_priority``), then
-   GPU order.
+   GPU order. ``ats-i-pack`` (ours) takes the node with the fewest GPUs training
+   could use instead (:class:`~deepboot.policies.inference.candidates.ColdOrder`).
 3. Another service's SLEEP replica, evicted; same order.
 4. The single LENT GPU whose loss ``speedup_j(N, K) - speedup_j(N', K - 1)`` is least
    (the artifact's exhaustive search over one-GPU removals). Ties: the artifact's job
@@ -21,7 +22,6 @@ LENT GPUs are reclaimed (the training pool belongs to training).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
@@ -30,11 +30,11 @@ from deepboot.core.state import InferenceState
 from deepboot.policies.deepboot import reference_order
 from deepboot.policies.inference.base import InferencePlacement
 from deepboot.policies.inference.candidates import (
+    ColdOrder,
     PlacementConfig,
-    node_key,
+    cold_key,
     place_in_order,
     reclaim_losses,
-    training_workers,
 )
 from deepboot.policies.inference.registry import register
 
@@ -63,7 +63,11 @@ class AtsIPolicy:
     """ATS-I: warm reuse, FREE, evict SLEEP, then reclaim the least-loss lent GPU."""
 
     config: PlacementConfig = PlacementConfig()
-    name: ClassVar[str] = "ats-i"
+
+    @property
+    def name(self) -> str:
+        """``ats-i``, or ``ats-i-pack`` when its cold starts pack."""
+        return "ats-i-pack" if self.config.cold_order is ColdOrder.PACK else "ats-i"
 
     def place(
         self, state: InferenceState, service: str, rng: np.random.Generator
@@ -71,7 +75,7 @@ class AtsIPolicy:
         """Where a task of ``service`` runs now, or None; ``state`` is never mutated
         and ``rng`` is unused."""
         del rng
-        workers = training_workers(state)
+        key = cold_key(state, self.config.cold_order)
 
         def reclaim(lent: list[GpuView]) -> tuple[GpuView, tuple[GpuView, ...]]:
             g = least_loss(state, lent, self.config)
@@ -82,9 +86,17 @@ class AtsIPolicy:
             service,
             self.config,
             warm=most_hits,
-            cold=lambda gpus: min(gpus, key=node_key(workers)),
+            cold=lambda gpus: min(gpus, key=key),
             reclaim=reclaim,
         )
 
 
+@dataclass(frozen=True, slots=True)
+class PackedPlacementConfig(PlacementConfig):
+    """:class:`PlacementConfig` whose cold starts pack (the ``ats-i-pack`` defaults)."""
+
+    cold_order: ColdOrder = ColdOrder.PACK
+
+
 register("ats-i", lambda config: AtsIPolicy(config), PlacementConfig)
+register("ats-i-pack", lambda config: AtsIPolicy(config), PackedPlacementConfig)

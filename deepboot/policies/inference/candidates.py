@@ -13,6 +13,7 @@ Policies differ only in how they pick within a step and what a reclaim takes bac
 
 from __future__ import annotations
 
+import enum
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -34,6 +35,21 @@ FloatArray = npt.NDArray[np.float64]
 _WARM = (GpuState.PROTECT, GpuState.SLEEP)
 
 
+class ColdOrder(enum.Enum):
+    """Which FREE GPU (or evictable SLEEP replica) of a pool a cold start takes.
+
+    FEWEST_WORKERS: the node with the fewest training workers first (the artifact's
+        ``node_priority``): it spares the nodes training is using now, but it breaks
+        up a node that has just gone wholly free.
+    PACK: the node with the fewest GPUs training could use (FREE, SLEEP, TRAINING,
+        LENT) first: best fit for inference, so replicas fill the nodes inference
+        already fragments and whole nodes stay whole for multi-GPU jobs.
+    """
+
+    FEWEST_WORKERS = "fewest-workers"
+    PACK = "pack"
+
+
 @dataclass(frozen=True, slots=True)
 class PlacementConfig:
     """Parameters shared by the inference-placement policies.
@@ -46,11 +62,14 @@ class PlacementConfig:
             the inference pool alone.
         speedup_mode: Job mode of the speedups a reclaim's loss is measured with
             (DeepBoot: ADAPTIVE; pass the training policy's mode to match it).
+        cold_order: How ATS-I and Lyra placement pick a cold start's GPU within a
+            pool (the artifact: fewest training workers).
     """
 
     use_training_pool: bool = True
     isolate_pools_without_lending: bool = True
     speedup_mode: JobMode = JobMode.ADAPTIVE
+    cold_order: ColdOrder = ColdOrder.FEWEST_WORKERS
 
 
 def pools_in_order(state: InferenceState, cfg: PlacementConfig) -> tuple[Pool, ...]:
@@ -152,6 +171,21 @@ def node_key(workers: Counter[int]) -> Callable[[GpuView], tuple[int, int, int]]
 
     def key(g: GpuView) -> tuple[int, int, int]:
         return (workers[g.node_id], g.node_id, g.index)
+
+    return key
+
+
+_TRAINABLE = (GpuState.FREE, GpuState.SLEEP, GpuState.TRAINING, GpuState.LENT)
+
+
+def cold_key(state: InferenceState, order: ColdOrder) -> Callable[[GpuView], tuple[int, int, int]]:
+    """Sort key of a cold start's GPU under ``order`` (smallest first), then GPU order."""
+    if order is ColdOrder.FEWEST_WORKERS:
+        return node_key(training_workers(state))
+    usable = Counter(g.node_id for g in state.gpus if g.state in _TRAINABLE)
+
+    def key(g: GpuView) -> tuple[int, int, int]:
+        return (usable[g.node_id], g.node_id, g.index)
 
     return key
 

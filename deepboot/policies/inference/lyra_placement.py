@@ -24,9 +24,8 @@ from deepboot.policies.inference.ats_i import most_hits
 from deepboot.policies.inference.base import InferencePlacement
 from deepboot.policies.inference.candidates import (
     PlacementConfig,
-    node_key,
+    cold_key,
     place_in_order,
-    training_workers,
 )
 from deepboot.policies.inference.registry import register
 
@@ -52,13 +51,13 @@ class LyraPlacementPolicy:
         """Where a task of ``service`` runs now, or None; ``state`` is never mutated
         and ``rng`` is unused."""
         del rng
-        workers = training_workers(state)
+        key = cold_key(state, self.config.cold_order)
         return place_in_order(
             state,
             service,
             self.config,
             warm=most_hits,
-            cold=lambda gpus: min(gpus, key=node_key(workers)),
+            cold=lambda gpus: min(gpus, key=key),
             reclaim=whole_node,
         )
 

@@ -164,4 +164,4 @@ def test_inference_pool_only_never_touches_the_training_pool(
 
 
 def test_every_policy_is_registered() -> None:
-    assert POLICIES == ["ats-i", "lyra", "random"]
+    assert POLICIES == ["ats-i", "ats-i-pack", "lyra", "random"]

@@ -63,6 +63,23 @@ def test_free_gpus_inference_pool_first_on_the_node_with_fewest_workers() -> Non
     assert place(AtsIPolicy(), only_training_pool_free).gpu == (0, 0)  # type: ignore[union-attr]
 
 
+def test_ats_i_pack_fills_the_most_fragmented_node_first() -> None:
+    # Node 1 is wholly free; node 2 has one GPU left beside three replicas; node 3 has
+    # two GPUs training could use (one LENT, one FREE). No node has training workers
+    # but node 3, so the artifact's order takes node 1 and breaks it up; packing
+    # takes node 2's last GPU and keeps node 1 whole.
+    state = layout("T:a T:a", "F F F F", "R:s2 P:s3 S:s4 F", "L:a F R:s2 R:s2")
+    assert place(AtsIPolicy(), state).gpu == (1, 0)  # type: ignore[union-attr]
+    packed = inference.create("ats-i-pack")
+    assert place(packed, state) == InferencePlacement((2, 3), PlaceAction.COLD_FREE)
+    # The same order for evicting another service's SLEEP replica.
+    evict = layout("T:a T:a", "S:s2 S:s2 S:s2 S:s2", "R:s2 R:s3 S:s4 R:s3")
+    assert place(packed, evict) == InferencePlacement(
+        (2, 2), PlaceAction.COLD_EVICT, evicts=((2, 2),)
+    )
+    assert place(AtsIPolicy(), evict).gpu == (1, 0)  # type: ignore[union-attr]
+
+
 def test_free_beats_evicting_and_evicting_beats_reclaiming() -> None:
     state = layout("T:a F", "S:s2 L:a")
     assert place(AtsIPolicy(), state).action is PlaceAction.COLD_FREE  # type: ignore[union-attr]
