@@ -7,8 +7,8 @@ half of them running) and times ``DeepBootPolicy.allocate`` side by side:
   optimized from scratch, as after a refit);
 * warm: the same decision again (memos filled, as for jobs whose model did not change);
 * knapsack: the group-knapsack DP alone, on the values of that decision;
-* warm CPU: the CPU seconds of the warm decision (this process only: on a shared,
-  loaded machine wall times swell, CPU times much less).
+* cold CPU / warm CPU: the CPU seconds of those decisions (this process only: on a
+  shared, loaded machine wall times swell, CPU times much less).
 
 ``K`` is the largest ``max_replicas``: "mixed" draws each job's from {1, 2, 4, 8, 16, 32,
 64} (jobs that ran at few GPUs have a small cap, as in the simulator), "64" gives every
@@ -16,6 +16,7 @@ job the global cap, the DP's worst case.
 
     .venv/bin/python bench/ats_t_scale.py            # the full table (~1-2 min on 2 cores)
     .venv/bin/python bench/ats_t_scale.py --quick    # small sizes only
+    .venv/bin/python bench/ats_t_scale.py --size 4096x2000   # one size (repeatable)
 
 Not a test: nothing fails on a wall-clock figure.
 """
@@ -126,6 +127,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes only")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--size", action="append", metavar="GPUSxJOBS", help="only this size (repeatable)"
+    )
     args = parser.parse_args()
     sizes = (
         [(64, 100), (512, 500)]
@@ -138,22 +142,24 @@ def main() -> None:
             (4096, 2000),
         ]
     )
+    if args.size:
+        sizes = [(int(g), int(j)) for g, j in (size.lower().split("x") for size in args.size)]
     policy = DeepBootPolicy(DeepBootConfig())
     rng = np.random.default_rng(args.seed)
     table = Table(title="ATS-T decision time (seconds)")
-    cols = ("GPUs", "jobs", "K", "cold", "warm", "knapsack", "warm CPU", "GPUs given")
+    cols = ("GPUs", "jobs", "K", "cold", "warm", "knapsack", "cold CPU", "warm CPU", "GPUs given")
     for col in cols:
         table.add_column(col, justify="right")
     for gpus, num_jobs in sizes:
         for caps in ("mixed", "64"):
             state = make_snapshot(gpus, num_jobs, caps, args.seed + gpus + num_jobs)
-            cold, _ = timed(lambda s=state: policy.allocate(s, rng))
+            cold, cold_cpu = timed(lambda s=state: policy.allocate(s, rng))
             warm, warm_cpu = timed(lambda s=state: policy.allocate(s, rng))
             dp, _ = knapsack_only(state)
             given = sum(p.num_replicas for p in policy.allocate(state, rng).values())
-            row = (cold, warm, dp, warm_cpu)
+            row = (cold, warm, dp, cold_cpu, warm_cpu)
             table.add_row(str(gpus), str(num_jobs), caps, *(f"{x:.3f}" for x in row), str(given))
-    Console().print(table)
+    Console(width=max(Console().width, 110)).print(table)
 
 
 if __name__ == "__main__":

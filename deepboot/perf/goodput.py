@@ -4,6 +4,10 @@ All functions are pure and vectorized: arguments broadcast like NumPy arithmetic
 every result is an ``ndarray`` of the broadcast shape (0-d for scalar inputs; use
 ``float(x)`` / ``int(x)`` to unwrap).
 
+:meth:`GoodputModel.optimize` scores candidate batches that depend only on the batch
+limits and K; it reads them from tables cached per limits (an internal memo that never
+changes a result: it equals :meth:`GoodputModel.optimize_reference` bit for bit).
+
 The formulas are those of ALGORITHMS.md §1::
 
     T_grad(m)   = alpha_c + beta_c * m
@@ -156,6 +160,233 @@ def fixed_batch_split_array(
     return atomic.astype(np.int64), accum.astype(np.int64)
 
 
+def _candidates(
+    lim: BatchLimits, k: IntArray, accumulation: bool, force_div: bool = False
+) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+    """The candidate split of every total batch :meth:`GoodputModel.optimize` tries.
+
+    Args:
+        lim: The batch limits.
+        k: Replica counts, shape (P,).
+        accumulation: Allow gradient accumulation.
+        force_div: Make ``np.geomspace`` take its ``step == 0`` arithmetic for every
+            column, as it does whenever one column of the call has lo == hi (an extra
+            such column is appended, then dropped).
+
+    Returns:
+        ``(atomic, accum, feasible)``: float arrays of shape (NUM_CANDIDATES, P), one
+        column per replica count, and the (P,) mask of counts with a feasible batch.
+    """
+    kf = k.astype(np.float64)
+    lo = np.maximum(float(lim.init_batch_size), lim.min_local_bsz * kf)
+    feasible = lo <= lim.max_batch_size
+    hi = np.full_like(lo, float(lim.max_batch_size))
+    lo = np.minimum(lo, hi)
+    if force_div:
+        top = np.full(1, float(lim.max_batch_size))
+        batch = np.geomspace(
+            np.concatenate((lo, top)), np.concatenate((hi, top)), NUM_CANDIDATES, axis=0
+        )[:, :-1]
+    else:
+        # (NUM_CANDIDATES, P): one column per query.
+        batch = np.geomspace(lo, hi, NUM_CANDIDATES, axis=0)
+    local = batch / kf
+    if accumulation:
+        accum = np.ceil(local / lim.max_local_bsz - _EPS) - 1
+        accum = np.maximum(accum, 0)
+        # One replica estimates gradient noise from micro-batches, so it needs >= 2.
+        needs_two = (k == 1) & (local > lim.init_batch_size + _EPS)
+        accum = np.where(needs_two, np.maximum(accum, 1), accum)
+    else:
+        accum = np.zeros_like(local)
+    atomic = np.ceil(local / (accum + 1) - _EPS)
+    return atomic, accum, feasible
+
+
+def _geomspace_step_zero(lim: BatchLimits, k: IntArray) -> npt.NDArray[np.bool_]:
+    """Whether ``np.geomspace`` sees a zero step in the column of each replica count.
+
+    Mirrors ``np.linspace`` on the logs of lo and hi (delta / (num - 1) == 0): one such
+    column in a call switches the arithmetic of all of them (NumPy's denormal guard).
+    """
+    lo = np.maximum(float(lim.init_batch_size), lim.min_local_bsz * k.astype(np.float64))
+    hi = np.full_like(lo, float(lim.max_batch_size))
+    lo = np.minimum(lo, hi)
+    delta = np.subtract(np.log10(hi), np.log10(lo), dtype=np.float64)
+    return np.asarray(delta / (NUM_CANDIDATES - 1) == 0, dtype=np.bool_)
+
+
+_TABLE_MAX_K = 4096
+"""Largest replica count the shared candidate tables cover (beyond: the reference)."""
+
+
+def _last_feasible(lim: BatchLimits) -> int | None:
+    """The largest K with a feasible batch (0 if none), or None when every K has one."""
+    if float(lim.init_batch_size) > lim.max_batch_size:
+        return 0
+    if lim.min_local_bsz <= 0:
+        return None
+    last = lim.max_batch_size // lim.min_local_bsz
+    # Feasibility is lim.min_local_bsz * float(K) <= max_batch_size, as in _candidates.
+    while last > 0 and lim.min_local_bsz * float(last) > lim.max_batch_size:
+        last -= 1
+    while lim.min_local_bsz * float(last + 1) <= lim.max_batch_size:
+        last += 1
+    return last
+
+
+@dataclass(frozen=True, slots=True)
+class _CandidateTable:
+    """The candidates of :meth:`GoodputModel.optimize` for K = 1..kmax, per limits.
+
+    ``np.geomspace`` computes a column's batches one of two ways depending on whether
+    some column of the same call has lo == hi, so each K has two rows: row K (the usual
+    arithmetic) and row ``offset + K`` (the lo == hi arithmetic). Rows 0 and ``offset``
+    stand for every K > kmax, which then has no feasible batch (kmax is the last
+    feasible K, or the table is extended before such a K is queried).
+
+    Columns are the NUM_CANDIDATES candidates, in the order optimize tries them.
+    """
+
+    kmax: int
+    complete: bool
+    """Every K > kmax has no feasible batch."""
+    atomic: FloatArray
+    """(2 * offset, NUM_CANDIDATES) micro-batch of each candidate."""
+    accum: FloatArray
+    """Accumulation steps of each candidate."""
+    total: FloatArray
+    """K * atomic * (accum + 1): the total batch each candidate really runs."""
+    valid: npt.NDArray[np.bool_]
+    """Feasible K and micro-batch within [min_local_bsz, max_local_bsz]."""
+    feasible: npt.NDArray[np.bool_]
+    """(2 * offset,) whether the row's K has a feasible batch."""
+    step_zero: npt.NDArray[np.bool_]
+    """(2 * offset,) whether the row's K alone makes geomspace see a zero step."""
+    retro: FloatArray
+    """(2 * offset,) max(K - 2, 0), the replicas past the first two (sync_time)."""
+    multi: npt.NDArray[np.bool_]
+    """(2 * offset,) K > 1."""
+
+    @property
+    def offset(self) -> int:
+        return self.kmax + 1
+
+    @staticmethod
+    def build(lim: BatchLimits, accumulation: bool, kmax: int, complete: bool) -> _CandidateTable:
+        ks = np.arange(1, kmax + 1, dtype=np.int64)
+        zero = _geomspace_step_zero(lim, ks)
+        div_atomic, div_accum, feasible = _candidates(lim, ks, accumulation, force_div=True)
+        step_atomic, step_accum = div_atomic.copy(), div_accum.copy()
+        if not zero.all():
+            # Columns that never force the zero-step arithmetic, in one call of their own.
+            a, s, _ = _candidates(lim, ks[~zero], accumulation)
+            step_atomic[:, ~zero], step_accum[:, ~zero] = a, s
+        # Rows 0 / offset: any K past kmax (infeasible; never scored).
+        one = np.ones((NUM_CANDIDATES, 1))
+        nil = np.zeros((NUM_CANDIDATES, 1))
+        atomic = np.ascontiguousarray(np.hstack((one, step_atomic, one, div_atomic)).T)
+        accum = np.ascontiguousarray(np.hstack((nil, step_accum, nil, div_accum)).T)
+        k_rows = np.concatenate(([1], ks, [1], ks))
+        # As GoodputModel.goodput: (K * m) * (s + 1), in float.
+        total = k_rows.astype(np.float64)[:, None] * atomic * (accum + 1)
+        feas = np.concatenate(([False], feasible, [False], feasible))
+        valid = (atomic >= lim.min_local_bsz) & (atomic <= lim.max_local_bsz) & feas[:, None]
+        return _CandidateTable(
+            kmax=kmax,
+            complete=complete,
+            atomic=atomic,
+            accum=accum,
+            total=total,
+            valid=valid,
+            feasible=feas,
+            step_zero=np.concatenate(([True], zero, [True], zero)),
+            retro=np.maximum(k_rows - 2, 0).astype(np.float64),
+            multi=k_rows > 1,
+        )
+
+    def lookup(self, k: IntArray, top: int) -> IntArray:
+        """Rows of queries K (each >= 1, the largest ``top``) scored in one optimize call.
+
+        The rows use the arithmetic ``np.geomspace`` picks for all of the call's columns.
+        The result may be ``k`` itself: never write to it.
+        """
+        rows = k if top <= self.kmax else np.where(k <= self.kmax, k, 0)
+        return rows + self.offset if self.step_zero[rows].any() else rows
+
+    def scores(self, model: GoodputModel, n: IntArray, rows: IntArray) -> FloatArray:
+        """Goodput of every candidate of the queries (n, rows), 0 where invalid.
+
+        The operations of :meth:`GoodputModel.goodput` element by element, hence the
+        same values as :meth:`GoodputModel.optimize_reference` scores.
+
+        Returns:
+            Shape (P, NUM_CANDIDATES) for the P queries.
+        """
+        perf = model.perf
+        m = self.atomic[rows]
+        total = self.total[rows]
+        t_grad = perf.alpha_c + perf.beta_c * m
+        # sync_time: only whether N > 1 (and K) matter.
+        retro = self.retro[rows]
+        intra = np.where(self.multi[rows], perf.alpha_r + perf.beta_r * retro, 0.0)
+        t_sync = np.where(n > 1, perf.alpha_n + perf.beta_n * retro, intra)[:, None]
+        g = perf.gamma
+        with np.errstate(divide="ignore"):
+            log_sum = np.logaddexp(g * np.log(t_grad), g * np.log(t_sync))
+        step = np.where(t_sync > 0, np.exp(log_sum / g), t_grad)
+        good = total / (step + self.accum[rows] * t_grad)
+        grad = model.grad
+        if grad.sqr > 0.0 and math.isfinite(grad.sqr):
+            m0 = float(model.limits.init_batch_size)
+            phi = m0 * max(grad.var, 0.0) / grad.sqr
+            good = good * ((phi + m0) / (phi + total))
+        return np.where(self.valid[rows], good, 0.0)
+
+
+_TABLES: dict[tuple[BatchLimits, bool], _CandidateTable] = {}
+"""Candidate tables by (limits, accumulation); cleared when it holds 256."""
+
+
+def _fast_table(lim: BatchLimits, accumulation: bool, low: int, top: int) -> _CandidateTable | None:
+    """The shared candidate table covering replica counts ``low``..``top``, or None
+    outside its domain (K below 1, non-positive limits, a feasible K past _TABLE_MAX_K).
+    """
+    if low < 1:
+        return None
+    key = (lim, accumulation)
+    table = _TABLES.get(key)
+    if table is not None and (top <= table.kmax or table.complete):
+        return table
+    if min(lim.init_batch_size, lim.max_batch_size, lim.max_local_bsz) < 1:
+        return None
+    last = _last_feasible(lim)
+    need = top if last is None else min(top, last)
+    if need > _TABLE_MAX_K:
+        return None
+    kmax = max(2 * need, 64, 0 if table is None else table.kmax)
+    if last is not None:
+        kmax = min(kmax, last)
+    kmax = max(min(kmax, _TABLE_MAX_K), need)
+    if len(_TABLES) >= 256:
+        _TABLES.clear()
+    table = _CandidateTable.build(lim, accumulation, kmax, last is not None and kmax == last)
+    _TABLES[key] = table
+    return table
+
+
+def _flat_queries(
+    num_nodes: ArrayLike, num_replicas: ArrayLike
+) -> tuple[tuple[int, ...], IntArray, IntArray]:
+    """(broadcast shape, N flattened, K flattened), both int64."""
+    n_in = np.asarray(num_nodes, dtype=np.int64)
+    k_in = np.asarray(num_replicas, dtype=np.int64)
+    if n_in.shape == k_in.shape:
+        return n_in.shape, n_in.ravel(), k_in.ravel()
+    shape = np.broadcast(n_in, k_in).shape
+    return shape, np.broadcast_to(n_in, shape).ravel(), np.broadcast_to(k_in, shape).ravel()
+
+
 @dataclass(frozen=True, slots=True)
 class GoodputModel:
     """One job's goodput model: fitted throughput, gradient statistics, batch limits.
@@ -225,6 +456,10 @@ class GoodputModel:
         K * min_local_bsz > max_batch_size no batch is feasible: goodput is 0,
         atomic_bsz = max(1, max_batch_size // K) and accum_steps = 0.
 
+        The result is bit-for-bit that of :meth:`optimize_reference`; the candidates,
+        which depend only on the limits and K, come from a table shared by every model
+        with the same limits, so only the goodput of each candidate is computed here.
+
         Args:
             num_nodes: N >= 1, broadcast with ``num_replicas``.
             num_replicas: K >= N.
@@ -233,27 +468,70 @@ class GoodputModel:
         Returns:
             ``(goodput, atomic_bsz, accum_steps)``, arrays of the broadcast shape.
         """
+        shape, n, k = _flat_queries(num_nodes, num_replicas)
+        top = int(k.max()) if k.size else 0
+        table = _fast_table(self.limits, accumulation, int(k.min()), top) if k.size else None
+        if table is None:
+            return self.optimize_reference(num_nodes, num_replicas, accumulation)
+        rows = table.lookup(k, top)
+        good = table.scores(self, n, rows)
+        best = np.argmax(good, axis=1)
+        out_good = good[np.arange(rows.size), best]
+        atomic = table.atomic[rows, best].astype(np.int64)
+        accum = table.accum[rows, best].astype(np.int64)
+        feasible = table.feasible[rows]
+        if not feasible.all():
+            fallback = np.maximum(self.limits.max_batch_size // np.maximum(k, 1), 1)
+            atomic = np.where(feasible, atomic, fallback)
+            accum = np.where(feasible, accum, 0)
+        return out_good.reshape(shape), atomic.reshape(shape), accum.reshape(shape)
+
+    def optimize_with_base(
+        self,
+        num_nodes: ArrayLike,
+        num_replicas: ArrayLike,
+        accumulation: bool = True,
+    ) -> tuple[float, FloatArray]:
+        """``optimize(1, 1)`` and ``optimize(num_nodes, num_replicas)`` goodputs in one pass.
+
+        Returns:
+            ``(float(optimize(1, 1, accumulation)[0]),
+            optimize(num_nodes, num_replicas, accumulation)[0])``, bit for bit.
+        """
+        shape, n, k = _flat_queries(num_nodes, num_replicas)
+        # Range of K over the queries and the (1, 1) one.
+        top = max(int(k.max()), 1) if k.size else 1
+        low = min(int(k.min()), 1) if k.size else 1
+        table = _fast_table(self.limits, accumulation, low, top)
+        if table is None:
+            base, _, _ = self.optimize(1, 1, accumulation)
+            good, _, _ = self.optimize(num_nodes, num_replicas, accumulation)
+            return float(base), good
+        # Row 0 is the (1, 1) query, the rest the batch: each in the arithmetic of its
+        # own optimize call.
+        unit = np.ones(1, dtype=np.int64)
+        rows = np.concatenate((table.lookup(unit, 1), table.lookup(k, top)))
+        good = table.scores(self, np.concatenate((unit, n)), rows)
+        best = good[np.arange(rows.size), np.argmax(good, axis=1)]
+        return float(best[0]), best[1:].reshape(shape)
+
+    def optimize_reference(
+        self,
+        num_nodes: ArrayLike,
+        num_replicas: ArrayLike,
+        accumulation: bool = True,
+    ) -> tuple[FloatArray, IntArray, IntArray]:
+        """The straightforward :meth:`optimize`: every candidate built and scored per call.
+
+        Same contract and results as :meth:`optimize`; kept as its specification (the
+        tests compare the two) and as its fallback outside the shared tables' domain
+        (no query, some K < 1, a limit below 1, a feasible K past 4096).
+        """
         lim = self.limits
         shape = np.broadcast(np.asarray(num_nodes), np.asarray(num_replicas)).shape
         n = np.broadcast_to(np.asarray(num_nodes, dtype=np.int64), shape).ravel()
         k = np.broadcast_to(np.asarray(num_replicas, dtype=np.int64), shape).ravel()
-        kf = k.astype(np.float64)
-        lo = np.maximum(float(lim.init_batch_size), lim.min_local_bsz * kf)
-        feasible = lo <= lim.max_batch_size
-        hi = np.full_like(lo, float(lim.max_batch_size))
-        lo = np.minimum(lo, hi)
-        # (NUM_CANDIDATES, P): one column per query.
-        batch = np.geomspace(lo, hi, NUM_CANDIDATES, axis=0)
-        local = batch / kf
-        if accumulation:
-            accum = np.ceil(local / lim.max_local_bsz - _EPS) - 1
-            accum = np.maximum(accum, 0)
-            # One replica estimates gradient noise from micro-batches, so it needs >= 2.
-            needs_two = (k == 1) & (local > lim.init_batch_size + _EPS)
-            accum = np.where(needs_two, np.maximum(accum, 1), accum)
-        else:
-            accum = np.zeros_like(local)
-        atomic = np.ceil(local / (accum + 1) - _EPS)
+        atomic, accum, feasible = _candidates(lim, k, accumulation)
         good = self.goodput(n, k, atomic, accum)
         valid = (atomic >= lim.min_local_bsz) & (atomic <= lim.max_local_bsz) & feasible
         good = np.where(valid, good, 0.0)

@@ -36,10 +36,15 @@ def _as_pairs(
     """Broadcast and flatten; validate 0 <= N <= K and (N == 0) == (K == 0)."""
     n_in = np.asarray(num_nodes, dtype=np.int64)
     k_in = np.asarray(num_replicas, dtype=np.int64)
-    shape = np.broadcast(n_in, k_in).shape
-    n = np.broadcast_to(n_in, shape).ravel()
-    k = np.broadcast_to(k_in, shape).ravel()
-    if np.any(n < 0) or np.any(n > k) or np.any((n == 0) != (k == 0)):
+    if n_in.shape == k_in.shape:
+        shape = n_in.shape
+        n, k = n_in.ravel(), k_in.ravel()
+    else:
+        shape = np.broadcast(n_in, k_in).shape
+        n = np.broadcast_to(n_in, shape).ravel()
+        k = np.broadcast_to(k_in, shape).ravel()
+    # Given N <= K, "N >= 0 and (N == 0) == (K == 0)" is N >= (1 if K > 0 else 0).
+    if n.size and ((n > k) | (n < (k > 0))).any():
         raise ValueError("speedup needs 0 <= num_nodes <= num_replicas, both 0 or both > 0")
     return shape, n, k
 
@@ -54,6 +59,8 @@ class SpeedupModel:
     """Optimized-goodput speedup over (1 node, 1 replica), memoized per (N, K).
 
     Not thread-safe (the memo grows in place); otherwise behaves as a pure function.
+    Values equal ``optimize(N, K)[0] / optimize(1, 1)[0]`` bit for bit (K when that
+    denominator is not positive); the first call computes it along with its queries.
 
     Args:
         model: The job's goodput model.
@@ -65,11 +72,10 @@ class SpeedupModel:
     def __init__(self, model: GoodputModel, accumulation: bool = True) -> None:
         self._model = model
         self._accumulation = accumulation
-        base, _, _ = model.optimize(1, 1, accumulation=accumulation)
-        self._base = float(base)
+        # optimize(1, 1), computed with the first query (one vectorized pass for both).
+        self._base: float | None = None
         # _memo[n, k] = speedup, or -1 when not computed yet; grown on demand.
-        self._memo: FloatArray = np.full((5, 9), -1.0)
-        self._memo[0, 0] = 0.0
+        self._memo: FloatArray = np.full((1, 1), 0.0)
 
     @property
     def model(self) -> GoodputModel:
@@ -95,14 +101,22 @@ class SpeedupModel:
         self._grow(int(n.max()), int(k.max()))
         out = self._memo[n, k]
         missing = out < 0
-        if np.any(missing):
-            pairs = np.unique(np.stack([n[missing], k[missing]]), axis=1)
-            good, _, _ = self._model.optimize(pairs[0], pairs[1], self._accumulation)
+        if missing.any():
+            # Repeated pairs are scored twice (same value): cheaper than deduplicating.
+            fresh = missing.all()
+            n_new, k_new = (n, k) if fresh else (n[missing], k[missing])
+            if self._base is None:
+                base, good = self._model.optimize_with_base(n_new, k_new, self._accumulation)
+                self._base = base
+            else:
+                good, _, _ = self._model.optimize(n_new, k_new, self._accumulation)
             # A degenerate model with zero base goodput falls back to linear scaling.
-            linear = pairs[1].astype(np.float64)
-            values = good / self._base if self._base > 0 else linear
-            self._memo[pairs[0], pairs[1]] = values
-            out = self._memo[n, k]
+            values = good / self._base if self._base > 0 else k_new.astype(np.float64)
+            self._memo[n_new, k_new] = values
+            if fresh:
+                out = values
+            else:
+                out[missing] = values
         return out.reshape(shape)
 
 
