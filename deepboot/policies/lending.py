@@ -4,22 +4,26 @@ DeepBoot lends every FREE and SLEEP inference GPU at each tick (ALGORITHMS.md §
 On a trace where each service's tasks come every minute or two, that lends out the
 very replicas the next arrivals would reuse: the arrival then finds no warm replica
 and no FREE GPU, and ATS-I reclaims a lent GPU. Each reclaim costs a cold start for
-inference and two resizes for training (the shrink now and the re-growth at the next
-tick), each of which pauses every worker of the job. On ``small.csv`` that cycle is
-most of DeepBoot's restarts.
+inference and a resize for training that pauses every worker of the job, and ATS-I's
+least-loss rule takes them from the same large jobs again and again: on ``small.csv``
+that cycle is half of DeepBoot's restarts, and one job restarts 268 times.
 
-The reserve keeps back, per service, as many idle replicas as its recent arrival rate
-says the next interval will need (beyond the replicas already RUNNING or PROTECT):
+The reserve keeps back, per service s, the replicas its recent load says an arrival
+will find busy, and only for services likely to see an arrival before the next tick:
 
-* ``rate_s`` = arrivals of service s in the last ``window_s`` seconds / ``window_s``
-  (measured by the caller from what has arrived so far: no look-ahead);
-* ``need_s`` = the smallest n with ``P[Poisson(rate_s * horizon_s) <= n] >= target``;
-* keep ``need_s - (RUNNING + PROTECT replicas of s)`` of s's SLEEP replicas (GPU
+* ``rate_s``: arrivals in the last ``window_s`` seconds / ``window_s``;
+  ``duration_s``: the mean run time of its recently finished tasks (both measured by
+  the caller from the past only);
+* if ``P[no arrival within the horizon] = exp(-rate_s * horizon) >= target`` the
+  service is quiet: keep nothing;
+* else an arrival sees ``Poisson(rate_s * duration_s)`` tasks running (M/G/inf,
+  arrivals see time averages), so ``r_s = q + 1`` replicas serve it warm with
+  probability ``target``, q the ``target`` quantile of that Poisson;
+* keep ``r_s - (RUNNING + PROTECT replicas of s)`` of s's SLEEP replicas (GPU
   order), and, when s has too few, that many FREE inference-pool GPUs for it.
 
-A service that is quiet (``P[no arrival] >= target``) keeps nothing back, so the
-reserve shrinks to zero when inference is idle, and training gets every GPU, as in
-DeepBoot. Pure: a function of the GPU views and the rates.
+When inference is idle the reserve is empty and training gets every GPU, as in
+DeepBoot. Pure: a function of the GPU views and the measured loads.
 """
 
 from __future__ import annotations
@@ -43,9 +47,11 @@ class LendReserveConfig:
     Attributes:
         enabled: Keep idle replicas back from lending (False: DeepBoot's rule, lend
             every FREE and SLEEP inference GPU).
-        target: Probability that the kept replicas cover a service's arrivals over
-            the horizon, in [0, 1). 0 keeps nothing back.
-        window_s: Seconds of arrivals the rate is measured over (> 0).
+        target: In [0, 1). A service is kept warm when it sees an arrival before the
+            next tick with probability above ``1 - target``, and then with enough
+            replicas that an arrival finds one idle with probability ``target``.
+            0 keeps nothing back.
+        window_s: Seconds of history the rates and durations are measured over (> 0).
         horizon_s: Seconds the reserve must cover; None means the scheduling
             interval (a lent GPU is held at least until the next tick).
     """
@@ -90,9 +96,29 @@ def poisson_quantile(mean: float, target: float) -> int:
     return n
 
 
+@dataclass(frozen=True, slots=True)
+class ServiceLoad:
+    """Recent load of one inference service, measured from the past only.
+
+    Attributes:
+        rate: Arrivals per second (>= 0).
+        duration_s: Mean run time of a task, seconds (>= 0; 0 when none finished).
+    """
+
+    rate: float
+    duration_s: float = 0.0
+
+
+def replicas_needed(load: ServiceLoad, horizon_s: float, target: float) -> int:
+    """Replicas of a service to hold warm (see the module docstring); 0 when quiet."""
+    if load.rate <= 0.0 or math.exp(-load.rate * horizon_s) >= target:
+        return 0
+    return poisson_quantile(load.rate * load.duration_s, target) + 1
+
+
 def reserved_gpus(
     gpus: Iterable[GpuView],
-    rates: Mapping[str, float],
+    loads: Mapping[str, ServiceLoad],
     horizon_s: float,
     config: LendReserveConfig,
 ) -> frozenset[GpuId]:
@@ -100,7 +126,7 @@ def reserved_gpus(
 
     Args:
         gpus: Every GPU of the cluster (only inference-pool ones can be kept).
-        rates: Recent arrivals per second of each service (missing: 0).
+        loads: Recent load of each service (missing: quiet).
         horizon_s: Seconds the reserve must cover (used when ``config.horizon_s`` is
             None), > 0.
         config: The reserve's parameters.
@@ -123,8 +149,8 @@ def reserved_gpus(
     kept: list[GpuId] = []
     deficit = 0
     # Sorted services: the FREE GPUs go to the deficits in a deterministic order.
-    for service in sorted(rates):
-        need = poisson_quantile(rates[service] * horizon, config.target) - busy[service]
+    for service in sorted(loads):
+        need = replicas_needed(loads[service], horizon, config.target) - busy[service]
         if need <= 0:
             continue
         mine = sorted(sleeping.get(service, []), key=lambda g: g.gpu_id)[:need]

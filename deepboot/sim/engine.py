@@ -364,8 +364,8 @@ class Simulation:
             reserved: frozenset[tuple[int, int]] = frozenset()
             reserve = self.config.lend_reserve
             if self._lending and reserve.enabled and self.serving is not None:
-                rates = self.serving.arrival_rates(now, reserve.window_s)
-                reserved = reserved_gpus(views, rates, self.config.interval, reserve)
+                loads = self.serving.service_loads(now, reserve.window_s)
+                reserved = reserved_gpus(views, loads, self.config.interval, reserve)
             capacity = lendable_capacity(self.cluster, views, self._lending, reserved)
         else:
             capacity = training_capacity(self.cluster)

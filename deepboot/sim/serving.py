@@ -25,6 +25,7 @@ from deepboot.core.gpu import GpuState
 from deepboot.core.jobs import InferenceTaskSpec
 from deepboot.core.state import InferenceState, JobView
 from deepboot.policies.inference import InferencePlacement, PlaceAction
+from deepboot.policies.lending import ServiceLoad
 from deepboot.policies.lifecycle import LifecycleConfig, protect_time
 from deepboot.scheduler.events import Event, EventKind
 from deepboot.scheduler.inference import InferenceScheduler
@@ -123,6 +124,7 @@ class Serving:
         self._job_views = job_views
         self._waiting: list[SimTask] = []
         self._arrivals: dict[str, deque[float]] = {}
+        self._runs: dict[str, deque[tuple[float, float]]] = {}
         self.reclaim_times: list[float] = []
         self.finished = 0
 
@@ -153,17 +155,22 @@ class Serving:
         if not self._try(task, now):
             self._waiting.append(task)
 
-    def arrival_rates(self, now: float, window_s: float) -> dict[str, float]:
-        """Arrivals per second of each service over ``(now - window_s, now]``, from the
-        tasks that have arrived so far (services with none in the window are left out).
-        """
-        rates: dict[str, float] = {}
+    def service_loads(self, now: float, window_s: float) -> dict[str, ServiceLoad]:
+        """Each service's load over ``(now - window_s, now]``, from the past only:
+        arrivals per second, and the mean run time of the tasks that finished
+        (services with no arrival in the window are left out)."""
+        loads: dict[str, ServiceLoad] = {}
+        since = now - window_s
         for service, times in self._arrivals.items():
-            while times and times[0] <= now - window_s:
+            while times and times[0] <= since:
                 times.popleft()
+            runs = self._runs.get(service, deque())
+            while runs and runs[0][0] <= since:
+                runs.popleft()
             if times:
-                rates[service] = len(times) / window_s
-        return rates
+                mean = sum(d for _, d in runs) / len(runs) if runs else 0.0
+                loads[service] = ServiceLoad(len(times) / window_s, mean)
+        return loads
 
     def finish(self, name: str, now: float) -> None:
         """A task ends: its replica goes RUNNING -> PROTECT (-> SLEEP at once when the
@@ -173,6 +180,8 @@ class Serving:
         assert gpu is not None and gpu.state is GpuState.RUNNING
         task.done = True
         self.finished += 1
+        if task.start is not None:
+            self._runs.setdefault(task.spec.service, deque()).append((now, now - task.start))
         board = self.board
         hold = protect_time(gpu.hits, self.lifecycle)
         board.move(gpu, GpuState.PROTECT)

@@ -12,7 +12,13 @@ from scipy import stats
 from deepboot.core import GpuState, Pool
 from deepboot.core.errors import ConfigError
 from deepboot.core.gpu import GpuView
-from deepboot.policies.lending import LendReserveConfig, poisson_quantile, reserved_gpus
+from deepboot.policies.lending import (
+    LendReserveConfig,
+    ServiceLoad,
+    poisson_quantile,
+    replicas_needed,
+    reserved_gpus,
+)
 
 ON = LendReserveConfig(enabled=True, target=0.8)
 
@@ -55,38 +61,53 @@ def test_config_names_the_bad_field(field: str, kwargs: dict[str, float]) -> Non
         LendReserveConfig(enabled=True, **kwargs)  # type: ignore[arg-type]
 
 
+def load(rate: float, duration_s: float = 5.0) -> ServiceLoad:
+    return ServiceLoad(rate, duration_s)
+
+
+def test_replicas_needed_follows_the_concurrency_an_arrival_sees() -> None:
+    # One arrival in ten minutes: P[none in 60 s] = e^-0.1 = 0.90 >= 0.8: quiet.
+    assert replicas_needed(load(1 / 600), 60.0, 0.8) == 0
+    # One a minute of 5 s tasks: mean 1/12 running, P[0] = 0.92 >= 0.8: one replica.
+    assert replicas_needed(load(1 / 60), 60.0, 0.8) == 1
+    # Mean 1 running: P[<= 1] = 0.74 < 0.8 <= P[<= 2] = 0.92: two busy, one more.
+    assert replicas_needed(load(1 / 5), 60.0, 0.8) == 3
+    assert replicas_needed(load(0.0), 60.0, 0.8) == 0
+
+
 def test_disabled_or_quiet_services_keep_nothing() -> None:
     gpus = [gpu(1, 0, GpuState.SLEEP, "a"), gpu(1, 1, GpuState.FREE)]
-    assert reserved_gpus(gpus, {"a": 1.0}, 60.0, LendReserveConfig()) == frozenset()
-    # One arrival in ten minutes: P[none in 60 s] = e^-0.1 = 0.90 >= 0.8.
-    assert reserved_gpus(gpus, {"a": 1 / 600}, 60.0, ON) == frozenset()
+    assert reserved_gpus(gpus, {"a": load(1.0)}, 60.0, LendReserveConfig()) == frozenset()
+    assert reserved_gpus(gpus, {"a": load(1 / 600)}, 60.0, ON) == frozenset()
     assert reserved_gpus(gpus, {}, 60.0, ON) == frozenset()
 
 
-def test_busy_service_keeps_its_sleep_replica_not_others() -> None:
+def test_busy_service_keeps_its_sleep_replicas_not_others() -> None:
     gpus = [
         gpu(0, 0, GpuState.FREE),  # training pool: never kept
         gpu(1, 0, GpuState.SLEEP, "b"),
         gpu(1, 1, GpuState.SLEEP, "a"),
         gpu(1, 2, GpuState.SLEEP, "a"),
-        gpu(1, 3, GpuState.FREE),
+        gpu(1, 3, GpuState.SLEEP, "a"),
+        gpu(2, 0, GpuState.FREE),
     ]
-    # Rate 1/60: mean 1 over 60 s, P[<= 1] = 0.74 < 0.8 <= P[<= 2] = 0.92: two kept.
-    assert reserved_gpus(gpus, {"a": 1 / 60}, 60.0, ON) == {(1, 1), (1, 2)}
-    # A replica already PROTECT covers one of the two.
-    protect = [*gpus, gpu(2, 0, GpuState.PROTECT, "a")]
-    assert reserved_gpus(protect, {"a": 1 / 60}, 60.0, ON) == {(1, 1)}
+    # Three replicas needed (see above); "b" is quiet.
+    busy_a = {"a": load(1 / 5), "b": load(1 / 600)}
+    assert reserved_gpus(gpus, busy_a, 60.0, ON) == {(1, 1), (1, 2), (1, 3)}
+    # Replicas already RUNNING or PROTECT count towards the three.
+    more = [*gpus, gpu(2, 1, GpuState.PROTECT, "a"), gpu(2, 2, GpuState.RUNNING, "a")]
+    assert reserved_gpus(more, busy_a, 60.0, ON) == {(1, 1)}
 
 
 def test_a_service_without_replicas_keeps_free_gpus() -> None:
     gpus = [gpu(1, 0, GpuState.SLEEP, "b"), gpu(1, 1, GpuState.FREE), gpu(1, 2, GpuState.FREE)]
-    assert reserved_gpus(gpus, {"a": 1 / 60}, 60.0, ON) == {(1, 1), (1, 2)}
-    # The config's own horizon overrides the interval: mean 0.1 keeps nothing.
+    assert reserved_gpus(gpus, {"a": load(1 / 60)}, 60.0, ON) == {(1, 1)}
+    # The config's own horizon overrides the interval: P[none in 6 s] = 0.9, quiet.
     short = LendReserveConfig(enabled=True, target=0.8, horizon_s=6.0)
-    assert reserved_gpus(gpus, {"a": 1 / 60}, 60.0, short) == frozenset()
+    assert reserved_gpus(gpus, {"a": load(1 / 60)}, 60.0, short) == frozenset()
 
 
 def test_never_more_than_the_idle_gpus() -> None:
     gpus = [gpu(1, 0, GpuState.FREE), gpu(1, 1, GpuState.LENT), gpu(1, 2, GpuState.RUNNING, "x")]
-    kept = reserved_gpus(gpus, {"a": 1.0, "b": 1.0}, 60.0, ON)
+    kept = reserved_gpus(gpus, {"a": load(1.0), "b": load(1.0)}, 60.0, ON)
     assert kept == {(1, 0)}
