@@ -43,6 +43,7 @@ ABLATIONS = (
     "deepboot-random=deepboot:ats-i=random",
     "deepboot-lyra=deepboot:ats-i=lyra",
     "deepboot-p8=deepboot:protect-factor=8",
+    "deepboot-pack=deepboot:ats-i=ats-i-pack",
     "deepboot+random=deepboot:reserve,ats-i=random",
     # Each baseline without DeepBoot's parts (training pool only, cold restarts) and
     # with them (ATS-I lending, lifecycle, AFE), as the paper's ablation reports them.

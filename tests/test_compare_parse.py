@@ -89,7 +89,7 @@ def test_reserve_target_alone_turns_the_reserve_on() -> None:
 
     on = sim_config(parse_run("x=deepboot:reserve-target=0.9"), 60.0, 0, 8).lend_reserve
     assert (on.enabled, on.target) == (True, 0.9)
-    assert sim_config(parse_run("x=deepboot:reserve"), 60.0, 0, 8).lend_reserve.target == 0.8
+    assert sim_config(parse_run("x=deepboot:reserve"), 60.0, 0, 8).lend_reserve.target == 0.7
     assert not sim_config(parse_run("x=deepboot"), 60.0, 0, 8).lend_reserve.enabled
 
 

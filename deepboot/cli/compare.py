@@ -76,8 +76,8 @@ run syntax:  --run NAME=POLICY[:FLAG,FLAG...]   (NAME= is optional)
   ats-i=NAME        inference placement policy: ats-i, ats-i-pack, random or lyra
   protect-factor=X  scale the protect times by X
   reserve           predictive lending (ours, beyond the paper): keep back the idle
-                    replicas the recent arrival rates say the next interval needs
-  reserve-target=Q  the reserve's coverage probability (default 0.8; implies reserve)
+                    replicas each service's recent load says its next arrivals need
+  reserve-target=Q  the reserve's coverage probability (default 0.7; implies reserve)
   no-inference      drop the workload's inference tasks and give training every
                     node (the all-GPU limit)
   KEY=VALUE         a parameter of the training policy (as simulate --param)
@@ -131,7 +131,7 @@ class RunSpec:
         inference_policy: ATS-I variant name (None: simulator default).
         protect_factor: Protect-time scale (None: simulator default).
         reserve: Predictive lending reserve on (None: simulator default, off).
-        reserve_target: Its coverage probability (None: the default 0.8).
+        reserve_target: Its coverage probability (None: the default).
         no_inference: Drop inference tasks and use every node for training.
         params: Training-policy parameters, as ``(key, value)`` strings.
         text: The ``--run`` text it came from.
@@ -244,7 +244,7 @@ def sim_config(run: RunSpec, interval: float, seed: int, inference_nodes: int) -
         ats_i=run.inference_policy,
         # reserve-target=Q alone turns the reserve on.
         reserve=run.reserve if run.reserve is not None else run.reserve_target is not None,
-        reserve_target=0.8 if run.reserve_target is None else run.reserve_target,
+        reserve_target=run.reserve_target,
     )
     nodes = 0 if run.no_inference else inference_nodes
     settings = shared_cluster_settings(flags, nodes, run.policy)

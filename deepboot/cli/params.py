@@ -76,14 +76,13 @@ def describe(tp: Any, default: Any) -> str:
     return f"{text} = {shown}"
 
 
-INFERENCE_POLICIES: tuple[str, ...] = ("ats-i", "random", "lyra")
-"""Choices of ``--ats-i`` (the inference registry's names)."""
-
-
 def add_shared_cluster_flags(parser: argparse.ArgumentParser) -> None:
     """Add the shared-cluster flags of ``deepboot simulate``: lending, lifecycle, AFE
     and the inference-placement policy. Defaults are resolved by
     :func:`shared_cluster_settings`."""
+    from deepboot.policies import inference
+    from deepboot.policies.lending import LendReserveConfig
+
     parser.add_argument(
         "--lending",
         action=argparse.BooleanOptionalAction,
@@ -116,23 +115,26 @@ def add_shared_cluster_flags(parser: argparse.ArgumentParser) -> None:
         "--reserve",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="predictive lending (beyond the paper): at each tick keep back from training "
-        "the idle replicas each service's recent arrival rate says the next interval "
-        "needs, so arrivals reuse them instead of reclaiming a lent GPU (fewer "
-        "reclaims, restarts and cold starts). Off: DeepBoot lends every idle GPU",
+        help="predictive lending (ours, beyond the paper): at each tick keep back from "
+        "training the idle replicas that each service's recent load says the next "
+        "arrivals will need, so they reuse them instead of reclaiming a lent GPU: "
+        "fewer reclaims, restarts and cold starts, less lending. Off: DeepBoot lends "
+        "every idle GPU",
     )
     parser.add_argument(
         "--reserve-target",
         type=float,
-        default=0.8,
+        default=LendReserveConfig().target,
         metavar="Q",
-        help="with --reserve: keep enough replicas to cover a service's arrivals in the "
-        "next interval with probability Q (Poisson on the last 10 minutes' rate), 0 <= Q < 1",
+        help="with --reserve, 0 <= Q < 1: hold a service's replicas back "
+        "when it sees an arrival before the next tick with probability above 1 - Q, and "
+        "then enough of them that an arrival finds one idle with probability Q (rates "
+        "and run times of the last 10 minutes). Higher Q: fewer reclaims, less lending",
     )
     parser.add_argument(
         "--ats-i",
         dest="ats_i",
-        choices=INFERENCE_POLICIES,
+        choices=inference.names(),
         default=None,
         help="inference placement: ATS-I; ats-i-pack, ATS-I whose cold starts fill the "
         "most fragmented node first (ours); random choice; or Lyra-style whole-node "
@@ -168,7 +170,8 @@ def shared_cluster_settings(
     else:
         restart = AfeRestartCost(afe=bool(afe))
     ats_i = args.ats_i or ("lyra" if policy == "lyra" else "ats-i")
-    target = float(getattr(args, "reserve_target", 0.8))
+    target = getattr(args, "reserve_target", None)
+    target = LendReserveConfig().target if target is None else float(target)
     if not 0.0 <= target < 1.0:  # also False for NaN
         raise ConfigError(f"--reserve-target must be in [0, 1), got {target}")
     reserve = LendReserveConfig(enabled=bool(getattr(args, "reserve", False)), target=target)

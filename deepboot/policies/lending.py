@@ -57,7 +57,7 @@ class LendReserveConfig:
     """
 
     enabled: bool = False
-    target: float = 0.8
+    target: float = 0.7
     window_s: float = 600.0
     horizon_s: float | None = None
 
