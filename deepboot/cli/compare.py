@@ -61,8 +61,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RUNS: tuple[str, ...] = ("deepboot=deepboot", "pollux-only=pollux:no-lending")
-"""The headline pair, run when no ``--run`` is given."""
+DEFAULT_RUNS: tuple[str, ...] = ("deepboot=deepboot", "pollux-only=pollux:no-lending,no-afe")
+"""The headline pair, run when no ``--run`` is given: DeepBoot against training-pool-only
+Pollux with cold restarts (AFE is part of DeepBoot; the reference artifact's baseline
+had none)."""
 
 RUN_SYNTAX = """\
 run syntax:  --run NAME=POLICY[:FLAG,FLAG...]   (NAME= is optional)
@@ -92,7 +94,7 @@ examples:
   # the headline: DeepBoot against training-pool-only Pollux, and the ablations
   deepboot compare --workload ../shared/traces/workloads/small.csv \\
       --cluster 16x4 --inference-nodes 8 --profiles ../shared/traces/profiles \\
-      --run deepboot=deepboot --run pollux-only=pollux:no-lending \\
+      --run deepboot=deepboot --run pollux-only=pollux:no-lending,no-afe \\
       --run deepboot-noafe=deepboot:no-afe --run deepboot-random=deepboot:ats-i=random \\
       --out out/compare-small
 

@@ -267,7 +267,9 @@ def jct_cdf_figure(jcts: Mapping[str, Sequence[float]], title: str = "JCT CDF") 
         MissingDependencyError: matplotlib is missing.
     """
     with _styled() as figure_cls:
-        fig = figure_cls(figsize=(12, 6))
+        # Many runs: the legend goes beside the axes, where it hides no curve.
+        beside = len(jcts) > 8
+        fig = figure_cls(figsize=(15, 6) if beside else (12, 6), layout="constrained")
         ax = fig.add_subplot()
         lowest = math.inf
         for i, (label, values) in enumerate(jcts.items()):
@@ -295,7 +297,10 @@ def jct_cdf_figure(jcts: Mapping[str, Sequence[float]], title: str = "JCT CDF") 
         ax.set_ylabel("fraction of training jobs")
         ax.set_ylim(0, 1.02)
         ax.set_title(title)
-        ax.legend(loc="lower right", frameon=True)
+        if beside:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=True)
+        else:
+            ax.legend(loc="lower right", frameon=True)
         return _png(fig)
 
 
