@@ -29,8 +29,10 @@ TRACES = REPO.parent / "shared" / "traces"
 
 HEADLINE = (
     "deepboot=deepboot",
-    # Ours beyond the paper: DeepBoot plus the predictive lending reserve.
+    # Ours beyond the paper: DeepBoot plus the predictive lending reserve, and Pollux's
+    # allocator with DeepBoot's lending, lifecycle and AFE plus the reserve.
     "deepboot+=deepboot:reserve",
+    "pollux+=pollux:reserve",
     # The paper's baseline: Pollux on the training pool alone, with the cold restarts of
     # a scheduler without AFE (as the reference artifact ran it).
     "pollux-only=pollux:no-lending,no-afe",
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--quick",
         action="store_true",
-        help="the headline runs (deepboot, deepboot+, pollux-only, limit) on small.csv",
+        help="the headline runs (deepboot, deepboot+, pollux+, pollux-only, limit) on small.csv",
     )
     ap.add_argument("--profiles", default=str(TRACES / "profiles"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "deepboot"))
