@@ -47,6 +47,12 @@ TRANSITIONS: Mapping[GpuState, frozenset[GpuState]] = MappingProxyType(
 )
 
 
+TRAINABLE: frozenset[GpuState] = frozenset(
+    {GpuState.FREE, GpuState.SLEEP, GpuState.TRAINING, GpuState.LENT}
+)
+"""States a training round may hand out: empty, idle-and-lendable, or already training."""
+
+
 def check_transition(old: GpuState, new: GpuState, where: str = "") -> None:
     """Raise ``InvalidDecisionError`` unless ``old -> new`` is a legal transition."""
     if new not in TRANSITIONS[old]:

@@ -19,14 +19,9 @@ import numpy as np
 
 from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.errors import InvalidDecisionError
-from deepboot.core.gpu import GpuState, GpuView
+from deepboot.core.gpu import TRAINABLE, GpuState, GpuView
 from deepboot.core.state import InferenceState
 from deepboot.policies.inference import InferencePlacement, InferencePolicy, PlaceAction
-
-TRAINABLE: frozenset[GpuState] = frozenset(
-    {GpuState.FREE, GpuState.SLEEP, GpuState.TRAINING, GpuState.LENT}
-)
-"""States a training round may hand out: empty, idle-and-lendable, or already training."""
 
 
 def lendable_capacity(

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from deepboot.core.cluster import Pool
-from deepboot.core.gpu import GpuState, GpuView
+from deepboot.core.gpu import TRAINABLE, GpuState, GpuView
 from deepboot.core.modes import JobMode
 from deepboot.core.state import InferenceState, JobView
 from deepboot.perf.speedup import SpeedupFn, linear_speedup, speedup_fn
@@ -175,14 +175,11 @@ def node_key(workers: Counter[int]) -> Callable[[GpuView], tuple[int, int, int]]
     return key
 
 
-_TRAINABLE = (GpuState.FREE, GpuState.SLEEP, GpuState.TRAINING, GpuState.LENT)
-
-
 def cold_key(state: InferenceState, order: ColdOrder) -> Callable[[GpuView], tuple[int, int, int]]:
     """Sort key of a cold start's GPU under ``order`` (smallest first), then GPU order."""
     if order is ColdOrder.FEWEST_WORKERS:
         return node_key(training_workers(state))
-    usable = Counter(g.node_id for g in state.gpus if g.state in _TRAINABLE)
+    usable = Counter(g.node_id for g in state.gpus if g.state in TRAINABLE)
 
     def key(g: GpuView) -> tuple[int, int, int]:
         return (usable[g.node_id], g.node_id, g.index)
