@@ -7,18 +7,19 @@ BIN    := $(VENV)/bin
 DEMO_WORKLOAD := examples/demo-24.csv
 DEMO_CLUSTER  := 4x4
 
-.PHONY: demo test test-slow lint clean-venv
+.PHONY: demo test test-slow test-determinism lint clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # Stamps: reinstall only when pyproject.toml changes (the install is editable).
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e .
+# constraints.txt pins every version, so that CI and a fresh clone get the same.
+$(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/python -m pip install -q -c constraints.txt -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[test]'
+$(VENV)/.installed-test: pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
@@ -30,6 +31,19 @@ test: $(VENV)/.installed-test
 # pytest exits 5 when no test is selected; that is not a failure here.
 test-slow: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -m slow || [ $$? -eq 5 ]
+
+# The golden results must not depend on the SIMD kernels NumPy picks for this CPU:
+# run them under each setting of NPY_DISABLE_CPU_FEATURES (a feature this CPU lacks
+# makes its setting a no-op). The OpenBLAS variables are left alone on purpose.
+NPY_FEATURE_SETTINGS := "" "AVX512_ICL" "AVX512_ICL X86_V4" "AVX512_ICL X86_V4 X86_V3"
+DETERMINISM_TESTS := tests/sim/test_golden.py tests/sim/test_golden_summary.py tests/perf/test_detmath.py
+
+test-determinism: $(VENV)/.installed-test
+	@for features in $(NPY_FEATURE_SETTINGS); do \
+		echo "== NPY_DISABLE_CPU_FEATURES=\"$$features\""; \
+		NPY_DISABLE_CPU_FEATURES="$$features" $(BIN)/python -m pytest -q -p no:cacheprovider \
+			$(DETERMINISM_TESTS) || exit 1; \
+	done
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .

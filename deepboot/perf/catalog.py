@@ -41,6 +41,7 @@ import numpy.typing as npt
 
 from deepboot.core.errors import InputError
 from deepboot.core.params import BatchLimits, PerfParams
+from deepboot.perf import detmath
 from deepboot.perf.fit import fit_perf_params
 from deepboot.perf.goodput import compute_time, step_time
 from deepboot.perf.profiles import ProfiledApplication, canonical_shape, load_profiles
@@ -106,8 +107,18 @@ def _fit_piecewise(x: FloatArray, y: FloatArray, knots: Sequence[float]) -> list
     if len(knots) == 1:
         return [float(np.mean(y))]
     basis = _hat_basis(x, knots)
-    sol, *_ = np.linalg.lstsq(basis, y, rcond=None)
-    return [float(v) for v in sol]
+    # Normal equations by elementwise sums and a Cholesky solve in detmath, not
+    # np.linalg.lstsq: LAPACK's kernels (and last bits) depend on the CPU. A tiny
+    # ridge keeps knots without data (columns of zeros) at 0 instead of singular.
+    gram = np.sum(basis[:, :, None] * basis[:, None, :], axis=0)
+    rhs = np.sum(basis * y[:, None], axis=0)
+    q = len(knots)
+    ridge = 1e-12 * max(float(np.max(np.diagonal(gram))), 1.0)
+    a = [[float(gram[i, j]) + (ridge if i == j else 0.0) for j in range(q)] for i in range(q)]
+    sol = detmath.solve_spd(a, [float(v) for v in rhs])
+    if sol is None:
+        raise ValueError("piecewise-linear fit: singular normal equations")
+    return sol
 
 
 def fit_model(app: ProfiledApplication, node_gpus: int = 4) -> dict[str, Any]:
@@ -161,8 +172,8 @@ def fit_model(app: ProfiledApplication, node_gpus: int = 4) -> dict[str, Any]:
         rows = min(t.grad_sqr.size, app.max_epochs)
         x = np.arange(rows, dtype=np.float64)
         # log10 of non-positive statistics is undefined; clamp to a tiny positive value.
-        sqr = np.log10(np.maximum(t.grad_sqr[:rows], 1e-300))
-        var = np.log10(np.maximum(t.grad_var[:rows], 1e-300))
+        sqr = detmath.log(np.maximum(t.grad_sqr[:rows], 1e-300)) / detmath.LN10
+        var = detmath.log(np.maximum(t.grad_var[:rows], 1e-300)) / detmath.LN10
         log_sqr.append(_fit_piecewise(x, sqr, g_knots))
         log_var.append(_fit_piecewise(x, var, g_knots))
     entry["grad"] = {
@@ -347,8 +358,8 @@ class CatalogApplication:
         w = 0.0 if lo == hi else (x - b[lo]) / (b[hi] - b[lo])
 
         def at(row: int) -> tuple[float, float]:
-            sqr = 10.0 ** float(np.interp(e, g.epochs, g.log10_sqr[row]))
-            var = 10.0 ** float(np.interp(e, g.epochs, g.log10_var[row]))
+            sqr = detmath.exp10_scalar(float(np.interp(e, g.epochs, g.log10_sqr[row])))
+            var = detmath.exp10_scalar(float(np.interp(e, g.epochs, g.log10_var[row])))
             return sqr, var
 
         sqr_lo, var_lo = at(lo)

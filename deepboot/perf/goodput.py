@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from deepboot.core.params import BatchLimits, GradParams, PerfParams
+from deepboot.perf import detmath
 
 ArrayLike: TypeAlias = npt.ArrayLike
 FloatArray: TypeAlias = npt.NDArray[np.float64]
@@ -72,18 +73,33 @@ def step_time(
 ) -> FloatArray:
     """Seconds of one optimizer step without accumulation: (T_grad^g + T_sync^g)^(1/g).
 
-    Computed in log space so that large gamma never overflows.
-
     Returns:
         Array of the broadcast shape of the three arguments.
     """
     t_grad = compute_time(perf, atomic_bsz)
     t_sync = sync_time(perf, num_nodes, num_replicas)
-    g = perf.gamma
-    with np.errstate(divide="ignore"):
-        log_sum = np.logaddexp(g * np.log(t_grad), g * np.log(t_sync))
-    # Without synchronisation the step is exactly T_grad (no log/exp round trip).
-    return np.asarray(np.where(t_sync > 0, np.exp(log_sum / g), t_grad), dtype=np.float64)
+    t_grad, t_sync = np.broadcast_arrays(t_grad, t_sync)
+    return combine_times(t_grad, t_sync, perf.gamma)
+
+
+def combine_times(t_grad: FloatArray, t_sync: FloatArray, gamma: float) -> FloatArray:
+    """(t_grad^gamma + t_sync^gamma)^(1/gamma) elementwise, exactly t_grad where t_sync is 0.
+
+    Computed as max * (1 + (min / max)^gamma)^(1/gamma), so that a large gamma never
+    overflows, with :mod:`deepboot.perf.detmath` (the same bits on every machine).
+
+    Args:
+        t_grad: Positive compute times.
+        t_sync: Non-negative sync times, the same shape.
+        gamma: The overlap exponent, >= 1.
+    """
+    synced = t_sync > 0
+    top = np.maximum(t_grad, t_sync)
+    # Rows without sync get ratio 1 (any finite value): their result is replaced below.
+    ratio = np.where(synced, np.minimum(t_grad, t_sync) / top, 1.0)
+    tail = detmath.exp(gamma * detmath.log(ratio))
+    scale = detmath.exp(detmath.log(1.0 + tail) / gamma)
+    return np.asarray(np.where(synced, top * scale, t_grad), dtype=np.float64)
 
 
 def efficiency_of(grad: GradParams, init_batch_size: int, batch_size: ArrayLike) -> FloatArray:
@@ -161,7 +177,7 @@ def fixed_batch_split_array(
 
 
 def _candidates(
-    lim: BatchLimits, k: IntArray, accumulation: bool, force_div: bool = False
+    lim: BatchLimits, k: IntArray, accumulation: bool
 ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
     """The candidate split of every total batch :meth:`GoodputModel.optimize` tries.
 
@@ -169,9 +185,6 @@ def _candidates(
         lim: The batch limits.
         k: Replica counts, shape (P,).
         accumulation: Allow gradient accumulation.
-        force_div: Make ``np.geomspace`` take its ``step == 0`` arithmetic for every
-            column, as it does whenever one column of the call has lo == hi (an extra
-            such column is appended, then dropped).
 
     Returns:
         ``(atomic, accum, feasible)``: float arrays of shape (NUM_CANDIDATES, P), one
@@ -182,14 +195,9 @@ def _candidates(
     feasible = lo <= lim.max_batch_size
     hi = np.full_like(lo, float(lim.max_batch_size))
     lo = np.minimum(lo, hi)
-    if force_div:
-        top = np.full(1, float(lim.max_batch_size))
-        batch = np.geomspace(
-            np.concatenate((lo, top)), np.concatenate((hi, top)), NUM_CANDIDATES, axis=0
-        )[:, :-1]
-    else:
-        # (NUM_CANDIDATES, P): one column per query.
-        batch = np.geomspace(lo, hi, NUM_CANDIDATES, axis=0)
+    # (NUM_CANDIDATES, P): one column per query; detmath, not np.geomspace, whose
+    # kernels (and so the candidates) depend on the CPU.
+    batch = detmath.geomspace(lo, hi, NUM_CANDIDATES)
     local = batch / kf
     if accumulation:
         accum = np.ceil(local / lim.max_local_bsz - _EPS) - 1
@@ -201,19 +209,6 @@ def _candidates(
         accum = np.zeros_like(local)
     atomic = np.ceil(local / (accum + 1) - _EPS)
     return atomic, accum, feasible
-
-
-def _geomspace_step_zero(lim: BatchLimits, k: IntArray) -> npt.NDArray[np.bool_]:
-    """Whether ``np.geomspace`` sees a zero step in the column of each replica count.
-
-    Mirrors ``np.linspace`` on the logs of lo and hi (delta / (num - 1) == 0): one such
-    column in a call switches the arithmetic of all of them (NumPy's denormal guard).
-    """
-    lo = np.maximum(float(lim.init_batch_size), lim.min_local_bsz * k.astype(np.float64))
-    hi = np.full_like(lo, float(lim.max_batch_size))
-    lo = np.minimum(lo, hi)
-    delta = np.subtract(np.log10(hi), np.log10(lo), dtype=np.float64)
-    return np.asarray(delta / (NUM_CANDIDATES - 1) == 0, dtype=np.bool_)
 
 
 _TABLE_MAX_K = 4096
@@ -239,20 +234,17 @@ def _last_feasible(lim: BatchLimits) -> int | None:
 class _CandidateTable:
     """The candidates of :meth:`GoodputModel.optimize` for K = 1..kmax, per limits.
 
-    ``np.geomspace`` computes a column's batches one of two ways depending on whether
-    some column of the same call has lo == hi, so each K has two rows: row K (the usual
-    arithmetic) and row ``offset + K`` (the lo == hi arithmetic). Rows 0 and ``offset``
-    stand for every K > kmax, which then has no feasible batch (kmax is the last
-    feasible K, or the table is extended before such a K is queried).
-
-    Columns are the NUM_CANDIDATES candidates, in the order optimize tries them.
+    Row K holds replica count K's candidates; row 0 stands for every K > kmax, which
+    then has no feasible batch (kmax is the last feasible K, or the table is extended
+    before such a K is queried). Columns are the NUM_CANDIDATES candidates, in the
+    order optimize tries them.
     """
 
     kmax: int
     complete: bool
     """Every K > kmax has no feasible batch."""
     atomic: FloatArray
-    """(2 * offset, NUM_CANDIDATES) micro-batch of each candidate."""
+    """(kmax + 1, NUM_CANDIDATES) micro-batch of each candidate."""
     accum: FloatArray
     """Accumulation steps of each candidate."""
     total: FloatArray
@@ -260,37 +252,23 @@ class _CandidateTable:
     valid: npt.NDArray[np.bool_]
     """Feasible K and micro-batch within [min_local_bsz, max_local_bsz]."""
     feasible: npt.NDArray[np.bool_]
-    """(2 * offset,) whether the row's K has a feasible batch."""
-    step_zero: npt.NDArray[np.bool_]
-    """(2 * offset,) whether the row's K alone makes geomspace see a zero step."""
+    """(kmax + 1,) whether the row's K has a feasible batch."""
     retro: FloatArray
-    """(2 * offset,) max(K - 2, 0), the replicas past the first two (sync_time)."""
+    """(kmax + 1,) max(K - 2, 0), the replicas past the first two (sync_time)."""
     multi: npt.NDArray[np.bool_]
-    """(2 * offset,) K > 1."""
-
-    @property
-    def offset(self) -> int:
-        return self.kmax + 1
+    """(kmax + 1,) K > 1."""
 
     @staticmethod
     def build(lim: BatchLimits, accumulation: bool, kmax: int, complete: bool) -> _CandidateTable:
         ks = np.arange(1, kmax + 1, dtype=np.int64)
-        zero = _geomspace_step_zero(lim, ks)
-        div_atomic, div_accum, feasible = _candidates(lim, ks, accumulation, force_div=True)
-        step_atomic, step_accum = div_atomic.copy(), div_accum.copy()
-        if not zero.all():
-            # Columns that never force the zero-step arithmetic, in one call of their own.
-            a, s, _ = _candidates(lim, ks[~zero], accumulation)
-            step_atomic[:, ~zero], step_accum[:, ~zero] = a, s
-        # Rows 0 / offset: any K past kmax (infeasible; never scored).
-        one = np.ones((NUM_CANDIDATES, 1))
-        nil = np.zeros((NUM_CANDIDATES, 1))
-        atomic = np.ascontiguousarray(np.hstack((one, step_atomic, one, div_atomic)).T)
-        accum = np.ascontiguousarray(np.hstack((nil, step_accum, nil, div_accum)).T)
-        k_rows = np.concatenate(([1], ks, [1], ks))
+        cand_atomic, cand_accum, feasible = _candidates(lim, ks, accumulation)
+        # Row 0: any K past kmax (infeasible; never scored).
+        atomic = np.ascontiguousarray(np.hstack((np.ones((NUM_CANDIDATES, 1)), cand_atomic)).T)
+        accum = np.ascontiguousarray(np.hstack((np.zeros((NUM_CANDIDATES, 1)), cand_accum)).T)
+        k_rows = np.concatenate(([1], ks))
         # As GoodputModel.goodput: (K * m) * (s + 1), in float.
         total = k_rows.astype(np.float64)[:, None] * atomic * (accum + 1)
-        feas = np.concatenate(([False], feasible, [False], feasible))
+        feas = np.concatenate(([False], feasible))
         valid = (atomic >= lim.min_local_bsz) & (atomic <= lim.max_local_bsz) & feas[:, None]
         return _CandidateTable(
             kmax=kmax,
@@ -300,19 +278,16 @@ class _CandidateTable:
             total=total,
             valid=valid,
             feasible=feas,
-            step_zero=np.concatenate(([True], zero, [True], zero)),
             retro=np.maximum(k_rows - 2, 0).astype(np.float64),
             multi=k_rows > 1,
         )
 
     def lookup(self, k: IntArray, top: int) -> IntArray:
-        """Rows of queries K (each >= 1, the largest ``top``) scored in one optimize call.
+        """Rows of queries K (each >= 1, the largest ``top``).
 
-        The rows use the arithmetic ``np.geomspace`` picks for all of the call's columns.
         The result may be ``k`` itself: never write to it.
         """
-        rows = k if top <= self.kmax else np.where(k <= self.kmax, k, 0)
-        return rows + self.offset if self.step_zero[rows].any() else rows
+        return k if top <= self.kmax else np.where(k <= self.kmax, k, 0)
 
     def scores(self, model: GoodputModel, n: IntArray, rows: IntArray) -> FloatArray:
         """Goodput of every candidate of the queries (n, rows), 0 where invalid.
@@ -331,10 +306,7 @@ class _CandidateTable:
         retro = self.retro[rows]
         intra = np.where(self.multi[rows], perf.alpha_r + perf.beta_r * retro, 0.0)
         t_sync = np.where(n > 1, perf.alpha_n + perf.beta_n * retro, intra)[:, None]
-        g = perf.gamma
-        with np.errstate(divide="ignore"):
-            log_sum = np.logaddexp(g * np.log(t_grad), g * np.log(t_sync))
-        step = np.where(t_sync > 0, np.exp(log_sum / g), t_grad)
+        step = combine_times(t_grad, np.broadcast_to(t_sync, t_grad.shape), perf.gamma)
         good = total / (step + self.accum[rows] * t_grad)
         grad = model.grad
         if grad.sqr > 0.0 and math.isfinite(grad.sqr):

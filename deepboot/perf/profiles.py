@@ -29,7 +29,6 @@ configurations over and over). Instances are otherwise immutable.
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,7 +42,10 @@ from scipy.spatial import Delaunay
 
 from deepboot.core.errors import InputError
 from deepboot.core.params import BatchLimits
+from deepboot.perf import detmath
 from deepboot.perf.csvtable import CsvTable, read_numeric_csv
+
+LN2 = detmath.LN2_HI + detmath.LN2_LO
 
 logger = logging.getLogger(__name__)
 
@@ -361,9 +363,11 @@ class ProfiledApplication:
                 local_bsz,
             )
             pts = interp.points
-            scaled = np.column_stack([pts[:, 0], pts[:, 1], np.log2(pts[:, 2])])
-            query = np.array([nodes, replicas, math.log2(local_bsz)])
-            out = interp.values[int(np.argmin(np.sum((scaled - query) ** 2, axis=1)))]
+            # detmath: np.log2's kernels depend on the CPU.
+            scaled = np.column_stack([pts[:, 0], pts[:, 1], detmath.log(pts[:, 2]) / LN2])
+            query = np.array([nodes, replicas, detmath.log_scalar(local_bsz) / LN2])
+            gap = scaled - query
+            out = interp.values[int(np.argmin(np.sum(gap * gap, axis=1)))]
         return float(out[0]), float(out[1])
 
     # -- statistical efficiency ----------------------------------------------------
@@ -461,7 +465,9 @@ class _Linear3D:
 
     def _find(self, x: FloatArray) -> int:
         """Index of the simplex holding ``x``, or -1; scipy's ``_find_simplex``."""
-        z = np.append(x, (float(np.dot(x, x)) * self._lift_scale) + self._lift_shift)
+        # x . x written out: np.dot is BLAS, whose kernels depend on the CPU.
+        sq = float(x[0]) * float(x[0]) + float(x[1]) * float(x[1]) + float(x[2]) * float(x[2])
+        z = np.append(x, (sq * self._lift_scale) + self._lift_shift)
         eq = self._equations
         s = 0
         best = float((eq[s, :4] * z).sum() + eq[s, 4])

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import enum
 
-import numpy as np
-
+from deepboot.perf import detmath
 from deepboot.perf.application import Application
 from deepboot.perf.goodput import NUM_CANDIDATES, fixed_batch_split, initial_batch_size
 
@@ -59,7 +58,9 @@ def completion_time(app: Application, shape: tuple[int, ...], rule: BatchRule) -
     start = initial_batch_size(lim, replicas)
     if rule is BatchRule.ORACLE:
         lo = min(start, lim.max_batch_size)
-        candidates = sorted({int(b) for b in np.geomspace(lo, lim.max_batch_size, NUM_CANDIDATES)})
+        candidates = sorted(
+            {int(b) for b in detmath.geomspace(lo, lim.max_batch_size, NUM_CANDIDATES)}
+        )
     else:
         candidates = [start]
     total = 0.0

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from deepboot.core.cluster import Pool
 from deepboot.core.gpu import GpuState, GpuView
+from deepboot.perf import detmath
 from deepboot.policies.registry import require
 
 GpuId = tuple[int, int]
@@ -87,7 +88,7 @@ def poisson_quantile(mean: float, target: float) -> int:
         raise ValueError(f"mean must be finite; got {mean}")
     if mean <= 0.0:
         return 0
-    term = math.exp(-mean)
+    term = detmath.exp_scalar(-mean)
     cdf, n = term, 0
     while cdf < target:
         n += 1
@@ -111,7 +112,7 @@ class ServiceLoad:
 
 def replicas_needed(load: ServiceLoad, horizon_s: float, target: float) -> int:
     """Replicas of a service to hold warm (see the module docstring); 0 when quiet."""
-    if load.rate <= 0.0 or math.exp(-load.rate * horizon_s) >= target:
+    if load.rate <= 0.0 or detmath.exp_scalar(-load.rate * horizon_s) >= target:
         return 0
     return poisson_quantile(load.rate * load.duration_s, target) + 1
 

@@ -30,6 +30,7 @@ import numpy.typing as npt
 
 from deepboot.core.placement import EMPTY, Allocation
 from deepboot.core.state import ClusterState, JobView
+from deepboot.perf import detmath
 from deepboot.perf.speedup import SpeedupFn, SpeedupProvider, adaptive_speedup
 from deepboot.policies.registry import require
 
@@ -244,9 +245,13 @@ class PolluxProblem:
     def cost_of_scaled(self, x: FloatArray) -> FloatArray:
         """Cost of scaled speedups ``x`` (see :meth:`costs`)."""
         p, floor = self.config.p, self.config.speedup_floor
+        # detmath and plain division, not np.log / **: NumPy's kernels for those
+        # depend on the CPU, and the search compares these costs.
         if p == 0:
-            return np.asarray(-np.log(np.maximum(x, floor)), dtype=np.float64)
-        powered = np.asarray((x + floor) ** p, dtype=np.float64)
+            return np.asarray(-detmath.log(np.maximum(x, floor)), dtype=np.float64)
+        if p == -1:
+            return np.asarray(1.0 / (x + floor), dtype=np.float64)
+        powered = detmath.pow(x + floor, p)
         return powered if p < 0 else -powered
 
     def fitness_of_total(self, total_cost: float) -> float:
@@ -256,8 +261,11 @@ class PolluxProblem:
         p = self.config.p
         mean = total_cost / self.num_jobs
         if p == 0:
-            return math.exp(-mean)
-        return float((mean if p < 0 else -mean) ** (1.0 / p))
+            return detmath.exp_scalar(-mean)
+        base = mean if p < 0 else -mean
+        if p == -1:
+            return 1.0 / base
+        return detmath.pow_scalar(base, 1.0 / p)
 
     def matrix_of(self, allocation: Allocation) -> IntArray:
         """(J, V) GPUs per job and node of ``allocation`` (nodes without capacity dropped)."""

@@ -57,8 +57,15 @@ class GroundTruth:
         if hit is None:
             cols = np.array([k for k, _ in profile], dtype=np.int64)  # (P, 3)
             times = np.array([v for _, v in profile], dtype=np.float64)  # (P, 2): step, sync
+            # Start from the fit of the same points but the newest, when there is one:
+            # same minimum, fewer iterations.
             hit = self._fits[profile] = fit_perf_params(
-                cols[:, 0], cols[:, 1], cols[:, 2], times[:, 0] - times[:, 1], times[:, 0]
+                cols[:, 0],
+                cols[:, 1],
+                cols[:, 2],
+                times[:, 0] - times[:, 1],
+                times[:, 0],
+                start=self._fits.get(profile[:-1]),
             )
         return hit
 

@@ -6,13 +6,15 @@ import numpy as np
 import pytest
 
 from deepboot.core.params import PerfParams
-from deepboot.perf.fit import _objective, fit_perf_params
+from deepboot.perf.fit import DEFAULT_SETTINGS, _Data, _evaluate, fit_perf_params
 from deepboot.perf.goodput import compute_time, step_time
 
 TRUE = PerfParams(
     alpha_c=0.02, beta_c=0.003, alpha_n=0.3, beta_n=0.02, alpha_r=0.05, beta_r=0.004, gamma=2.5
 )
-# gamma = 1 sits where the gamma regularizer is 0, so a noise-free fit is exact.
+# gamma = 1 sits where the gamma regularizer is 0; the retrogression regularizer and
+# the ridge still pull a little, so a noise-free fit
+# predicts the data within 1%, its parameters within 1% (the betas within 15%).
 EXACT = PerfParams(
     alpha_c=0.02, beta_c=0.003, alpha_n=0.3, beta_n=0.03, alpha_r=0.1, beta_r=0.01, gamma=1.0
 )
@@ -40,18 +42,21 @@ def test_recovers_parameters_from_noise_free_measurements() -> None:
     n, k, m = design()
     comp, step = measure(EXACT, n, k, m)
     got = fit_perf_params(n, k, m, comp, step)
-    for f in FIELDS:
-        assert getattr(got, f) == pytest.approx(getattr(EXACT, f), rel=1e-4), f
+    for f in ("alpha_c", "beta_c", "alpha_n", "alpha_r", "gamma"):
+        assert getattr(got, f) == pytest.approx(getattr(EXACT, f), rel=1e-2), f
+    for f in ("beta_n", "beta_r"):  # what the retrogression regularizer pulls down
+        assert getattr(got, f) == pytest.approx(getattr(EXACT, f), rel=0.15), f
+    np.testing.assert_allclose(step_time(got, n, k, m), step, rtol=1e-2)
 
 
 def test_overlapping_model_is_recovered_up_to_the_regularizers() -> None:
     # The regularizers (gamma towards 1, small retrogression) trade a little data error
-    # for a simpler model; compute terms stay exact and predictions within 3%.
+    # for a simpler model; compute terms stay within 2% and predictions within 3%.
     n, k, m = design()
     comp, step = measure(TRUE, n, k, m)
     got = fit_perf_params(n, k, m, comp, step)
-    assert got.alpha_c == pytest.approx(TRUE.alpha_c, rel=1e-3)
-    assert got.beta_c == pytest.approx(TRUE.beta_c, rel=1e-3)
+    assert got.alpha_c == pytest.approx(TRUE.alpha_c, rel=2e-2)
+    assert got.beta_c == pytest.approx(TRUE.beta_c, rel=2e-2)
     assert got.alpha_n == pytest.approx(TRUE.alpha_n, rel=0.05)
     assert 1.0 < got.gamma <= TRUE.gamma
     np.testing.assert_allclose(step_time(got, n, k, m), step, rtol=0.03)
@@ -145,25 +150,35 @@ def test_rejects_bad_input(bad: dict[str, list[float]]) -> None:
         fit_perf_params(**bad)
 
 
-def test_objective_gradient_matches_finite_differences() -> None:
+def test_jacobian_matches_finite_differences() -> None:
     n, k, m = design()
     comp, step = measure(TRUE, n, k, m)
-    sync = k > 1
-    inter = (n[sync] > 1).astype(np.float64)
-    args = (
-        m,
-        sync,
-        inter,
-        1.0 - inter,
-        np.maximum(k[sync] - 2, 0).astype(np.float64),
-        np.log(comp),
-        np.log(step) + 0.01,
+    sync = np.flatnonzero(k > 1)
+    data = _Data(
+        m=m,
+        log_comp=np.log(comp),
+        log_step=np.log(step) + 0.01,
+        sync=sync,
+        inter=(n[sync] > 1).astype(np.float64),
+        retro=np.maximum(k[sync] - 2, 0).astype(np.float64),
     )
-    x = np.array([0.05, 0.002, 0.2, 0.01, 0.03, 0.002, 1.7])
-    _, grad = _objective(x, *args)
-    h = 1e-7
-    numeric = [
-        (_objective(x + h * e, *args)[0] - _objective(x - h * e, *args)[0]) / (2 * h)
-        for e in np.eye(7)
-    ]
-    np.testing.assert_allclose(grad, numeric, rtol=1e-4, atol=1e-6)
+    free = list(range(7))
+    p = [0.05, 0.002, 0.2, 0.01, 0.03, 0.002, 1.7]
+    center = [float(np.log(v)) for v in p[:6]] + [p[6]]
+    center = [c + 0.1 for c in center]
+    ev = _evaluate(p, data, DEFAULT_SETTINGS, free, center)
+    jac = np.concatenate((ev.j1, ev.j2, ev.jr))
+
+    def at(x: list[float]) -> np.ndarray:
+        q = [float(np.exp(v)) for v in x[:6]] + [x[6]]
+        e = _evaluate(q, data, DEFAULT_SETTINGS, free, center)
+        return np.concatenate((e.r1, e.r2, e.regs))
+
+    x0 = [float(np.log(v)) for v in p[:6]] + [p[6]]
+    h = 1e-6
+    for col in range(7):
+        up, down = list(x0), list(x0)
+        up[col] += h
+        down[col] -= h
+        numeric = (at(up) - at(down)) / (2 * h)
+        np.testing.assert_allclose(jac[:, col], numeric, rtol=1e-5, atol=1e-8, err_msg=str(col))
