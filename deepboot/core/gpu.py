@@ -6,9 +6,13 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TypeAlias
 
 from deepboot.core.cluster import Pool
 from deepboot.core.errors import InvalidDecisionError
+
+GpuId: TypeAlias = tuple[int, int]
+"""(node_id, index) of one GPU."""
 
 
 class GpuState(enum.Enum):

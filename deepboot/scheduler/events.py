@@ -17,6 +17,8 @@ class EventKind(enum.Enum):
     PROTECT_EXPIRED: a replica's protect time ended; it goes PROTECT -> SLEEP unless
         it was reused since (the event's ``seq`` is then stale).
     TICK: a scheduling round of the training policy.
+    RETRY: the queued inference tasks are tried again; never queued by a world, only
+        made by :func:`deepboot.scheduler.control.run_event` to continue a retry pass.
     """
 
     JOB_SUBMITTED = "job_submitted"
@@ -25,6 +27,7 @@ class EventKind(enum.Enum):
     INFERENCE_DONE = "inference_done"
     PROTECT_EXPIRED = "protect_expired"
     TICK = "tick"
+    RETRY = "retry"
 
     @property
     def priority(self) -> int:
@@ -47,6 +50,7 @@ _PRIORITY = MappingProxyType(
         EventKind.PROTECT_EXPIRED: 14,
         EventKind.JOB_SUBMITTED: 20,
         EventKind.INFERENCE_ARRIVAL: 30,
+        EventKind.RETRY: 50,
         EventKind.TICK: 90,
     }
 )
@@ -63,10 +67,13 @@ class Event:
             the event when the subject has changed since (a job resized by a
             reclaim finishes at another time; a replica reused before its protect
             time ended).
-        gpu: The GPU concerned, as (node_id, index), for PROTECT_EXPIRED.
+        gpu: The GPU concerned, as (node_id, index), for INFERENCE_DONE and
+            PROTECT_EXPIRED.
+        service: The task's service, for INFERENCE_ARRIVAL.
     """
 
     kind: EventKind
     job: str = ""
     seq: int = 0
     gpu: tuple[int, int] | None = None
+    service: str = ""

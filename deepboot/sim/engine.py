@@ -36,7 +36,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -47,12 +47,20 @@ from deepboot.core.errors import ConfigError
 from deepboot.core.gpu import GpuState
 from deepboot.core.jobs import Workload
 from deepboot.core.placement import Placement
-from deepboot.core.state import ClusterState, JobView
+from deepboot.core.state import JobView
 from deepboot.perf.application import Application
 from deepboot.policies.inference import InferencePolicy
-from deepboot.policies.lending import reserved_gpus
 from deepboot.scheduler import Event, EventKind, Scheduler, new_placement
-from deepboot.scheduler.inference import InferenceScheduler, lendable_capacity
+from deepboot.scheduler import operations as ops
+from deepboot.scheduler.control import (
+    ControlLoop,
+    LoopSettings,
+    Snapshot,
+    Step,
+    run_event,
+)
+from deepboot.scheduler.decision import Preempt, Resize, Start
+from deepboot.scheduler.inference import InferenceScheduler
 from deepboot.sim.config import SimConfig
 from deepboot.sim.gpus import GpuBoard
 from deepboot.sim.job import GroundTruth, JobCheckpoint, SimJob
@@ -111,28 +119,50 @@ class EventQueue:
         return len(self._heap)
 
 
-def training_capacity(cluster: ClusterSpec) -> Mapping[int, int]:
-    """GPUs training may use per node without lending: every GPU of training-pool
-    nodes, none elsewhere."""
-    return MappingProxyType(
-        {n.node_id: (n.gpus if n.pool is Pool.TRAINING else 0) for n in cluster.nodes}
-    )
-
-
 def _create_inference_policy(name: str) -> InferencePolicy:
     from deepboot.policies import inference
 
     return inference.create(name)
 
 
+class _JobRecord:
+    """Everything the engine keeps about one training job (one record per job).
+
+    Attributes:
+        job: The job's simulated state.
+        active: Submitted and not finished.
+        checkpoint: Its state at the last tick, for a reclaim's rollback.
+        finish_seq: Version of its predicted completion; a JOB_FINISHED event with
+            another ``seq`` is stale (a reclaim moved the completion).
+        view: What inference placements see of it: its view as of its last change
+            (tick, reclaim, submission).
+    """
+
+    __slots__ = ("job", "active", "checkpoint", "finish_seq", "view")
+
+    def __init__(self, job: SimJob) -> None:
+        self.job = job
+        self.active = False
+        self.checkpoint: JobCheckpoint | None = None
+        self.finish_seq = 0
+        self.view: JobView | None = None
+
+
 class Simulation:
-    """One simulation run: builds the jobs, runs the event loop, keeps the outcome.
+    """One simulation run: the control loop's simulated world (its first backend).
+
+    The engine turns trace rows into events, keeps the simulated cluster, advances
+    virtual time and records metrics. Every scheduling decision comes from
+    :class:`~deepboot.scheduler.control.ControlLoop`: the engine hands it each event
+    and a frozen :class:`~deepboot.scheduler.control.Snapshot`
+    (:meth:`snapshot`) and carries out the operations it returns (:meth:`apply`).
 
     Attributes:
         jobs: Every training job, in workload order.
         board: Every GPU's state and the GPU-seconds per state.
         serving: The inference side (None when the cluster has no inference pool or
             the workload no inference task).
+        loop: The control loop.
         rounds: Scheduling rounds run (ticks where the policy was consulted).
         decision_ms: Wall-clock milliseconds of each round's decision.
         timeline: GPU counts per state after each event time; consecutive equal
@@ -167,7 +197,6 @@ class Simulation:
                 inference policy is unknown.
         """
         self.cluster = cluster
-        self.scheduler = scheduler
         self.config = config
         self._has_pool = any(n.pool is Pool.INFERENCE for n in cluster.nodes)
         self._lending = config.lending and self._has_pool
@@ -195,10 +224,11 @@ class Simulation:
                     round_epoch_times=config.round_epoch_times,
                 )
             )
-        self._by_name = {j.name: j for j in self.jobs}
-        if len(self._by_name) != len(self.jobs):
+        self._records = {j.name: _JobRecord(j) for j in self.jobs}
+        if len(self._records) != len(self.jobs):
             raise ConfigError(f"workload {workload.name!r} has duplicate job names")
-        self._active: dict[str, SimJob] = {}
+        # Index of the active records, in submission order.
+        self._active: dict[str, _JobRecord] = {}
         self._submit_times = sorted(j.spec.submit_time for j in self.jobs)
         self._submitted = 0
         self.completed = 0
@@ -211,12 +241,12 @@ class Simulation:
         self._queue = EventQueue()
         self._rng = np.random.default_rng(config.seed)
         self._horizon = 0.0
-        # Reclaims need each job's state at the last tick (see the module docstring).
-        self._checkpoints: dict[str, JobCheckpoint] = {}
-        self._finish_seq: dict[str, int] = {}
-        self._views: dict[str, JobView] = {}
         self._views_tuple: tuple[JobView, ...] | None = None
+        # Why each waiting job (as of the last round) and queued task waits.
+        self._job_waits: dict[str, ops.WaitReason] = {}
+        self._task_waits: dict[str, ops.WaitReason] = {}
         self.serving: Serving | None = None
+        inference: InferenceScheduler | None = None
         if workload.inference and not self._has_pool:
             log.warning(
                 "workload %s: ignoring its %d inference tasks (the cluster has no "
@@ -226,30 +256,34 @@ class Simulation:
             )
         elif workload.inference:
             policy = inference_policy or _create_inference_policy(config.inference_policy)
-            self.serving = Serving(
-                workload.inference,
-                cluster,
-                self.board,
-                InferenceScheduler(policy),
-                config.lifecycle,
-                config.cold_start_of,
-                self._lending,
-                self._rng,
-                self._queue.push,
-                self._reclaim,
-                self._job_views,
-            )
+            inference = InferenceScheduler(policy)
+            self.serving = Serving(workload.inference)
+        self.loop = ControlLoop(
+            scheduler,
+            inference,
+            LoopSettings(
+                interval=config.interval,
+                lending=self._lending,
+                lifecycle=config.lifecycle,
+                reserve=config.lend_reserve,
+            ),
+        )
         self._track = self.serving is not None and self._lending
 
     # -- public views ----------------------------------------------------------------
 
     def placements(self) -> dict[str, Placement]:
         """Placement of every training job that holds GPUs now."""
-        return {name: self._by_name[name].placement for name, _ in self.board.holders()}
+        return {name: self._records[name].job.placement for name, _ in self.board.holders()}
 
     def waiting(self) -> tuple[str, ...]:
         """Inference tasks queued for a GPU, oldest first."""
         return () if self.serving is None else self.serving.waiting()
+
+    def wait_reason(self, name: str) -> ops.WaitReason | None:
+        """Why training job or inference task ``name`` holds no GPU, as the control
+        loop last said (None when it runs, or was never left waiting)."""
+        return self._job_waits.get(name) or self._task_waits.get(name)
 
     # -- the loop --------------------------------------------------------------------
 
@@ -271,8 +305,8 @@ class Simulation:
             queue.push(job.spec.submit_time, Event(EventKind.JOB_SUBMITTED, job.name))
         serving = self.serving
         if serving is not None:
-            serving.schedule_arrivals()
-        rng = self._rng
+            for at, arrival in serving.arrival_events():
+                queue.push(at, arrival)
         interval = self.config.interval
         max_time = math.inf if self.config.max_time is None else self.config.max_time
         if self.jobs:
@@ -280,47 +314,20 @@ class Simulation:
         check = self.config.check_invariants
         while queue and queue.peek_time() <= max_time:
             now, event = queue.pop()
-            kind = event.kind
-            if kind is EventKind.PROTECT_EXPIRED and self._all_done():
-                continue  # nothing left to serve: idle replicas no longer matter
-            if kind is EventKind.JOB_FINISHED and event.seq != self._finish_seq.get(event.job, 0):
-                continue  # superseded: a reclaim changed the completion time
-            if self.start_time is None:
-                self.start_time = now
-            self.now = now
-            self.board.advance(now)
-            if kind is EventKind.INFERENCE_ARRIVAL:
-                assert serving is not None
-                serving.arrive(event.job, now)
-            elif kind is EventKind.INFERENCE_DONE:
-                assert serving is not None
-                serving.finish(event.job, now)
-            elif kind is EventKind.PROTECT_EXPIRED:
-                assert serving is not None and event.gpu is not None
-                serving.expire(event.gpu, event.seq, now)
-            elif kind is EventKind.JOB_SUBMITTED:
-                self._active[event.job] = self._by_name[event.job]
-                self._submitted += 1
-                self._views_tuple = None
-            elif kind is EventKind.JOB_FINISHED:
-                del self._active[event.job]
-                self.completed += 1
-                self.board.release_job(event.job)
-                self._drop_view(event.job)
-                if serving is not None:
-                    serving.retry(now)
-            elif kind is EventKind.TICK:
+            if not self._record_facts(now, event):
+                continue
+            if event.kind is EventKind.TICK:
                 tick = round(now / interval)
-                self._tick(now, rng, min((tick + 1) * interval, max_time))
-                if serving is not None:
-                    serving.retry(now)
+                self._horizon = min((tick + 1) * interval, max_time)
+                self._decide(event)
                 next_tick = self._next_tick(tick)
                 if next_tick is not None:
                     queue.push(next_tick, Event(EventKind.TICK))
                 if on_progress is not None:
                     on_progress(now, self.completed, len(self.jobs))
-            else:  # pragma: no cover - exhaustiveness guard for future kinds
-                raise AssertionError(f"unhandled event kind {event.kind}")
+            elif event.kind is not EventKind.JOB_SUBMITTED:
+                # A submission changes nothing before the next tick.
+                self._decide(event)
             self._sample(now)
             if check:
                 self.board.check(self.placements())
@@ -329,6 +336,49 @@ class Simulation:
         if self.timeline and self.timeline[-1].t < self.now:
             # Close the step function at the end of the run (duplicates were dropped).
             self.timeline.append(dataclasses.replace(self.timeline[-1], t=self.now))
+
+    def _record_facts(self, now: float, event: Event) -> bool:
+        """Record what ``event`` says happened; False when the event is moot."""
+        kind = event.kind
+        serving = self.serving
+        if kind is EventKind.PROTECT_EXPIRED:
+            if self._all_done():
+                return False  # nothing left to serve: idle replicas no longer matter
+            assert event.gpu is not None
+            gpu = self.board.get(event.gpu)
+            if gpu.version != event.seq or gpu.state is not GpuState.PROTECT:
+                return False  # the replica changed since (reused)
+        if kind is EventKind.JOB_FINISHED and event.seq != self._records[event.job].finish_seq:
+            return False  # superseded: a reclaim changed the completion time
+        if self.start_time is None:
+            self.start_time = now
+        self.now = now
+        self.board.advance(now)
+        if kind is EventKind.INFERENCE_ARRIVAL:
+            assert serving is not None
+            serving.arrived(event.job, now)
+        elif kind is EventKind.INFERENCE_DONE:
+            assert serving is not None
+            serving.ended(event.job, now)
+        elif kind is EventKind.JOB_SUBMITTED:
+            self._active[event.job] = self._records[event.job]
+            self._records[event.job].active = True
+            self._submitted += 1
+            self._views_tuple = None
+        elif kind is EventKind.JOB_FINISHED:
+            rec = self._active.pop(event.job)
+            rec.active = False
+            rec.view = None
+            self._views_tuple = None
+            self.completed += 1
+            self.board.release_job(event.job)
+        return True
+
+    def _decide(self, event: Event) -> None:
+        spent = run_event(self.loop, event, self, self._rng, time.perf_counter)
+        if spent is not None:
+            self.rounds += 1
+            self.decision_ms.append(spent * 1e3)
 
     def _all_done(self) -> bool:
         training = self.completed == len(self.jobs)
@@ -353,90 +403,151 @@ class Simulation:
             return
         line.append(point)
 
+    # -- the backend -----------------------------------------------------------------
+
+    def snapshot(self, event: Event) -> Snapshot:
+        """The world for ``event``: at a tick, every active job as of now and the
+        services' recent load; otherwise the jobs as of their last change (what the
+        reference's inference placement sees between ticks)."""
+        now = self.now
+        serving = self.serving
+        waiting = () if serving is None else serving.pending()
+        if event.kind is EventKind.TICK:
+            active = sorted(
+                self._active.values(), key=lambda r: (r.job.spec.submit_time, r.job.name)
+            )
+            jobs = tuple(r.job.view(now) for r in active)
+            reserve = self.config.lend_reserve
+            loads = (
+                serving.service_loads(now, reserve.window_s)
+                if serving is not None and self._lending and reserve.enabled
+                else {}
+            )
+            return Snapshot(
+                now, self.cluster, jobs, self.board.views(), waiting, MappingProxyType(loads)
+            )
+        jobs = self._job_views() if serving is not None else ()
+        return Snapshot(now, self.cluster, jobs, self.board.views(), waiting)
+
+    def apply(self, step: Step) -> None:
+        """Carry out a step's operations in order (see :mod:`deepboot.scheduler.operations`)."""
+        now = self.now
+        board = self.board
+        serving = self.serving
+        for op in step.ops:
+            if isinstance(op, ops.Release):
+                board.move(board.get(op.gpu), GpuState.FREE)
+            elif isinstance(op, ops.Bind | ops.Lend):
+                board.assign(board.get(op.gpu), op.job)
+            elif isinstance(op, ops.EvictReplica):
+                board.move(board.get(op.gpu), GpuState.FREE)
+                board.evictions += 1
+            elif isinstance(op, ops.Reclaim):
+                board.take_from_job(board.get(op.gpu), GpuState.FREE)
+                assert serving is not None
+                serving.reclaim_times.append(now)
+            elif isinstance(op, Start | Resize | Preempt):
+                if step.round:
+                    self._records[op.job].job.reallocate(
+                        new_placement(op), now, self.config.restart
+                    )
+                else:
+                    self._shrink_now(op.job, new_placement(op), now)
+            elif isinstance(op, ops.StartReplica):
+                assert serving is not None
+                gpu = board.get(op.gpu)
+                if gpu.state is not GpuState.RUNNING:
+                    board.move(gpu, GpuState.RUNNING)
+                gpu.service = op.service
+                gpu.hits = op.hits
+                board.touch(gpu)
+                model = serving.tasks[op.task].spec.model
+                start = now + (self.config.cold_start_of(model) if op.cold else 0.0)
+                task = serving.started(op.task, op.gpu, op.cold, start)
+                self._task_waits.pop(op.task, None)
+                assert task.end is not None
+                self._queue.push(task.end, Event(EventKind.INFERENCE_DONE, op.task, gpu=op.gpu))
+            elif isinstance(op, ops.ProtectReplica):
+                gpu = board.get(op.gpu)
+                board.move(gpu, GpuState.PROTECT)
+                gpu.protect_until = op.until
+                board.touch(gpu)
+                if op.until > now:
+                    expiry = Event(EventKind.PROTECT_EXPIRED, seq=gpu.version, gpu=op.gpu)
+                    self._queue.push(op.until, expiry)
+            elif isinstance(op, ops.SleepReplica):
+                gpu = board.get(op.gpu)
+                board.move(gpu, GpuState.SLEEP)
+                gpu.hits = 0
+                board.touch(gpu)
+            else:  # pragma: no cover - exhaustiveness guard for future operations
+                raise AssertionError(f"unhandled operation {op!r}")
+        for u in step.unplaced:
+            if u.inference:
+                assert serving is not None
+                serving.enqueue(u.name)
+                self._task_waits[u.name] = u.reason
+        if step.round:
+            self._job_waits = {u.name: u.reason for u in step.unplaced if not u.inference}
+            self._after_round(now)
+
     # -- training --------------------------------------------------------------------
 
-    def _tick(self, now: float, rng: np.random.Generator, horizon: float) -> None:
-        if not self._active:
-            return
-        active = sorted(self._active.values(), key=lambda j: (j.spec.submit_time, j.name))
-        if self._has_pool:
-            views = self.board.views()
-            reserved: frozenset[tuple[int, int]] = frozenset()
-            reserve = self.config.lend_reserve
-            if self._lending and reserve.enabled and self.serving is not None:
-                loads = self.serving.service_loads(now, reserve.window_s)
-                reserved = reserved_gpus(views, loads, self.config.interval, reserve)
-            capacity = lendable_capacity(self.cluster, views, self._lending, reserved)
-        else:
-            capacity = training_capacity(self.cluster)
-        state = ClusterState(now, self.cluster, tuple(j.view(now) for j in active), capacity)
-        # The sim layer may read a clock; the scheduler and policies never do.
-        t0 = time.perf_counter()
-        decision = self.scheduler.decide(state, rng)
-        self.decision_ms.append((time.perf_counter() - t0) * 1e3)
-        self.rounds += 1
-        restart = self.config.restart
-        changed = [(self._by_name[op.job], new_placement(op)) for op in decision]
-        # Release first, so a GPU one job gives up can go to another on the same node.
-        for job, placement in changed:
-            self.board.shrink(job.name, placement)
-        for job, placement in changed:
-            self.board.grow(job.name, placement)
-            job.reallocate(placement, now, restart)
-        self._horizon = horizon
+    def _after_round(self, now: float) -> None:
+        """Placements are fixed until the next tick unless a reclaim shrinks one:
+        integrate every active job up to the tick now, keeping where each was."""
+        active = self._active_sorted()
         if self.serving is not None:
             # What inference placements see until the next change (before the jobs
             # are integrated ahead to the next tick).
-            self._views = {j.name: j.view(now) for j in active}
+            for rec in active:
+                rec.view = rec.job.view(now)
             self._views_tuple = None
-        # Placements are fixed until the next tick unless a reclaim shrinks one:
-        # integrate up to the tick now, keeping where each job was for a rollback.
-        for job in active:
+        for rec in active:
             if self._track:
-                self._checkpoints[job.name] = job.checkpoint()
-            if job.placement:
-                self._integrate(job, horizon)
+                rec.checkpoint = rec.job.checkpoint()
+            if rec.job.placement:
+                self._integrate(rec, self._horizon)
 
-    def _integrate(self, job: SimJob, until: float) -> None:
-        done = job.advance(until)
+    def _active_sorted(self) -> list[_JobRecord]:
+        """The active jobs' records, by (submit time, name)."""
+        return sorted(self._active.values(), key=lambda r: (r.job.spec.submit_time, r.job.name))
+
+    def _integrate(self, rec: _JobRecord, until: float) -> None:
+        done = rec.job.advance(until)
         if done is not None:
-            seq = self._finish_seq.get(job.name, 0)
-            self._queue.push(done, Event(EventKind.JOB_FINISHED, job.name, seq=seq))
+            self._queue.push(done, Event(EventKind.JOB_FINISHED, rec.job.name, seq=rec.finish_seq))
 
-    def _reclaim(self, name: str, nodes: Sequence[int], now: float) -> None:
-        """Job ``name`` lost one GPU on each of ``nodes`` at ``now``: shrink it now."""
-        job = self._by_name[name]
-        cp = self._checkpoints.get(name)
-        if cp is not None:
-            job.rollback(cp)
+    def _shrink_now(self, name: str, placement: Placement, now: float) -> None:
+        """Job ``name`` lost GPUs to inference at ``now``, between ticks: roll it back to
+        the last tick, integrate it to now, resize it, and integrate it to the next tick."""
+        rec = self._records[name]
+        job = rec.job
+        if rec.checkpoint is not None:
+            job.rollback(rec.checkpoint)
         job.advance(now)
         # The completion predicted at the last tick no longer holds.
-        self._finish_seq[name] = self._finish_seq.get(name, 0) + 1
-        ids = list(job.placement.node_ids)
-        for node in nodes:
-            ids.remove(node)
-        job.reallocate(Placement.of(ids), now, self.config.restart)
-        self._checkpoints[name] = job.checkpoint()
-        self._views[name] = job.view(now)
+        rec.finish_seq += 1
+        job.reallocate(placement, now, self.config.restart)
+        rec.checkpoint = job.checkpoint()
+        rec.view = job.view(now)
         self._views_tuple = None
         if job.placement:
-            self._integrate(job, self._horizon)
+            self._integrate(rec, self._horizon)
 
     def _job_views(self) -> tuple[JobView, ...]:
         """Active jobs as of their last change (tick, reclaim, submission), ordered by
         (submit time, name)."""
         if self._views_tuple is None:
-            views = self._views
-            for name, job in self._active.items():
-                if name not in views:
-                    views[name] = job.view(self.now)
-            ordered = sorted(views.values(), key=lambda v: (v.submit_time, v.name))
+            for rec in self._active.values():
+                if rec.view is None:
+                    rec.view = rec.job.view(self.now)
+            ordered = sorted(
+                (r.view for r in self._active.values() if r.view is not None),
+                key=lambda v: (v.submit_time, v.name),
+            )
             self._views_tuple = tuple(ordered)
         return self._views_tuple
-
-    def _drop_view(self, name: str) -> None:
-        self._views.pop(name, None)
-        self._views_tuple = None
 
     def _next_tick(self, tick: int) -> float | None:
         """The next tick after tick number ``tick``; None when nothing is left to do."""

@@ -227,60 +227,18 @@ class GpuBoard:
             self.move(gpu, GpuState.FREE)
         self._held.pop(job, None)
 
-    def shrink(self, job: str, target: Placement) -> None:
-        """Release ``job``'s GPUs on every node where it holds more than ``target``.
-
-        The highest-indexed GPUs of the node go first (deterministic). Released
-        GPUs become FREE.
-        """
-        want = target.counts()
-        mine = self._held.get(job, [])
-        per_node: Counter[int] = Counter(g.node_id for g in mine)
-        for node, have in sorted(per_node.items()):
-            extra = have - want.get(node, 0)
-            if extra <= 0:
-                continue
-            on_node = sorted((g for g in mine if g.node_id == node), key=lambda g: -g.index)
-            for gpu in on_node[:extra]:
-                self.move(gpu, GpuState.FREE)
-
-    def grow(self, job: str, target: Placement) -> int:
-        """Acquire GPUs for ``job`` on every node where it holds fewer than ``target``.
-
-        On each node a FREE GPU is taken first, then a SLEEP one (its replica is
-        evicted). A training-pool GPU becomes TRAINING, an inference-pool one LENT.
-
-        Returns:
-            SLEEP replicas evicted.
+    def assign(self, gpu: SimGpu, job: str) -> None:
+        """``job`` takes a FREE GPU: TRAINING on the training pool, LENT on the
+        inference pool.
 
         Raises:
-            InvalidDecisionError: a node has too few FREE or SLEEP GPUs (the
-                capacity given to the policy was wrong: a bug).
+            InvalidDecisionError: the GPU is not FREE (evict a SLEEP replica first).
         """
-        mine = self._held.setdefault(job, [])
-        per_node: Counter[int] = Counter(g.node_id for g in mine)
-        evicted = 0
-        for node, want in sorted(target.counts().items()):
-            need = want - per_node.get(node, 0)
-            if need <= 0:
-                continue
-            free = [g for g in self._nodes[node] if g.state is GpuState.FREE]
-            sleep = [g for g in self._nodes[node] if g.state is GpuState.SLEEP]
-            pick = (free + sleep)[:need]
-            if len(pick) < need:
-                raise InvalidDecisionError(
-                    f"job {job!r} needs {need} more GPUs on node {node}, only "
-                    f"{len(free)} FREE and {len(sleep)} SLEEP"
-                )
-            for gpu in pick:
-                new = GpuState.TRAINING if gpu.pool is Pool.TRAINING else GpuState.LENT
-                if gpu.state is GpuState.SLEEP:
-                    evicted += 1
-                self.move(gpu, new)
-                gpu.job = job
-                mine.append(gpu)
-        self.evictions += evicted
-        return evicted
+        if gpu.state is not GpuState.FREE:
+            raise InvalidDecisionError(f"GPU {gpu.gpu_id} is {gpu.state.name}, not FREE")
+        self.move(gpu, GpuState.TRAINING if gpu.pool is Pool.TRAINING else GpuState.LENT)
+        gpu.job = job
+        self._held.setdefault(job, []).append(gpu)
 
     def take_from_job(self, gpu: SimGpu, new: GpuState) -> str:
         """Take a LENT GPU back from its job (reclaim); returns the job's name.

@@ -30,6 +30,7 @@ from deepboot.core import (
 from deepboot.core.placement import Allocation, freeze_allocation
 from deepboot.perf.restart import FlatRestartCost
 from deepboot.scheduler import Event, EventKind, Scheduler
+from deepboot.scheduler.operations import WaitReason
 from deepboot.sim.config import SimConfig
 from deepboot.sim.engine import EventQueue, Simulation
 from deepboot.sim.metrics import JobRecord, SimResult
@@ -468,3 +469,28 @@ def test_every_job_mode_runs_to_completion(mode: JobMode) -> None:
 
     r = run(make_job("a"), policy=Moded(mode)).rec("a")
     assert r.completion == pytest.approx(1290.0)
+
+
+def test_a_waiting_job_says_why() -> None:
+    # One GPU: the greedy policy starts "a"; "b" waits, not selected; "c" asks for
+    # more GPUs than the cluster has (it would wait forever: max_time ends the run).
+    wl = make_workload(make_job("a"), make_job("b", submit=1.0), make_job("c", 2.0, replicas=2))
+    sim = Simulation(
+        wl,
+        ClusterSpec.parse("1x1"),
+        Scheduler(GreedyFixed()),
+        {"tiny": TinyApp()},
+        SimConfig(max_time=600.0),
+    )
+    seen: dict[str, object] = {}
+
+    def spy(now: float, event: Event, s: Simulation) -> None:
+        if event.kind is EventKind.TICK and now == 60.0:
+            seen.update({n: s.wait_reason(n) for n in ("a", "b", "c")})
+
+    sim.run(on_event=spy)
+    assert seen == {
+        "a": None,
+        "b": WaitReason.NOT_SELECTED,
+        "c": WaitReason.INSUFFICIENT_CAPACITY,
+    }

@@ -1,0 +1,449 @@
+"""The control loop: one event and one frozen snapshot in, the operations to apply out.
+
+:class:`ControlLoop` owns the whole scheduling round of DeepBoot's shared cluster, for
+the simulator and the runtime alike:
+
+* **TICK**: the lending reserve and the lendable capacity, the training policy's
+  allocation (validated), and which concrete GPUs each job takes or gives up
+  (``Bind``/``Lend``/``Release``, evicting SLEEP replicas it lends); then a retry of
+  the queued inference tasks.
+* **INFERENCE_ARRIVAL**: the inference policy (ATS-I or a variant) places the task, or
+  it is left waiting with a reason; a placement may ``Reclaim`` lent GPUs (the job
+  shrinks: ``Resize``) or evict another service's SLEEP replica.
+* **INFERENCE_DONE**: the replica goes RUNNING -> PROTECT (-> SLEEP at once when its
+  protect time is 0), then a retry.
+* **PROTECT_EXPIRED**: PROTECT -> SLEEP, then a retry.
+* **JOB_FINISHED**: a retry (the world has freed the job's GPUs).
+* **JOB_SUBMITTED**: nothing until the next tick.
+
+A retry tries the queued tasks in arrival order, one placement per :class:`Step`: the
+world applies it and calls :meth:`ControlLoop.step` again, with a fresh snapshot and
+the step's ``retry`` cursor, until the cursor is None. Once a task of a service finds
+no GPU, later tasks of that service are not tried in the same pass.
+
+:meth:`ControlLoop.step` is a pure function of its arguments (randomness from the
+generator passed in); :func:`run_event` is the small driver both worlds use through
+the :class:`Backend` protocol: ``snapshot(event)`` and ``apply(step)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Protocol
+
+import numpy as np
+
+from deepboot.core.cluster import ClusterSpec, Pool
+from deepboot.core.errors import InvalidDecisionError
+from deepboot.core.gpu import GpuId, GpuState, GpuView
+from deepboot.core.placement import EMPTY, Placement
+from deepboot.core.state import ClusterState, InferenceState, JobView
+from deepboot.policies.inference import InferencePlacement, PlaceAction
+from deepboot.policies.lending import LendReserveConfig, ServiceLoad, reserved_gpus
+from deepboot.policies.lifecycle import LifecycleConfig, protect_time
+from deepboot.scheduler.decision import Decision, Preempt, Resize, new_placement
+from deepboot.scheduler.events import Event, EventKind
+from deepboot.scheduler.inference import InferenceScheduler, lendable_capacity
+from deepboot.scheduler.loop import Scheduler
+from deepboot.scheduler.operations import (
+    AnyOperation,
+    Bind,
+    EvictReplica,
+    GpuOperation,
+    Lend,
+    ProtectReplica,
+    Reclaim,
+    Release,
+    SleepReplica,
+    StartReplica,
+    Unplaced,
+    WaitReason,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingTask:
+    """An inference task waiting for a GPU, as the world reports it."""
+
+    name: str
+    service: str
+
+
+def _no_loads() -> Mapping[str, ServiceLoad]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What the world reports before a step; never mutated.
+
+    Attributes:
+        now: Current (virtual or real) time, seconds.
+        cluster: The cluster.
+        jobs: Active training jobs, sorted by (submit_time, name).
+        gpus: Every GPU, sorted by (node_id, index).
+        waiting: Queued inference tasks, oldest first.
+        loads: Recent load per service (for the lending reserve; TICK only).
+    """
+
+    now: float
+    cluster: ClusterSpec
+    jobs: tuple[JobView, ...]
+    gpus: tuple[GpuView, ...]
+    waiting: tuple[PendingTask, ...] = ()
+    loads: Mapping[str, ServiceLoad] = field(default_factory=_no_loads)
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSettings:
+    """The control loop's knobs.
+
+    Attributes:
+        interval: Seconds between ticks (the lending reserve's horizon).
+        lending: Whether training may borrow idle inference-pool GPUs.
+        lifecycle: The protect-time rule of idle replicas.
+        reserve: The predictive lending reserve.
+    """
+
+    interval: float = 60.0
+    lending: bool = True
+    lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
+    reserve: LendReserveConfig = field(default_factory=LendReserveConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Where a retry pass over the queued tasks stands.
+
+    Attributes:
+        position: Index in the snapshot's ``waiting`` of the next task to consider
+            (tasks placed earlier in the pass have left the queue).
+        blocked: Services with a task that found no GPU in this pass.
+    """
+
+    position: int = 0
+    blocked: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """The outcome of one step, to be applied in order.
+
+    Attributes:
+        ops: Operations, in the order they must be applied.
+        unplaced: Jobs and tasks left waiting, with the reason.
+        retry: Call :meth:`ControlLoop.step` again (after applying ``ops``, with a
+            fresh snapshot) with this cursor; None when the event is fully handled.
+        round: A training round ran (the policy was consulted): the job operations
+            are that round's; otherwise a ``Resize`` is a reclaim's shrink.
+    """
+
+    ops: tuple[AnyOperation, ...] = ()
+    unplaced: tuple[Unplaced, ...] = ()
+    retry: Retry | None = None
+    round: bool = False
+
+
+RETRY = Event(EventKind.RETRY)
+"""The event of a retry continuation (see :class:`Step`)."""
+
+
+class ControlLoop:
+    """DeepBoot's control loop over a training scheduler and an inference scheduler.
+
+    Holds no state of the world and never reads a clock: time is ``snapshot.now``.
+
+    Args:
+        training: The training-allocation step (policy plus validation).
+        inference: The inference-placement step; None when there is no inference.
+        settings: Knobs of the round.
+    """
+
+    def __init__(
+        self,
+        training: Scheduler,
+        inference: InferenceScheduler | None = None,
+        settings: LoopSettings | None = None,
+    ) -> None:
+        self.training = training
+        self.inference = inference
+        self.settings = settings or LoopSettings()
+
+    def step(
+        self,
+        event: Event,
+        snap: Snapshot,
+        rng: np.random.Generator,
+        cursor: Retry | None = None,
+    ) -> Step:
+        """The operations ``event`` calls for on ``snap`` (see the module docstring).
+
+        Args:
+            event: What happened; ``RETRY`` continues a retry pass at ``cursor``.
+            snap: The world as of the event; never mutated.
+            rng: The only source of randomness, passed to the policies.
+            cursor: The previous step's ``retry`` (RETRY events only).
+
+        Raises:
+            InvalidDecisionError: a policy broke an invariant; nothing of the step is
+                meant to be applied.
+        """
+        kind = event.kind
+        if kind is EventKind.TICK:
+            return self._round(snap, rng)
+        if kind is EventKind.RETRY:
+            return self._retry(snap, rng, cursor or Retry())
+        if kind is EventKind.INFERENCE_ARRIVAL:
+            return self._arrival(event, snap, rng)
+        if kind is EventKind.INFERENCE_DONE:
+            return self._replica_done(event, snap)
+        if kind is EventKind.PROTECT_EXPIRED:
+            return self._protect_expired(event, snap)
+        if kind is EventKind.JOB_FINISHED:
+            return Step(retry=_retry_cursor(snap))
+        if kind is EventKind.JOB_SUBMITTED:
+            return Step()
+        raise AssertionError(f"unhandled event kind {kind}")  # pragma: no cover
+
+    # -- training --------------------------------------------------------------------
+
+    def capacity(self, snap: Snapshot) -> Mapping[int, int]:
+        """GPUs training may use per node now: the training pool, plus the idle
+        inference GPUs that lending and the lending reserve leave."""
+        cluster = snap.cluster
+        if not any(n.pool is Pool.INFERENCE for n in cluster.nodes):
+            return MappingProxyType(
+                {n.node_id: (n.gpus if n.pool is Pool.TRAINING else 0) for n in cluster.nodes}
+            )
+        s = self.settings
+        reserved: frozenset[GpuId] = frozenset()
+        if s.lending and s.reserve.enabled:
+            reserved = reserved_gpus(snap.gpus, snap.loads, s.interval, s.reserve)
+        return lendable_capacity(cluster, snap.gpus, s.lending, reserved)
+
+    def _round(self, snap: Snapshot, rng: np.random.Generator) -> Step:
+        if not snap.jobs:
+            return Step(retry=_retry_cursor(snap))
+        capacity = self.capacity(snap)
+        state = ClusterState(snap.now, snap.cluster, snap.jobs, capacity)
+        decision = self.training.decide(state, rng)
+        gpu_ops = assign_gpus(snap.gpus, decision)
+        unplaced = _waiting_jobs(state, decision)
+        return Step(
+            ops=(*gpu_ops, *decision.ops),
+            unplaced=unplaced,
+            retry=_retry_cursor(snap),
+            round=True,
+        )
+
+    # -- inference -------------------------------------------------------------------
+
+    def _arrival(self, event: Event, snap: Snapshot, rng: np.random.Generator) -> Step:
+        task, service = event.job, event.service
+        ops = self._place(task, service, snap, rng)
+        if ops is None:
+            return Step(unplaced=(Unplaced(task, WaitReason.NO_IDLE_GPU, inference=True),))
+        return Step(ops=ops)
+
+    def _retry(self, snap: Snapshot, rng: np.random.Generator, cursor: Retry) -> Step:
+        blocked = set(cursor.blocked)
+        unplaced: list[Unplaced] = []
+        for i in range(cursor.position, len(snap.waiting)):
+            task = snap.waiting[i]
+            if task.service in blocked:
+                unplaced.append(Unplaced(task.name, WaitReason.BEHIND_SAME_SERVICE, True))
+                continue
+            ops = self._place(task.name, task.service, snap, rng)
+            if ops is None:
+                blocked.add(task.service)
+                unplaced.append(Unplaced(task.name, WaitReason.NO_IDLE_GPU, True))
+                continue
+            # The placed task leaves the queue: the next one is now at index i.
+            return Step(ops=ops, unplaced=tuple(unplaced), retry=Retry(i, frozenset(blocked)))
+        return Step(unplaced=tuple(unplaced))
+
+    def _place(
+        self, task: str, service: str, snap: Snapshot, rng: np.random.Generator
+    ) -> tuple[AnyOperation, ...] | None:
+        if self.inference is None:
+            raise InvalidDecisionError(f"inference task {task!r} but no inference policy")
+        state = InferenceState(snap.now, snap.cluster, snap.gpus, snap.jobs, self.settings.lending)
+        placement = self.inference.place(state, service, rng)
+        if placement is None:
+            return None
+        return placement_ops(placement, task, service, snap)
+
+    def _replica_done(self, event: Event, snap: Snapshot) -> Step:
+        gpu = _gpu(snap, event.gpu)
+        if gpu.state is not GpuState.RUNNING:
+            raise InvalidDecisionError(f"task {event.job!r} ended on a {gpu.state.name} GPU")
+        hold = protect_time(gpu.hits, self.settings.lifecycle)
+        ops: list[AnyOperation] = [ProtectReplica(gpu.gpu_id, snap.now + hold)]
+        if hold <= 0:
+            ops.append(SleepReplica(gpu.gpu_id))
+        return Step(ops=tuple(ops), retry=_retry_cursor(snap))
+
+    def _protect_expired(self, event: Event, snap: Snapshot) -> Step:
+        gpu = _gpu(snap, event.gpu)
+        if gpu.state is not GpuState.PROTECT:
+            return Step()  # reused since: nothing expires
+        return Step(ops=(SleepReplica(gpu.gpu_id),), retry=_retry_cursor(snap))
+
+
+class Backend(Protocol):
+    """A world the control loop drives: the simulator, or the runtime on Ray."""
+
+    def snapshot(self, event: Event) -> Snapshot:
+        """The world as the control loop must see it for ``event``."""
+        ...
+
+    def apply(self, step: Step) -> None:
+        """Carry out ``step.ops`` in order, and queue ``step.unplaced`` inference tasks."""
+        ...
+
+
+def run_event(
+    loop: ControlLoop,
+    event: Event,
+    backend: Backend,
+    rng: np.random.Generator,
+    timer: Callable[[], float] | None = None,
+) -> float | None:
+    """Handle ``event`` completely: step, apply, and continue any retry pass.
+
+    Args:
+        loop: The control loop.
+        event: What happened (the world has already recorded its facts).
+        backend: The world.
+        rng: The run's generator.
+        timer: A clock for the decision latency (injected; the loop reads none).
+
+    Returns:
+        Seconds the training round's decision took (by ``timer``), or None when no
+        round ran or no timer was given.
+    """
+    t0 = timer() if timer is not None else 0.0
+    step = loop.step(event, backend.snapshot(event), rng)
+    spent = (timer() - t0) if (timer is not None and step.round) else None
+    backend.apply(step)
+    while step.retry is not None:
+        step = loop.step(RETRY, backend.snapshot(RETRY), rng, step.retry)
+        backend.apply(step)
+    return spent
+
+
+# -- pure helpers ------------------------------------------------------------------------
+
+
+def _retry_cursor(snap: Snapshot) -> Retry | None:
+    return Retry() if snap.waiting else None
+
+
+def _gpu(snap: Snapshot, gpu_id: GpuId | None) -> GpuView:
+    for g in snap.gpus:
+        if g.gpu_id == gpu_id:
+            return g
+    raise InvalidDecisionError(f"event names unknown GPU {gpu_id}")
+
+
+def _waiting_jobs(state: ClusterState, decision: Decision) -> tuple[Unplaced, ...]:
+    """Jobs that hold no GPU after ``decision``, with the reason."""
+    after = {j.name: j.placement for j in state.jobs}
+    for op in decision:
+        after[op.job] = new_placement(op)
+    total = state.total_capacity
+    out = []
+    for job in state.jobs:
+        if after[job.name]:
+            continue
+        smallest = max(job.min_replicas, job.target_num_replicas or 1, 1)
+        reason = WaitReason.INSUFFICIENT_CAPACITY if smallest > total else WaitReason.NOT_SELECTED
+        out.append(Unplaced(job.name, reason))
+    return tuple(out)
+
+
+def assign_gpus(gpus: Sequence[GpuView], decision: Decision) -> tuple[GpuOperation, ...]:
+    """Which GPUs the jobs of ``decision`` give up and take, as GPU operations.
+
+    Every changed job first releases, on each node where it holds more GPUs than its
+    new placement, its highest-indexed GPUs there. Then, job by job in decision order,
+    node by node, it takes FREE GPUs in index order, then SLEEP ones (``EvictReplica``
+    first); a training-pool GPU is a ``Bind``, an inference-pool one a ``Lend``.
+
+    Raises:
+        InvalidDecisionError: a node lacks the FREE and SLEEP GPUs a job needs there
+            (the capacity the policy saw was wrong: a bug).
+    """
+    state: dict[GpuId, GpuState] = {g.gpu_id: g.state for g in gpus}
+    holder: dict[GpuId, str | None] = {g.gpu_id: g.job for g in gpus}
+    pool = {g.gpu_id: g.pool for g in gpus}
+    by_node: dict[int, list[GpuId]] = {}
+    for g in gpus:
+        by_node.setdefault(g.node_id, []).append(g.gpu_id)
+    for ids in by_node.values():
+        ids.sort()
+    ops: list[GpuOperation] = []
+    changed = [(op.job, new_placement(op)) for op in decision]
+    for job, target in changed:
+        want = target.counts()
+        for node, ids in sorted(by_node.items()):
+            mine = [g for g in ids if holder[g] == job]
+            extra = len(mine) - want.get(node, 0)
+            for gpu in sorted(mine, key=lambda g: -g[1])[: max(extra, 0)]:
+                ops.append(Release(gpu, job))
+                state[gpu], holder[gpu] = GpuState.FREE, None
+    for job, target in changed:
+        for node, count in sorted(target.counts().items()):
+            ids = by_node.get(node, [])
+            need = count - sum(1 for g in ids if holder[g] == job)
+            if need <= 0:
+                continue
+            free = [g for g in ids if state[g] is GpuState.FREE]
+            sleep = [g for g in ids if state[g] is GpuState.SLEEP]
+            pick = (free + sleep)[:need]
+            if len(pick) < need:
+                raise InvalidDecisionError(
+                    f"job {job!r} needs {need} more GPUs on node {node}, only "
+                    f"{len(free)} FREE and {len(sleep)} SLEEP"
+                )
+            for gpu in pick:
+                if state[gpu] is GpuState.SLEEP:
+                    ops.append(EvictReplica(gpu))
+                training = pool[gpu] is Pool.TRAINING
+                ops.append(Bind(gpu, job) if training else Lend(gpu, job))
+                state[gpu] = GpuState.TRAINING if training else GpuState.LENT
+                holder[gpu] = job
+    return tuple(ops)
+
+
+def placement_ops(
+    p: InferencePlacement, task: str, service: str, snap: Snapshot
+) -> tuple[AnyOperation, ...]:
+    """The operations of one validated inference placement, in order: reclaims and the
+    shrink of each job that lost GPUs, evictions, then the task's replica."""
+    ops: list[AnyOperation] = []
+    lost: dict[str, list[int]] = {}
+    for gpu, job in p.reclaims:
+        ops.append(Reclaim(gpu, job))
+        lost.setdefault(job, []).append(gpu[0])
+    views = {j.name: j for j in snap.jobs}
+    for job, nodes in lost.items():
+        old = views[job].placement if job in views else EMPTY
+        ids = list(old.node_ids)
+        for node in nodes:
+            if node not in ids:
+                raise InvalidDecisionError(f"reclaim from {job!r} on node {node}, which it lacks")
+            ids.remove(node)
+        new = Placement.of(ids)
+        ops.append(Resize(job, old, new) if new else Preempt(job, old))
+    for gpu in p.evicts:
+        if gpu != p.gpu:
+            ops.append(EvictReplica(gpu))
+    target = next(g for g in snap.gpus if g.gpu_id == p.gpu)
+    if p.action is PlaceAction.COLD_EVICT:
+        ops.append(EvictReplica(p.gpu))
+    hits = target.hits + 1 if p.action is PlaceAction.WARM_PROTECT else 0
+    ops.append(StartReplica(p.gpu, service, task, cold=not p.action.warm, hits=hits))
+    return tuple(ops)

@@ -1,0 +1,133 @@
+"""What the control loop asks a world (simulator or runtime) to carry out.
+
+A :class:`Step` of :class:`~deepboot.scheduler.control.ControlLoop` lists operations in
+the order they must be applied. Training-job operations (``Start``, ``Resize``,
+``Preempt``, :mod:`deepboot.scheduler.decision`) say which nodes a job runs on; the
+GPU operations below say which GPUs change hands and which replicas start, protect,
+sleep or go. A job operation never moves a GPU itself: the GPU operations before it
+in the same step already did.
+
+Every operation is a frozen value naming GPUs as ``(node_id, index)``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from deepboot.core.gpu import GpuId
+from deepboot.scheduler.decision import Preempt, Resize, Start
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """A training job takes a FREE training-pool GPU (it becomes TRAINING)."""
+
+    gpu: GpuId
+    job: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lend:
+    """A training job borrows an idle (FREE) inference-pool GPU (it becomes LENT).
+
+    A SLEEP replica on the GPU is evicted first, by an ``EvictReplica`` just before.
+    """
+
+    gpu: GpuId
+    job: str
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A training job gives up a GPU it holds (TRAINING or LENT -> FREE) when it shrinks
+    or is preempted."""
+
+    gpu: GpuId
+    job: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """Inference takes a LENT GPU back from ``job`` (-> FREE); a ``Resize`` of the job
+    to its remaining GPUs follows in the same step."""
+
+    gpu: GpuId
+    job: str
+
+
+@dataclass(frozen=True, slots=True)
+class StartReplica:
+    """Inference task ``task`` of ``service`` runs on ``gpu`` (-> RUNNING).
+
+    Attributes:
+        cold: A new replica is started (the model's start-up time first); False for a
+            warm reuse of the service's PROTECT or SLEEP replica on that GPU.
+        hits: The replica's warm-reuse count from now on.
+    """
+
+    gpu: GpuId
+    service: str
+    task: str
+    cold: bool
+    hits: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProtectReplica:
+    """A replica's task ended: RUNNING -> PROTECT until ``until`` (then ``SleepReplica``,
+    when the world reports ``PROTECT_EXPIRED``)."""
+
+    gpu: GpuId
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
+class SleepReplica:
+    """PROTECT -> SLEEP: the replica stays loaded, and the GPU may be lent."""
+
+    gpu: GpuId
+
+
+@dataclass(frozen=True, slots=True)
+class EvictReplica:
+    """A SLEEP replica is unloaded (-> FREE), for another service or for training."""
+
+    gpu: GpuId
+
+
+class WaitReason(enum.Enum):
+    """Why a job or an inference task got no GPU this step.
+
+    INSUFFICIENT_CAPACITY: the job's smallest size exceeds every GPU training may use
+        now (the training pool, plus lendable inference GPUs).
+    NOT_SELECTED: there was room, but the policy gave it to other jobs.
+    NO_IDLE_GPU: no GPU is FREE, idle (SLEEP) or reclaimable for the task.
+    BEHIND_SAME_SERVICE: an earlier queued task of the same service found no GPU in
+        this pass, so this one was not tried.
+    """
+
+    INSUFFICIENT_CAPACITY = "insufficient_capacity"
+    NOT_SELECTED = "not_selected"
+    NO_IDLE_GPU = "no_idle_gpu"
+    BEHIND_SAME_SERVICE = "behind_same_service"
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    """A training job or inference task left waiting, and why.
+
+    For an inference task the world queues it (in arrival order) and the loop tries it
+    again whenever a GPU may have come free.
+    """
+
+    name: str
+    reason: WaitReason
+    inference: bool = False
+
+
+GpuOperation: TypeAlias = (
+    Bind | Lend | Release | Reclaim | StartReplica | ProtectReplica | SleepReplica | EvictReplica
+)
+AnyOperation: TypeAlias = Start | Resize | Preempt | GpuOperation
