@@ -48,11 +48,8 @@ from deepboot.core import (  # noqa: E402
     Placement,
 )
 from deepboot.perf.speedup import adaptive_speedup  # noqa: E402
-from deepboot.policies.deepboot import (  # noqa: E402
-    DeepBootConfig,
-    DeepBootPolicy,
-    group_knapsack,
-)
+from deepboot.policies.allocation import group_knapsack  # noqa: E402
+from deepboot.policies.deepboot import DeepBootConfig, DeepBootPolicy  # noqa: E402
 
 LIMITS = BatchLimits(init_batch_size=128, max_batch_size=4096, min_local_bsz=32, max_local_bsz=1024)
 CAPS = (1, 2, 4, 8, 16, 32, 64)

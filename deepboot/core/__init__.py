@@ -6,7 +6,9 @@ from deepboot.core.errors import (
     DeepbootError,
     InputError,
     InvalidDecisionError,
+    SimulationStalledError,
     UnknownPolicyError,
+    UnschedulableError,
 )
 from deepboot.core.gpu import TRANSITIONS, GpuState, GpuView, check_transition
 from deepboot.core.jobs import InferenceTaskSpec, TrainingJobSpec, Workload
@@ -30,6 +32,8 @@ __all__ = [
     "InferenceTaskSpec",
     "InputError",
     "InvalidDecisionError",
+    "SimulationStalledError",
+    "UnschedulableError",
     "JobMode",
     "JobView",
     "Node",

@@ -40,3 +40,12 @@ class UnknownPolicyError(ConfigError):
 
 class InvalidDecisionError(DeepbootError):
     """A scheduling decision breaks an invariant; nothing of it was applied."""
+
+
+class UnschedulableError(ConfigError):
+    """A job can never run: its smallest size exceeds every GPU its policy may use."""
+
+
+class SimulationStalledError(DeepbootError):
+    """A simulation stopped making progress (jobs wait, nothing can change), or its
+    clock can no longer advance."""

@@ -39,7 +39,7 @@ from deepboot.core.modes import JobMode
 from deepboot.core.placement import Allocation, freeze_allocation
 from deepboot.core.state import ClusterState, JobView
 from deepboot.perf.speedup import speedup_fn
-from deepboot.policies.deepboot import capacity_profile, nodes_for
+from deepboot.policies.allocation import capacity_profile, nodes_for
 from deepboot.policies.optimus import progress_rates, replica_cap
 from deepboot.policies.packing import Packing, free_map, keep_or_pack
 from deepboot.policies.registry import register

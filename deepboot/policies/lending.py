@@ -34,11 +34,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from deepboot.core.cluster import Pool
-from deepboot.core.gpu import GpuState, GpuView
+from deepboot.core.gpu import GpuId, GpuState, GpuView
 from deepboot.perf import detmath
-from deepboot.policies.registry import require
-
-GpuId = tuple[int, int]
+from deepboot.policies.registry import MAX_DELAY_S, require
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,14 +63,15 @@ class LendReserveConfig:
     def __post_init__(self) -> None:
         require(0.0 <= self.target < 1.0, "target", f"must be in [0, 1); got {self.target}")
         require(
-            math.isfinite(self.window_s) and self.window_s > 0,
+            math.isfinite(self.window_s) and 0 < self.window_s <= MAX_DELAY_S,
             "window_s",
-            f"must be a finite number > 0; got {self.window_s}",
+            f"must be in (0, {MAX_DELAY_S:g}] seconds; got {self.window_s}",
         )
         require(
-            self.horizon_s is None or (math.isfinite(self.horizon_s) and self.horizon_s > 0),
+            self.horizon_s is None
+            or (math.isfinite(self.horizon_s) and 0 < self.horizon_s <= MAX_DELAY_S),
             "horizon_s",
-            f"must be a finite number > 0 or None; got {self.horizon_s}",
+            f"must be in (0, {MAX_DELAY_S:g}] seconds, or None; got {self.horizon_s}",
         )
 
 

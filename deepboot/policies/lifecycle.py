@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from deepboot.core.gpu import GpuState
-from deepboot.policies.registry import require
+from deepboot.policies.registry import MAX_DELAY_S, require
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +47,11 @@ class LifecycleConfig:
         for name in ("t0", "t_bonus", "t_max", "factor"):
             value = getattr(self, name)
             require(
-                isinstance(value, int | float) and math.isfinite(value) and value >= 0,
+                isinstance(value, int | float)
+                and math.isfinite(value)
+                and 0 <= value <= MAX_DELAY_S,
                 name,
-                f"must be a finite number >= 0; got {value!r}",
+                f"must be in [0, {MAX_DELAY_S:g}]; got {value!r}",
             )
 
 

@@ -32,7 +32,7 @@ from deepboot.core.modes import JobMode
 from deepboot.core.placement import Allocation, freeze_allocation
 from deepboot.core.state import ClusterState, JobView
 from deepboot.policies.afs import remaining_times
-from deepboot.policies.deepboot import group_knapsack
+from deepboot.policies.allocation import group_knapsack
 from deepboot.policies.packing import Packing, free_map, keep_or_pack
 from deepboot.policies.registry import register
 

@@ -29,10 +29,11 @@ import numpy as np
 import numpy.typing as npt
 
 from deepboot.core.placement import EMPTY, Allocation
-from deepboot.core.state import ClusterState, JobView
+from deepboot.core.state import ClusterState
 from deepboot.perf import detmath
 from deepboot.perf.speedup import SpeedupFn, SpeedupProvider, adaptive_speedup
-from deepboot.policies.registry import require
+from deepboot.policies.allocation import reference_order
+from deepboot.policies.registry import MAX_DELAY_S, require
 
 FloatArray: TypeAlias = npt.NDArray[np.float64]
 IntArray: TypeAlias = npt.NDArray[np.int64]
@@ -69,9 +70,20 @@ class PolluxConfig:
     tabu_tenure: int = 4
 
     def __post_init__(self) -> None:
-        require(math.isfinite(self.p), "p", f"must be finite; got {self.p}")
-        require(self.restart_delay > 0, "restart_delay", f"must be > 0; got {self.restart_delay}")
-        require(self.speedup_floor > 0, "speedup_floor", f"must be > 0; got {self.speedup_floor}")
+        # Ranges keep every term of the fitness finite: x^p of a speedup in
+        # [1e-3, 64] stays within double range for |p| <= 10 (p = 1000 underflowed
+        # every fitness to 0 and stopped all scheduling).
+        require(-10.0 <= self.p <= 1.0, "p", f"must be in [-10, 1]; got {self.p}")
+        require(
+            math.isfinite(self.restart_delay) and 0 < self.restart_delay <= MAX_DELAY_S,
+            "restart_delay",
+            f"must be in (0, {MAX_DELAY_S:g}] seconds; got {self.restart_delay}",
+        )
+        require(
+            1e-9 <= self.speedup_floor <= 1.0,
+            "speedup_floor",
+            f"must be in [1e-9, 1]; got {self.speedup_floor}",
+        )
         require(
             self.max_nodes_per_job >= 1,
             "max_nodes_per_job",
@@ -89,15 +101,6 @@ class PolluxConfig:
             "max_search_moves",
             f"must be >= 0; got {self.max_search_moves}",
         )
-
-
-def _pinned(job: JobView) -> bool:
-    return job.min_replicas > 0 and bool(job.placement)
-
-
-def reference_order(jobs: tuple[JobView, ...]) -> list[JobView]:
-    """Jobs in the reference's order: pinned, attained service, submission, name."""
-    return sorted(jobs, key=lambda j: (not _pinned(j), j.attained_service, j.submit_time, j.name))
 
 
 class PolluxProblem:

@@ -202,6 +202,11 @@ def _convert_enum(field: str, tp: type[enum.Enum], value: object) -> enum.Enum:
     raise ConfigError(f"parameter {field} must be one of: {choices}; got {value!r}")
 
 
+MAX_DELAY_S = 86_400.0
+"""Upper bound of every delay, protect time and window parameter (one day): larger
+values stop a simulation from scheduling anything in any horizon a trace covers."""
+
+
 def require(ok: bool, field: str, message: str) -> None:
     """Raise ``ConfigError`` naming ``field`` unless ``ok`` (for configs' __post_init__)."""
     if not ok:

@@ -18,6 +18,7 @@ Faithful to the reference simulator's ``tiresias.py`` (petuum/adaptdl):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -47,9 +48,9 @@ class TiresiasConfig:
 
     def __post_init__(self) -> None:
         require(
-            self.queue_threshold_gpu_hours > 0,
+            math.isfinite(self.queue_threshold_gpu_hours) and self.queue_threshold_gpu_hours > 0,
             "queue_threshold_gpu_hours",
-            f"must be > 0; got {self.queue_threshold_gpu_hours}",
+            f"must be a finite number > 0; got {self.queue_threshold_gpu_hours}",
         )
 
 

@@ -70,6 +70,10 @@ class SimConfig:
         cold_start_default: Start-up seconds of a model missing from ``cold_start``.
         check_invariants: Re-check every GPU-state invariant after every event
             (a debug hook for the property tests; O(GPUs) per event).
+        stall_ticks: Consecutive ticks with jobs waiting, no job holding a GPU and
+            nothing but ticks left to happen, after which the run stops with
+            ``SimulationStalledError`` instead of ticking forever (>= 1; the default
+            leaves room for restart penalties that grow with a job's age).
     """
 
     interval: float = 60.0
@@ -87,10 +91,13 @@ class SimConfig:
     cold_start: Mapping[str, float] = field(default_factory=lambda: DEEPBOOT_COLD_START)
     cold_start_default: float = 6.0
     check_invariants: bool = False
+    stall_ticks: int = 10_000
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.interval) and self.interval > 0):
-            raise ConfigError(f"interval must be a positive number of seconds; got {self.interval}")
+        if self.stall_ticks < 1:
+            raise ConfigError(f"stall_ticks must be >= 1; got {self.stall_ticks}")
+        if not (math.isfinite(self.interval) and 0 < self.interval <= 86_400):
+            raise ConfigError(f"interval must be in (0, 86400] seconds; got {self.interval}")
         if self.max_time is not None and not self.max_time >= 0:
             raise ConfigError(f"max_time must be >= 0 seconds or None; got {self.max_time}")
         if self.replica_cap < 1:

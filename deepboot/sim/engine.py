@@ -43,9 +43,10 @@ from types import MappingProxyType
 import numpy as np
 
 from deepboot.core.cluster import ClusterSpec, Pool
-from deepboot.core.errors import ConfigError
+from deepboot.core.errors import ConfigError, SimulationStalledError, UnschedulableError
 from deepboot.core.gpu import GpuState
 from deepboot.core.jobs import Workload
+from deepboot.core.modes import JobMode
 from deepboot.core.placement import Placement
 from deepboot.core.state import JobView
 from deepboot.perf.application import Application
@@ -92,15 +93,18 @@ class EventQueue:
     insertion order (``seq``), so runs are deterministic.
     """
 
-    __slots__ = ("_heap", "_seq")
+    __slots__ = ("_heap", "_seq", "_other")
 
     def __init__(self) -> None:
         self._heap: list[_Entry] = []
         self._seq = itertools.count()
+        self._other = 0
 
     def push(self, at: float, event: Event) -> None:
         """Schedule ``event`` at virtual time ``at``."""
         heapq.heappush(self._heap, _Entry(at, event.kind.priority, next(self._seq), event))
+        if event.kind is not EventKind.TICK:
+            self._other += 1
 
     def pop(self) -> tuple[float, Event]:
         """Remove and return the next ``(time, event)``.
@@ -109,7 +113,14 @@ class EventQueue:
             IndexError: the queue is empty.
         """
         entry = heapq.heappop(self._heap)
+        if entry.event.kind is not EventKind.TICK:
+            self._other -= 1
         return entry.time, entry.event
+
+    @property
+    def only_ticks(self) -> bool:
+        """Nothing but ticks is scheduled (no submission, arrival or completion)."""
+        return self._other == 0
 
     def peek_time(self) -> float:
         """Time of the next event (``inf`` when empty)."""
@@ -227,6 +238,7 @@ class Simulation:
         self._records = {j.name: _JobRecord(j) for j in self.jobs}
         if len(self._records) != len(self.jobs):
             raise ConfigError(f"workload {workload.name!r} has duplicate job names")
+        self._check_schedulable(scheduler)
         # Index of the active records, in submission order.
         self._active: dict[str, _JobRecord] = {}
         self._submit_times = sorted(j.spec.submit_time for j in self.jobs)
@@ -242,6 +254,7 @@ class Simulation:
         self._rng = np.random.default_rng(config.seed)
         self._horizon = 0.0
         self._views_tuple: tuple[JobView, ...] | None = None
+        self._stalled_ticks = 0
         # Why each waiting job (as of the last round) and queued task waits.
         self._job_waits: dict[str, ops.WaitReason] = {}
         self._task_waits: dict[str, ops.WaitReason] = {}
@@ -269,6 +282,38 @@ class Simulation:
             ),
         )
         self._track = self.serving is not None and self._lending
+
+    def _check_schedulable(self, scheduler: Scheduler) -> None:
+        """Refuse a job whose smallest size exceeds every GPU its policy may give it.
+
+        The smallest size is the requested replica count for a policy that runs jobs
+        at a fixed size (``JobMode.FIXED``), else one GPU; the most GPUs are the
+        training pool's, plus the inference pool's when lending is on. Such a job
+        would be retried forever.
+
+        Raises:
+            UnschedulableError: the first such job, with the numbers.
+        """
+        nodes = self.cluster.nodes
+        training = sum(n.gpus for n in nodes if n.pool is Pool.TRAINING)
+        inference = sum(n.gpus for n in nodes if n.pool is Pool.INFERENCE)
+        most = training + (inference if self._lending else 0)
+        fixed = scheduler.job_mode is JobMode.FIXED
+        for job in self.jobs:
+            smallest = job.spec.num_replicas if fixed else 1
+            if smallest <= most:
+                continue
+            if self._lending:
+                room = f"{_gpus(training)} of the training pool plus {inference} lendable"
+            elif inference:
+                room = f"{_gpus(training)} of the training pool (lending is off)"
+            else:
+                room = f"the cluster's {_gpus(training)}"
+            size = "its requested size" if fixed else "at least one GPU"
+            raise UnschedulableError(
+                f"job {job.name!r} can never run: policy {scheduler.policy.name!r} runs it "
+                f"on {smallest} GPUs ({size}), and training may use at most {most}: {room}"
+            )
 
     # -- public views ----------------------------------------------------------------
 
@@ -320,8 +365,14 @@ class Simulation:
                 tick = round(now / interval)
                 self._horizon = min((tick + 1) * interval, max_time)
                 self._decide(event)
+                self._check_progress(now)
                 next_tick = self._next_tick(tick)
                 if next_tick is not None:
+                    if not next_tick > now:
+                        raise SimulationStalledError(
+                            f"the clock cannot advance past {now:g} s by the {interval:g} s "
+                            "interval (times this large lose sub-interval precision)"
+                        )
                     queue.push(next_tick, Event(EventKind.TICK))
                 if on_progress is not None:
                     on_progress(now, self.completed, len(self.jobs))
@@ -373,6 +424,35 @@ class Simulation:
             self.completed += 1
             self.board.release_job(event.job)
         return True
+
+    def _check_progress(self, now: float) -> None:
+        """Count ticks on which jobs wait, none holds a GPU and nothing but ticks is
+        scheduled; stop the run after ``config.stall_ticks`` of them in a row.
+
+        Raises:
+            SimulationStalledError: the run stalled; the message names waiting jobs
+                and why they wait.
+        """
+        board = self.board
+        idle = (
+            self._active
+            and self._queue.only_ticks
+            and board.count(GpuState.TRAINING) + board.count(GpuState.LENT) == 0
+        )
+        self._stalled_ticks = self._stalled_ticks + 1 if idle else 0
+        if self._stalled_ticks < self.config.stall_ticks:
+            return
+        waiting = list(self._active)[:5]
+        reasons = ", ".join(
+            f"{name} ({(r.value if (r := self.wait_reason(name)) else 'no reason given')})"
+            for name in waiting
+        )
+        more = len(self._active) - len(waiting)
+        raise SimulationStalledError(
+            f"no progress for {self._stalled_ticks} ticks at {now:g} s: {len(self._active)} "
+            f"jobs wait, none runs, and nothing else is scheduled; waiting: {reasons}"
+            + (f" and {more} more" if more > 0 else "")
+        )
 
     def _decide(self, event: Event) -> None:
         spent = run_event(self.loop, event, self, self._rng, time.perf_counter)
@@ -564,6 +644,10 @@ class Simulation:
         if k * interval < t:
             k += 1
         return k * interval
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
 
 
 def _same_counts(a: TimelinePoint, b: TimelinePoint) -> bool:

@@ -16,11 +16,8 @@ from collections.abc import Iterator, Mapping
 
 from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.errors import InvalidDecisionError
-from deepboot.core.gpu import GpuState, GpuView, check_transition
+from deepboot.core.gpu import GpuId, GpuState, GpuView, check_transition
 from deepboot.core.placement import Placement
-
-GpuId = tuple[int, int]
-"""(node_id, index) of one GPU."""
 
 _HELD = frozenset({GpuState.TRAINING, GpuState.LENT})
 _LOADED = frozenset({GpuState.RUNNING, GpuState.PROTECT, GpuState.SLEEP})

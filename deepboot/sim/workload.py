@@ -19,12 +19,13 @@ from __future__ import annotations
 import csv
 import math
 import re
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from deepboot.core.errors import InputError
 from deepboot.core.jobs import InferenceTaskSpec, TrainingJobSpec, Workload
+from deepboot.core.params import BatchLimits
 from deepboot.sim.csvfile import csv_read_errors
 
 POLLUX_COLUMNS: tuple[str, ...] = ("name", "time", "application", "num_replicas", "batch_size")
@@ -71,6 +72,13 @@ class _Row:
             raise self.error(column, f"{raw} must be {bound}")
         return value
 
+    def bounded(self, column: str, top: float, *, allow_zero: bool = True) -> float:
+        """:meth:`number`, and at most ``top``."""
+        value = self.number(column, allow_zero=allow_zero)
+        if value > top:
+            raise self.error(column, f"{self.values[column].strip()} exceeds the limit {top:g}")
+        return value
+
     def positive_int(self, column: str) -> int:
         raw = self.text(column)
         try:
@@ -81,21 +89,41 @@ class _Row:
             raise self.error(column, f"{raw} must be a positive integer")
         return value
 
-    def count(self, column: str) -> int:
-        """A non-negative integer; integral floats such as ``"530.0"`` are accepted."""
-        value = self.number(column)
+    def count(self, column: str, top: float) -> int:
+        """A non-negative integer up to ``top``; integral floats such as ``"530.0"`` are
+        accepted."""
+        value = self.bounded(column, top)
         if value != int(value):
             raise self.error(column, f"{self.values[column].strip()} is not a whole number")
         return int(value)
 
 
-def load_workload(path: str | Path, known_apps: Collection[str]) -> Workload:
+MAX_TIME_S = 1e9
+"""Largest submission time or task duration accepted (about 31 years): virtual times
+beyond it lose the sub-second precision the engine's clock needs."""
+
+MAX_REPLICAS = 4096
+"""Most GPUs one training row may ask for."""
+
+
+def load_workload(
+    path: str | Path,
+    known_apps: Collection[str],
+    limits: Mapping[str, BatchLimits] | None = None,
+) -> Workload:
     """Load a Pollux or DeepBoot workload CSV.
+
+    Valid ranges (anything else is an :class:`InputError` naming the row and column):
+    ``time`` in [0, 1e9] s; training ``num_replicas`` in [1, 4096] and ``batch_size``
+    in [1, the model's ``max_batch_size``] (when ``limits`` are given); inference
+    rows run one task on one GPU, so their ``num_replicas`` and ``batch_size`` are 1,
+    ``duration`` in (0, 1e9] s and ``num_task`` in [0, 1e9].
 
     Args:
         path: The CSV file. Its stem becomes the workload's name.
         known_apps: Model names the caller can simulate (catalog or profile keys).
             Training rows and inference services must name one of them.
+        limits: Batch limits per model, to check each training row's batch size.
 
     Returns:
         A :class:`Workload` whose training jobs and inference tasks are each sorted by
@@ -118,7 +146,7 @@ def load_workload(path: str | Path, known_apps: Collection[str]) -> Workload:
         if name in seen:
             raise row.error("name", f"duplicate job name {name!r} (first on line {seen[name]})")
         seen[name] = row.line
-        time = row.number("time")
+        time = row.bounded("time", MAX_TIME_S)
         application = row.text("application")
         match = _INFER_RE.fullmatch(application)
         if match is not None and "num_task" in row.values:
@@ -127,14 +155,19 @@ def load_workload(path: str | Path, known_apps: Collection[str]) -> Workload:
                 raise row.error(
                     "application", f"unknown model {model!r} in {application!r}; {_known(known)}"
                 )
+            for column in ("num_replicas", "batch_size"):
+                if row.positive_int(column) != 1:
+                    raise row.error(
+                        column, "must be 1 for an inference row (each task runs on one GPU)"
+                    )
             inference.append(
                 InferenceTaskSpec(
                     name=name,
                     submit_time=time,
                     service=application,
                     model=model,
-                    duration=row.number("duration", allow_zero=False),
-                    num_task=row.count("num_task"),
+                    duration=row.bounded("duration", MAX_TIME_S, allow_zero=False),
+                    num_task=row.count("num_task", MAX_TIME_S),
                 )
             )
             continue
@@ -143,13 +176,23 @@ def load_workload(path: str | Path, known_apps: Collection[str]) -> Workload:
             if match is not None:
                 hint = " (inference rows need the DeepBoot header with duration,num_task)"
             raise row.error("application", f"unknown model {application!r}{hint}; {_known(known)}")
+        replicas = row.positive_int("num_replicas")
+        if replicas > MAX_REPLICAS:
+            raise row.error("num_replicas", f"{replicas} exceeds the limit of {MAX_REPLICAS} GPUs")
+        batch = row.positive_int("batch_size")
+        lim = None if limits is None else limits.get(application)
+        if lim is not None and batch > lim.max_batch_size:
+            raise row.error(
+                "batch_size",
+                f"{batch} exceeds {application}'s largest batch size {lim.max_batch_size}",
+            )
         training.append(
             TrainingJobSpec(
                 name=name,
                 submit_time=time,
                 application=application,
-                num_replicas=row.positive_int("num_replicas"),
-                batch_size=row.positive_int("batch_size"),
+                num_replicas=replicas,
+                batch_size=batch,
             )
         )
     training.sort(key=lambda j: j.submit_time)

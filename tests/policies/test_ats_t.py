@@ -12,13 +12,11 @@ from hypothesis import strategies as st
 
 from deepboot.core import ConfigError, JobMode, Placement
 from deepboot.policies import DeepBootPolicy, registry
+from deepboot.policies.allocation import capacity_profile, group_knapsack, nodes_for
 from deepboot.policies.deepboot import (
     DeepBootConfig,
     ats_t_counts,
     best_fit_place,
-    capacity_profile,
-    group_knapsack,
-    nodes_for,
     restart_penalty,
 )
 from deepboot.policies.packing import Packing, keep_or_pack

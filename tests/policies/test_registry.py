@@ -11,6 +11,8 @@ import pytest
 from deepboot.core import ClusterState, ConfigError, JobMode, UnknownPolicyError
 from deepboot.core.placement import Allocation
 from deepboot.policies import Packing, registry
+from deepboot.policies.lending import LendReserveConfig
+from deepboot.policies.lifecycle import LifecycleConfig
 from deepboot.policies.registry import PolicyRegistry
 
 BUILT_INS = {
@@ -62,6 +64,12 @@ def test_unknown_policy_lists_the_known_ones() -> None:
         ("pollux", {"p": float("inf")}, "p"),
         ("pollux", {"interference_avoidance": "maybe"}, "interference_avoidance"),
         ("fifo", {"packing": "random"}, "packing"),
+        # Accepted before issue 9, and then stopped all scheduling:
+        ("pollux", {"p": 1000}, "p"),
+        ("pollux", {"restart_delay": "inf"}, "restart_delay"),
+        ("pollux", {"restart_delay": 1e9}, "restart_delay"),
+        ("deepboot", {"restart_delay": "inf"}, "restart_delay"),
+        ("tiresias", {"queue_threshold_gpu_hours": "inf"}, "queue_threshold_gpu_hours"),
     ],
     ids=[
         "unknown-pollux",
@@ -75,6 +83,11 @@ def test_unknown_policy_lists_the_known_ones() -> None:
         "infinite-p",
         "bad-bool",
         "bad-enum",
+        "huge-p",
+        "infinite-delay",
+        "delay-of-years",
+        "deepboot-infinite-delay",
+        "infinite-threshold",
     ],
 )
 def test_bad_parameters_raise_config_error_naming_them(
@@ -136,3 +149,18 @@ def test_configs_must_be_frozen_dataclasses_with_defaults() -> None:
         reg.register("m", lambda config: _IdlePolicy(_IdleConfig()), Mutable)
     with pytest.raises(ConfigError, match="default"):
         reg.register("n", lambda config: _IdlePolicy(_IdleConfig()), NoDefault)
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        (lambda: LifecycleConfig(t0=1e9), "t0"),
+        (lambda: LifecycleConfig(factor=float("inf")), "factor"),
+        (lambda: LendReserveConfig(window_s=float("inf")), "window_s"),
+        (lambda: LendReserveConfig(horizon_s=1e12), "horizon_s"),
+    ],
+    ids=["protect-of-years", "infinite-factor", "infinite-window", "horizon-of-ages"],
+)
+def test_shared_cluster_settings_have_ranges(config: object, field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        config()  # type: ignore[operator]

@@ -24,7 +24,9 @@ from deepboot.core import (
     InvalidDecisionError,
     JobMode,
     Placement,
+    SimulationStalledError,
     TrainingJobSpec,
+    UnschedulableError,
     Workload,
 )
 from deepboot.core.placement import Allocation, freeze_allocation
@@ -472,25 +474,70 @@ def test_every_job_mode_runs_to_completion(mode: JobMode) -> None:
 
 
 def test_a_waiting_job_says_why() -> None:
-    # One GPU: the greedy policy starts "a"; "b" waits, not selected; "c" asks for
-    # more GPUs than the cluster has (it would wait forever: max_time ends the run).
-    wl = make_workload(make_job("a"), make_job("b", submit=1.0), make_job("c", 2.0, replicas=2))
+    # One GPU: the greedy policy starts "a"; "b" waits, not selected.
+    wl = make_workload(make_job("a"), make_job("b", submit=1.0))
     sim = Simulation(
-        wl,
-        ClusterSpec.parse("1x1"),
-        Scheduler(GreedyFixed()),
-        {"tiny": TinyApp()},
-        SimConfig(max_time=600.0),
+        wl, ClusterSpec.parse("1x1"), Scheduler(GreedyFixed()), {"tiny": TinyApp()}, SimConfig()
     )
     seen: dict[str, object] = {}
 
     def spy(now: float, event: Event, s: Simulation) -> None:
         if event.kind is EventKind.TICK and now == 60.0:
-            seen.update({n: s.wait_reason(n) for n in ("a", "b", "c")})
+            seen.update({n: s.wait_reason(n) for n in ("a", "b")})
 
     sim.run(on_event=spy)
-    assert seen == {
-        "a": None,
-        "b": WaitReason.NOT_SELECTED,
-        "c": WaitReason.INSUFFICIENT_CAPACITY,
-    }
+    assert seen == {"a": None, "b": WaitReason.NOT_SELECTED}
+
+
+@pytest.mark.parametrize(
+    ("shape", "inference_nodes", "lending", "message"),
+    [
+        ("1x1", 0, False, r"on 2 GPUs \(its requested size\), and training may use at most 1"),
+        ("2x1", 1, False, r"at most 1: 1 GPU of the training pool \(lending is off\)"),
+        ("2x1", 1, True, r"at most 2: 1 GPU of the training pool plus 1 lendable"),
+    ],
+    ids=["cluster", "training-pool", "with-lending"],
+)
+def test_a_job_larger_than_any_allocation_is_refused_before_the_run(
+    shape: str, inference_nodes: int, lending: bool, message: str
+) -> None:
+    wl = make_workload(make_job("a"), make_job("c", 2.0, replicas=3 if lending else 2))
+    cluster = ClusterSpec.parse(shape, inference_nodes)
+    with pytest.raises(UnschedulableError, match=message):
+        Simulation(
+            wl, cluster, Scheduler(GreedyFixed()), {"tiny": TinyApp()}, SimConfig(lending=lending)
+        )
+
+
+@dataclass(frozen=True)
+class Never:
+    """Places nothing, ever."""
+
+    name: str = "never"
+    job_mode: JobMode = JobMode.ADAPTIVE
+
+    def allocate(self, state: ClusterState, rng: np.random.Generator) -> Allocation:
+        return freeze_allocation({})
+
+
+def test_a_run_that_stops_making_progress_ends_with_a_clear_error() -> None:
+    wl = make_workload(make_job("a"), make_job("b", submit=5.0))
+    sim = Simulation(
+        wl,
+        ClusterSpec.parse("1x2"),
+        Scheduler(Never()),
+        {"tiny": TinyApp()},
+        SimConfig(stall_ticks=5),
+    )
+    with pytest.raises(SimulationStalledError, match=r"no progress for 5 ticks at 300 s: 2 jobs"):
+        sim.run()
+    assert sim.now == 300.0  # bounded by ticks, not by wall time
+
+
+def test_a_clock_that_cannot_advance_is_an_error() -> None:
+    wl = make_workload(make_job("a", submit=1e18))
+    sim = Simulation(
+        wl, ClusterSpec.parse("1x1"), Scheduler(GreedyFixed()), {"tiny": TinyApp()}, SimConfig()
+    )
+    with pytest.raises(SimulationStalledError, match="clock cannot advance"):
+        sim.run()

@@ -8,6 +8,7 @@ import pytest
 
 from deepboot.core.errors import InputError
 from deepboot.core.jobs import InferenceTaskSpec, TrainingJobSpec
+from deepboot.core.params import BatchLimits
 from deepboot.sim.workload import (
     DEEPBOOT_COLUMNS,
     POLLUX_COLUMNS,
@@ -118,6 +119,10 @@ DEEPBOOT_ROW_ERRORS = [
     ("zero-duration", "i,1,infer-ncf-1,1,1,0,5", "duration", "positive"),
     ("bad-num-task", "i,1,infer-ncf-1,1,1,7.0,many", "num_task", "not a number"),
     ("fractional-num-task", "i,1,infer-ncf-1,1,1,7.0,2.5", "num_task", "whole"),
+    ("two-replicas", "i,1,infer-ncf-1,2,1,7.0,5", "num_replicas", "must be 1"),
+    ("batch-of-64", "i,1,infer-ncf-1,1,64,7.0,5", "batch_size", "must be 1"),
+    ("duration-of-ages", "i,1,infer-ncf-1,1,1,1e12,5", "duration", "exceeds the limit"),
+    ("time-of-ages", "i,1e18,infer-ncf-1,1,1,7.0,5", "time", "exceeds the limit"),
 ]
 
 
@@ -215,3 +220,24 @@ def test_reference_deepboot_workloads(name: str, inference: int) -> None:
     assert times == sorted(times)
     assert all(t.service == f"infer-{t.model}-{t.service.rsplit('-', 1)[1]}" for t in w.inference)
     assert all(t.duration > 0 for t in w.inference)
+
+
+@pytest.mark.parametrize(
+    ("row", "field", "words"),
+    [
+        ("j,1,cifar10,1,99999", "batch_size", "exceeds cifar10's largest batch size 4096"),
+        ("j,1,cifar10,5000,128", "num_replicas", "exceeds the limit of 4096"),
+        ("j,2e9,cifar10,1,128", "time", "exceeds the limit"),
+    ],
+    ids=["batch-above-the-model", "replicas-beyond-any-cluster", "time-of-ages"],
+)
+def test_training_rows_are_bounded(tmp_path: Path, row: str, field: str, words: str) -> None:
+    limits = {"cifar10": BatchLimits(128, 4096, 32, 1024)}
+    path = make_csv(tmp_path, POLLUX_HEADER, row)
+    with pytest.raises(InputError) as info:
+        load_workload(path, APPS, limits)
+    assert (info.value.line, info.value.field) == (2, field)
+    assert words in info.value.message
+    # Without limits the batch size is only checked for being positive.
+    if field == "batch_size":
+        assert load_workload(path, APPS).training[0].batch_size == 99999

@@ -5,10 +5,10 @@ Importing this package registers ``ats-i``, ``random`` and ``lyra``. Build one w
 :class:`PlacementConfig`.
 """
 
+from deepboot.core.gpu import GpuId
 from deepboot.policies.inference import ats_i, lyra_placement, random_placement
 from deepboot.policies.inference.ats_i import AtsIPolicy
 from deepboot.policies.inference.base import (
-    GpuId,
     InferencePlacement,
     InferencePolicy,
     PlaceAction,

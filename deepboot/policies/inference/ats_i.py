@@ -27,7 +27,7 @@ import numpy as np
 
 from deepboot.core.gpu import GpuState, GpuView
 from deepboot.core.state import InferenceState
-from deepboot.policies.deepboot import reference_order
+from deepboot.policies.allocation import reference_order
 from deepboot.policies.inference.base import InferencePlacement
 from deepboot.policies.inference.candidates import (
     ColdOrder,

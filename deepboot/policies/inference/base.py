@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import Protocol
 
 import numpy as np
 
 from deepboot.core.errors import InvalidDecisionError
+from deepboot.core.gpu import GpuId
 from deepboot.core.state import InferenceState
-
-GpuId: TypeAlias = tuple[int, int]
-"""(node_id, index) of one GPU."""
 
 
 class PlaceAction(enum.Enum):

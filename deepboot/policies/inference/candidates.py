@@ -27,7 +27,7 @@ from deepboot.core.gpu import TRAINABLE, GpuState, GpuView
 from deepboot.core.modes import JobMode
 from deepboot.core.state import InferenceState, JobView
 from deepboot.perf.speedup import SpeedupFn, linear_speedup, speedup_fn
-from deepboot.policies.deepboot import fair_replicas, fair_share_base
+from deepboot.policies.allocation import fair_replicas, fair_share_base
 from deepboot.policies.inference.base import InferencePlacement, PlaceAction
 
 FloatArray = npt.NDArray[np.float64]
