@@ -4,8 +4,14 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-DEMO_WORKLOAD := examples/demo-24.csv
-DEMO_CLUSTER  := 4x4
+# The demo: DeepBoot against the training-pool-only baseline on a small cluster whose
+# last DEMO_INFERENCE_NODES nodes form the inference pool, on a shipped workload with
+# a day of inference traffic (examples/make_demo_workload.py writes it). Under a
+# minute; --no-figures because the base install has no matplotlib.
+DEMO_WORKLOAD        := examples/demo-deepboot.csv
+DEMO_CLUSTER         := 4x4
+DEMO_INFERENCE_NODES := 2
+DEMO_OUT             := out/demo
 
 .PHONY: demo test test-slow test-determinism lint clean-venv
 
@@ -18,12 +24,20 @@ $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/python -m pip install -q -c constraints.txt -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml constraints.txt | $(BIN)/python
+# The tests also cover the example policy plug-in (examples/plugin): installed beside
+# deepboot (--no-deps: deepboot is its only requirement), it must pass the contract
+# tests every registered policy passes.
+$(VENV)/.installed-test: pyproject.toml constraints.txt examples/plugin/pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
+	$(BIN)/python -m pip install -q --no-deps -e examples/plugin
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
-	$(BIN)/deepboot simulate --workload $(DEMO_WORKLOAD) --policy pollux --cluster $(DEMO_CLUSTER)
+	$(BIN)/deepboot compare --workload $(DEMO_WORKLOAD) \
+		--cluster $(DEMO_CLUSTER) --inference-nodes $(DEMO_INFERENCE_NODES) \
+		--run deepboot=deepboot --run pollux-only=pollux:no-lending,no-afe \
+		--baseline pollux-only --out $(DEMO_OUT) --no-figures
+	@echo "HTML report: $(DEMO_OUT)/report.html"
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q

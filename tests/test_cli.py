@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import assert_one_line_error, run_cli
 
-from deepboot.cli.main import main
 from deepboot.sim.workload import load_workload
 
 APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
@@ -32,21 +32,6 @@ def make_philly(tmp_path: Path, jobs: int = 40) -> Path:
         for i in range(jobs)
     ]
     return make_csv(tmp_path, PHILLY_HEADER, *rows, name="philly.csv")
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def assert_one_line_error(err: str, *words: str) -> None:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("deepboot: error: ")
-    assert "Traceback" not in err
-    for word in words:
-        assert word in lines[0]
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,9 @@ import argparse
 import dataclasses
 import json
 import logging
-import math
 import time
 from collections import Counter
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,6 +24,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from deepboot.cli import limits
+from deepboot.cli.files import (
+    PathArg,
+    check_outputs,
+    model_inputs,
+    require_path,
+    same_file,
+    shipped_catalog,
+    write_atomic,
+    write_text,
+)
 from deepboot.cli.params import (
     describe,
     parameter_fields,
@@ -51,30 +60,42 @@ def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepboot.sim.run import simulate as run_simulation
     from deepboot.sim.workload import load_workload
 
-    if not (math.isfinite(args.interval) and args.interval > 0):
-        raise ConfigError(f"--interval must be a positive number of seconds, got {args.interval}")
+    workload_path = require_path(args.workload, "--workload")
+    profiles = None if args.profiles is None else require_path(args.profiles, "--profiles")
+    summary_json = args.summary_json
+    if summary_json is not None:
+        require_path(summary_json, "--summary-json")
+    limits.check_interval(args.interval)
+    limits.check_seed(args.seed)
+    limits.check_max_time(args.max_time)
+    limits.check_cluster(args.cluster, args.inference_nodes)
     cluster = ClusterSpec.parse(args.cluster, args.inference_nodes)
     params = split_pairs(args.param)
     registry.config_class(args.policy)  # unknown policy: fail before loading anything
-    apps = _load_apps(args.profiles)
-    workload = load_workload(args.workload, apps.keys())
+    if summary_json is not None:
+        check_outputs(
+            [PathArg("--summary-json", summary_json)],
+            [PathArg("--workload", workload_path), *model_inputs(profiles)],
+        )
+    apps = _load_apps(profiles)
+    workload = load_workload(workload_path, apps.keys(), {n: a.limits for n, a in apps.items()})
     if workload.inference and args.inference_nodes == 0:
         log.warning(
             "%s: ignoring its %d inference tasks: there is no inference pool "
             "(give --inference-nodes N to serve them)",
-            args.workload,
+            workload_path,
             len(workload.inference),
         )
         workload = dataclasses.replace(workload, inference=())
     if not workload.training:
-        raise InputError(args.workload, 0, "application", "the workload has no training jobs")
+        raise InputError(workload_path, 0, "application", "the workload has no training jobs")
     policy = registry.create(args.policy, **params)
     settings = shared_cluster_settings(args, args.inference_nodes, args.policy)
     if workload.inference:
         from deepboot.policies import inference
 
         inference.create(settings["inference_policy"])  # unknown name: fail early
-    config = SimConfig(interval=args.interval, seed=args.seed, **settings)
+    config = SimConfig(interval=args.interval, seed=args.seed, max_time=args.max_time, **settings)
 
     show = not args.quiet and err.file.isatty()
     started = time.perf_counter()
@@ -95,9 +116,9 @@ def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     )
     summary = conform_summary(summary)
     out.print(summary_table(summary))
-    if args.summary_json:
-        _write_json(Path(args.summary_json), summary)
-        log.info("wrote %s", args.summary_json)
+    if summary_json is not None:
+        write_text(summary_json, json.dumps(summary, indent=2) + "\n")
+        log.info("wrote %s", summary_json)
     return 0
 
 
@@ -112,24 +133,21 @@ def _load_apps(profiles: str | None) -> Mapping[str, Application]:
     return load_catalog()
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    try:
-        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise InputError(str(path), 0, "", f"cannot write: {exc.strerror or exc}") from None
-
-
 def workload_from_philly(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``deepboot workload from-philly``: sample a workload CSV from philly.csv."""
     from deepboot.sim.philly import PhillyConfig, generate_from_philly, write_workload_csv
 
+    philly = require_path(args.philly, "--philly")
+    out_path = require_path(args.out, "--out")
+    limits.check_philly_jobs(args.jobs)
+    limits.check_philly_hours(args.hours)
+    limits.check_start_hour(args.start_hour)
+    limits.check_seed(args.seed)
+    check_outputs([PathArg("--out", out_path)], [PathArg("--philly", philly)])
     config = PhillyConfig(start_hour=args.start_hour)
     rng = np.random.default_rng(args.seed)
-    jobs = generate_from_philly(args.philly, args.jobs, args.hours, rng, config)
-    try:
-        write_workload_csv(args.out, jobs)
-    except OSError as exc:
-        raise InputError(args.out, 0, "", f"cannot write: {exc.strerror or exc}") from None
+    jobs = generate_from_philly(philly, args.jobs, args.hours, rng, config)
+    write_atomic(out_path, lambda p: write_workload_csv(p, jobs))
     mix = Counter((j.application, j.num_replicas, j.batch_size) for j in jobs)
     table = Table(title="Model mix", title_justify="left")
     for col in ("application", "num_replicas", "batch_size", "jobs"):
@@ -144,16 +162,32 @@ def workload_from_philly(args: argparse.Namespace, out: Console, err: Console) -
 
 
 def catalog_fit(args: argparse.Namespace, out: Console, err: Console) -> int:
-    """``deepboot catalog fit``: fit the application catalog from profiles."""
-    import deepboot.perf
-    from deepboot.perf.catalog import write_catalog
+    """``deepboot catalog fit``: fit the application catalog from profiles.
 
-    target = Path(args.out) if args.out else Path(deepboot.perf.__file__).parent / "catalog.json"
-    try:
-        write_catalog(args.profiles, target)
-    except OSError as exc:
-        raise InputError(str(target), 0, "", f"cannot write: {exc.strerror or exc}") from None
-    out.print(f"wrote {target}", markup=False, highlight=False, soft_wrap=True)
+    Writes ``--out FILE``, or, with ``--update-shipped-catalog`` (developers only), the
+    catalog shipped inside the package; ``--out`` never writes the shipped one.
+    """
+    from deepboot.perf.catalog import catalog_json
+
+    profiles = require_path(args.profiles, "--profiles")
+    shipped = shipped_catalog()
+    if args.update_shipped_catalog:
+        target = PathArg("--update-shipped-catalog", str(shipped))
+    elif args.out is None:
+        raise ConfigError(
+            "catalog fit needs --out FILE (developers regenerate the catalog shipped "
+            "in the package with --update-shipped-catalog)"
+        )
+    else:
+        target = PathArg("--out", require_path(args.out, "--out"))
+        if same_file(target.path, shipped):
+            raise ConfigError(
+                f"--out {target.path} is the catalog shipped inside the package; "
+                "regenerate it only with --update-shipped-catalog"
+            )
+    check_outputs([target], [PathArg("--profiles", profiles)])
+    write_text(target.path, catalog_json(profiles))
+    out.print(f"wrote {target.path}", markup=False, highlight=False, soft_wrap=True)
     return 0
 
 

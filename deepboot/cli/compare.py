@@ -46,6 +46,16 @@ from rich.progress import (
 from rich.table import Table
 
 from deepboot import __version__
+from deepboot.cli import limits
+from deepboot.cli.files import (
+    PathArg,
+    check_outputs,
+    model_inputs,
+    require_path,
+    write_atomic,
+    write_bytes,
+    write_text,
+)
 from deepboot.cli.progress import format_sim_time
 from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.errors import ConfigError, DeepbootError, InputError
@@ -76,10 +86,11 @@ run syntax:  --run NAME=POLICY[:FLAG,FLAG...]   (NAME= is optional)
   lifecycle         the replica lifecycle RUNNING -> PROTECT -> SLEEP
   no-lifecycle      idle replicas go straight to SLEEP (no protect time)
   ats-i=NAME        inference placement policy: ats-i, ats-i-pack, random or lyra
-  protect-factor=X  scale the protect times by X
+  protect-factor=X  scale the protect times by X, 0 <= X <= 100
   reserve           predictive lending (ours, beyond the paper): keep back the idle
                     replicas each service's recent load says its next arrivals need
-  reserve-target=Q  the reserve's coverage probability (default 0.7; implies reserve)
+  reserve-target=Q  the reserve's coverage probability, 0 <= Q < 1 (default 0.7;
+                    implies reserve)
   no-inference      drop the workload's inference tasks and give training every
                     node (the all-GPU limit)
   KEY=VALUE         a parameter of the training policy (as simulate --param)
@@ -357,7 +368,9 @@ def _task_inputs(
 ) -> tuple[Workload, ClusterSpec, SimConfig]:
     from deepboot.sim.workload import load_workload
 
-    workload = load_workload(task.workload_path, apps.keys())
+    workload = load_workload(
+        task.workload_path, apps.keys(), {n: a.limits for n, a in apps.items()}
+    )
     if task.run.no_inference:
         workload = dataclasses.replace(workload, inference=())
     if not workload.training:
@@ -555,26 +568,37 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         + " ".join(DEFAULT_RUNS)
         + "); see the run syntax below",
     )
-    p.add_argument("--cluster", default="16x4", metavar="NODESxGPUS", help="cluster shape")
+    p.add_argument(
+        "--cluster",
+        default="16x4",
+        metavar="NODESxGPUS",
+        help=f"cluster shape, {limits.CLUSTER_HELP}",
+    )
     p.add_argument(
         "--inference-nodes",
         type=int,
         default=8,
         metavar="N",
-        help="the last N nodes form the inference pool",
+        help=f"the last N nodes form the inference pool, {limits.INFERENCE_NODES_HELP}",
     )
     p.add_argument(
         "--profiles",
         metavar="DIR",
         help="measured profile directory (reference format); default: the built-in catalog",
     )
-    p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="output folder (created); its files are written atomically and never "
+        "onto an input of the run",
+    )
     p.add_argument(
         "--procs",
         type=int,
         default=None,
         metavar="N",
-        help="parallel processes (default: min(CPUs, runs))",
+        help=f"parallel processes, {limits.PROCS_HELP} (default: min(CPUs, runs))",
     )
     p.add_argument(
         "--baseline",
@@ -582,15 +606,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="run the average JCT is compared with (default: the first run)",
     )
     p.add_argument(
-        "--interval", type=float, default=60.0, metavar="SECONDS", help="scheduling interval"
+        "--interval",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help=f"scheduling interval, {limits.INTERVAL_HELP}",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the policies' randomness")
+    p.add_argument(
+        "--seed", type=int, default=0, help=f"seed of the policies' randomness, {limits.SEED_HELP}"
+    )
     p.add_argument(
         "--max-time",
         type=float,
         default=None,
         metavar="SECONDS",
-        help="stop each run at this simulated time (default: when every job is done)",
+        help=f"stop each run at this simulated time, {limits.MAX_TIME_HELP} "
+        "(default: when every job is done)",
     )
     p.add_argument(
         "--no-figures", action="store_true", help="skip the PNG figures (no matplotlib needed)"
@@ -633,21 +664,38 @@ def _workload_names(paths: Sequence[str]) -> list[str]:
     return names
 
 
+def output_files(args: argparse.Namespace, runs: Sequence[RunSpec]) -> list[PathArg]:
+    """Every file ``compare`` may write into ``--out`` (see the module docstring)."""
+    out_dir = Path(args.out)
+    names = [Path(p).stem for p in args.workload]
+    files = [out_dir / "results.csv", out_dir / "report.html"]
+    files += [out_dir / "summaries" / f"{w}--{r.name}.json" for w in names for r in runs]
+    if not args.no_figures:
+        kinds = ("jct-cdf", "gpus", "reclaims")
+        files += [out_dir / f"{kind}-{w}.png" for w in names for kind in kinds]
+    return [PathArg("--out", str(f)) for f in files]
+
+
 def _validate(args: argparse.Namespace, runs: Sequence[RunSpec]) -> Mapping[str, str]:
     """Check everything before any simulation; returns run name -> description.
 
     Raises:
-        ConfigError, InputError, UnknownPolicyError: the first problem found.
+        ConfigError, InputError, UnknownPolicyError: the first problem found (a flag
+            out of its range, an empty path, an output that would overwrite an input).
     """
     from deepboot.policies import inference, registry
     from deepboot.sim.workload import load_workload
 
-    if not (math.isfinite(args.interval) and args.interval > 0):
-        raise ConfigError(f"--interval must be a positive number of seconds, got {args.interval}")
-    if args.procs is not None and args.procs < 1:
-        raise ConfigError(f"--procs must be >= 1, got {args.procs}")
-    if args.max_time is not None and not args.max_time >= 0:
-        raise ConfigError(f"--max-time must be >= 0 seconds, got {args.max_time}")
+    for path in args.workload:
+        require_path(path, "--workload")
+    if args.profiles is not None:
+        require_path(args.profiles, "--profiles")
+    require_path(args.out, "--out")
+    limits.check_interval(args.interval)
+    limits.check_seed(args.seed)
+    limits.check_procs(args.procs)
+    limits.check_max_time(args.max_time)
+    limits.check_cluster(args.cluster, args.inference_nodes)
     ClusterSpec.parse(args.cluster, args.inference_nodes)
     seen: set[str] = set()
     for run in runs:
@@ -668,9 +716,16 @@ def _validate(args: argparse.Namespace, runs: Sequence[RunSpec]) -> Mapping[str,
         from deepboot.report.figures import _matplotlib_figure_class
 
         _matplotlib_figure_class()  # missing matplotlib: fail now, not after the runs
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise ConfigError(f"--out {args.out} is not a directory; give an output folder")
+    check_outputs(
+        output_files(args, runs),
+        [*(PathArg("--workload", w) for w in args.workload), *model_inputs(args.profiles)],
+        need_directory=False,
+    )
     apps = _load_apps(args.profiles)
     for path in args.workload:
-        workload = load_workload(path, apps.keys())
+        workload = load_workload(path, apps.keys(), {n: a.limits for n, a in apps.items()})
         if not workload.training:
             raise InputError(path, 0, "application", "the workload has no training jobs")
     return described
@@ -727,7 +782,7 @@ def compare(args: argparse.Namespace, out: Console, err: Console) -> int:
         data = {**o.summary, "run": {"name": t.run.name, "spec": t.run.text}}
         _write_json(out_dir / "summaries" / f"{t.workload_name}--{t.run.name}.json", data)
     specs = {r.name: r.text for r in runs}
-    _guard_write(out_dir / "results.csv", lambda p: write_results_csv(p, rows, specs))
+    write_atomic(out_dir / "results.csv", lambda p: write_results_csv(p, rows, specs))
     if rows:
         table = matrix_table(rows, args.baseline, title=f"Comparison ({len(rows)} runs)")
         _print_wide(out, table)
@@ -747,7 +802,7 @@ def compare(args: argparse.Namespace, out: Console, err: Console) -> int:
         figures=figures,
         notes=failures,
     )
-    _guard_write(out_dir / "report.html", lambda p: p.write_text(render_report(page), "utf-8"))
+    write_text(out_dir / "report.html", render_report(page))
     log.info("wrote %s", out_dir / "report.html")
     out.print(
         f"wrote {out_dir}/results.csv, report.html, {len(figures)} figures and "
@@ -837,21 +892,10 @@ def _figures(
             ),
         ]
         for stem, title, png, caption in made:
-            _write_bytes(out_dir / f"{stem}.png", png)
+            write_bytes(out_dir / f"{stem}.png", png)
             figures.append(FigureImage(title, png, caption, anchor=stem))
     return figures
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    _guard_write(path, lambda p: p.write_text(json.dumps(data, indent=2) + "\n", "utf-8"))
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    _guard_write(path, lambda p: p.write_bytes(data))
-
-
-def _guard_write(path: Path, write: Callable[[Path], object]) -> None:
-    try:
-        write(path)
-    except OSError as exc:
-        raise InputError(str(path), 0, "", f"cannot write: {exc.strerror or exc}") from None
+    write_text(path, json.dumps(data, indent=2) + "\n")

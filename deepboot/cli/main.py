@@ -10,11 +10,12 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from rich.console import Console
 
 from deepboot import __version__
-from deepboot.cli import commands, compare
+from deepboot.cli import commands, compare, limits
 from deepboot.cli.params import add_shared_cluster_flags
 from deepboot.core.errors import DeepbootError
 
@@ -31,7 +32,7 @@ _EPILOG = """\
 examples:
   deepboot simulate --workload examples/demo-24.csv --policy pollux --cluster 4x4
   deepboot workload from-philly --philly philly.csv --jobs 160 --hours 8 --out w.csv
-  deepboot catalog fit --profiles ../shared/traces/profiles
+  deepboot catalog fit --profiles ../shared/traces/profiles --out catalog.json
   deepboot policies
 
 Run 'deepboot COMMAND --help' for the options of one command."""
@@ -72,20 +73,35 @@ mapped to models by their GPU time: < 1 GPU-hour cifar10/ncf, < 10 deepspeech2/b
 < 100 yolov3, < 1000 imagenet. The same --seed always gives the same file."""
 
 _CATALOG_EPILOG = """\
-example:
-  deepboot catalog fit --profiles ../shared/traces/profiles
+examples:
+  # fit into a file of your own (load it with deepboot.perf.catalog.load_catalog)
+  deepboot catalog fit --profiles ../shared/traces/profiles --out my-catalog.json
 
-Without --out this overwrites the catalog shipped inside the package, which
-'deepboot simulate' uses when no --profiles is given."""
+  # developers: regenerate the catalog shipped inside the package
+  deepboot catalog fit --profiles ../shared/traces/profiles --update-shipped-catalog
+
+One of --out FILE and --update-shipped-catalog is required. The shipped catalog
+(deepboot/perf/catalog.json) is what 'deepboot simulate' and 'deepboot compare' use
+when no --profiles is given; only --update-shipped-catalog writes it (--out refuses
+that path). The file is written atomically: a failed write leaves the previous one."""
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """Keeps the examples' line breaks and shows defaults."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's usage errors end with the CLI's own error line: the usage, then
+    ``deepboot: error: <message> (see '<command> --help')``; exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"deepboot: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (exposed for documentation and tests)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="deepboot", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=_Formatter
     )
     parser.add_argument("--version", action="version", version=f"deepboot {__version__}")
@@ -107,14 +123,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--policy", required=True, metavar="NAME", help="policy name (see 'deepboot policies')"
     )
     sim.add_argument(
-        "--cluster", default="16x4", metavar="NODESxGPUS", help="homogeneous cluster shape"
+        "--cluster",
+        default="16x4",
+        metavar="NODESxGPUS",
+        help=f"homogeneous cluster shape, {limits.CLUSTER_HELP}",
     )
     sim.add_argument(
         "--inference-nodes",
         type=int,
         default=0,
         metavar="N",
-        help="the last N nodes form the inference pool",
+        help=f"the last N nodes form the inference pool, {limits.INFERENCE_NODES_HELP}",
     )
     sim.add_argument(
         "--profiles",
@@ -122,10 +141,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="measured profile directory (reference format); default: the built-in catalog",
     )
     sim.add_argument(
-        "--interval", type=float, default=60.0, metavar="SECONDS", help="scheduling interval"
+        "--interval",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help=f"scheduling interval, {limits.INTERVAL_HELP}",
     )
-    sim.add_argument("--seed", type=int, default=0, help="seed of the policy's randomness")
-    sim.add_argument("--summary-json", metavar="OUT", help="also write the summary as JSON")
+    sim.add_argument(
+        "--seed", type=int, default=0, help=f"seed of the policy's randomness, {limits.SEED_HELP}"
+    )
+    sim.add_argument(
+        "--max-time",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"stop at this simulated time, {limits.MAX_TIME_HELP} "
+        "(default: when every job is done)",
+    )
+    sim.add_argument(
+        "--summary-json",
+        metavar="OUT",
+        help="also write the summary as JSON (atomically; never onto an input file)",
+    )
     sim.add_argument(
         "--param",
         action="append",
@@ -152,17 +189,26 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
     )
     ph.add_argument("--philly", required=True, metavar="FILE", help="philly.csv")
-    ph.add_argument("--jobs", type=int, default=160, help="number of jobs")
-    ph.add_argument("--hours", type=float, default=8.0, help="submission window, in (0, 24]")
+    ph.add_argument(
+        "--jobs", type=int, default=160, help=f"number of jobs, {limits.PHILLY_JOBS_HELP}"
+    )
+    ph.add_argument(
+        "--hours", type=float, default=8.0, help="submission window in hours, 0 < HOURS <= 24"
+    )
     ph.add_argument(
         "--start-hour",
         type=int,
         default=None,
         metavar="H",
-        help="first hour of the window (default: the busiest window)",
+        help="first hour of the window, 0 <= H <= 23 (default: the busiest window)",
     )
-    ph.add_argument("--seed", type=int, default=0, help="random seed")
-    ph.add_argument("--out", required=True, metavar="FILE", help="output workload CSV")
+    ph.add_argument("--seed", type=int, default=0, help=f"random seed, {limits.SEED_HELP}")
+    ph.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE",
+        help="output workload CSV (written atomically; not the --philly file)",
+    )
     ph.set_defaults(func=commands.workload_from_philly)
 
     cat = sub.add_parser(
@@ -180,8 +226,17 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
     )
     fit.add_argument("--profiles", required=True, metavar="DIR", help="profile directory")
-    fit.add_argument(
-        "--out", metavar="FILE", help="output JSON (default: the shipped catalog file)"
+    target = fit.add_mutually_exclusive_group()
+    target.add_argument(
+        "--out",
+        metavar="FILE",
+        help="output JSON file (required unless --update-shipped-catalog)",
+    )
+    target.add_argument(
+        "--update-shipped-catalog",
+        action="store_true",
+        help="developers: overwrite the catalog shipped inside the package "
+        "(deepboot/perf/catalog.json) instead of writing --out",
     )
     fit.set_defaults(func=commands.catalog_fit)
 

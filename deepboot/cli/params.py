@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
-import math
 import typing
 from collections.abc import Sequence
 from typing import Any
 
+from deepboot.cli import limits
 from deepboot.core.errors import ConfigError
 
 
@@ -101,7 +101,8 @@ def add_shared_cluster_flags(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=1.0,
         metavar="P",
-        help="multiply the protect times (30 s + 15 s per hit, at most 120 s) by P",
+        help="multiply the protect times (30 s + 15 s per hit, at most 120 s) by P, "
+        + limits.PROTECT_FACTOR_HELP,
     )
     parser.add_argument(
         "--afe",
@@ -145,7 +146,8 @@ def add_shared_cluster_flags(parser: argparse.ArgumentParser) -> None:
 def shared_cluster_settings(
     args: argparse.Namespace, inference_nodes: int, policy: str
 ) -> dict[str, Any]:
-    """``SimConfig`` keyword arguments for the flags of :func:`add_shared_cluster_flags`.
+    """``SimConfig`` keyword arguments for the flags of :func:`add_shared_cluster_flags`
+    (:func:`deepboot.sim.settings.shared_cluster_config` of their values).
 
     Args:
         args: Parsed arguments (``lending``, ``lifecycle``, ``protect_factor``, ``afe``,
@@ -154,31 +156,23 @@ def shared_cluster_settings(
         policy: The training policy's name (``lyra`` implies ``--ats-i lyra``).
 
     Raises:
-        ConfigError: ``--protect-factor`` is negative or not a number, or
+        ConfigError: ``--protect-factor`` is outside [0, 100] or not a number, or
             ``--reserve-target`` is outside [0, 1).
     """
-    from deepboot.perf.restart import AfeRestartCost, FlatRestartCost
-    from deepboot.policies.lending import LendReserveConfig
-    from deepboot.policies.lifecycle import LifecycleConfig
+    from deepboot.sim.settings import shared_cluster_config
 
-    factor = float(args.protect_factor)
-    if not (math.isfinite(factor) and factor >= 0):
-        raise ConfigError(f"--protect-factor must be a number >= 0, got {args.protect_factor}")
-    afe = args.afe
-    if afe is None:
-        restart: object = AfeRestartCost(afe=True) if inference_nodes > 0 else FlatRestartCost()
-    else:
-        restart = AfeRestartCost(afe=bool(afe))
-    ats_i = args.ats_i or ("lyra" if policy == "lyra" else "ats-i")
+    factor = limits.check_protect_factor(float(args.protect_factor))
     target = getattr(args, "reserve_target", None)
-    target = LendReserveConfig().target if target is None else float(target)
-    if not 0.0 <= target < 1.0:  # also False for NaN
-        raise ConfigError(f"--reserve-target must be in [0, 1), got {target}")
-    reserve = LendReserveConfig(enabled=bool(getattr(args, "reserve", False)), target=target)
-    return {
-        "lend_reserve": reserve,
-        "lending": bool(args.lending),
-        "lifecycle": LifecycleConfig(factor=factor, enabled=bool(args.lifecycle)),
-        "restart": restart,
-        "inference_policy": ats_i,
-    }
+    if target is not None:
+        limits.check_reserve_target(float(target))
+    return shared_cluster_config(
+        inference_nodes=inference_nodes,
+        policy=policy,
+        lending=bool(args.lending),
+        lifecycle=bool(args.lifecycle),
+        protect_factor=factor,
+        afe=args.afe,
+        ats_i=args.ats_i,
+        reserve=bool(getattr(args, "reserve", False)),
+        reserve_target=None if target is None else float(target),
+    )

@@ -28,8 +28,11 @@ are.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -212,8 +215,25 @@ def _round(obj: Any, digits: int = 6) -> Any:
     return obj
 
 
+def catalog_json(root: str | Path, node_gpus: int = 4) -> str:
+    """Fit the profiles under ``root`` and return the catalog file's text.
+
+    The document of :func:`fit_catalog`, floats rounded to 6 significant digits,
+    keys sorted: exactly what :func:`write_catalog` writes.
+
+    Raises:
+        InputError: the profiles are invalid (see :func:`fit_catalog`).
+    """
+    doc = _round(fit_catalog(root, node_gpus))
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
 def write_catalog(root: str | Path, out_path: str | Path, node_gpus: int = 4) -> Path:
     """Fit the profiles under ``root`` and write the catalog JSON to ``out_path``.
+
+    The write is atomic: a temporary file in the same directory, synced, then renamed
+    over ``out_path``; on failure the previous file is left intact and the temporary
+    file removed.
 
     Returns:
         The path written.
@@ -222,10 +242,30 @@ def write_catalog(root: str | Path, out_path: str | Path, node_gpus: int = 4) ->
         InputError: the profiles are invalid (see :func:`fit_catalog`).
         OSError: ``out_path`` cannot be written.
     """
-    doc = _round(fit_catalog(root, node_gpus))
     out = Path(out_path)
-    out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    _replace_file(out, catalog_json(root, node_gpus))
     return out
+
+
+def _replace_file(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file next to ``path``, sync it, rename it over
+    ``path``; on any failure remove the temporary file and re-raise."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        mode = 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 # -- the application ------------------------------------------------------------------

@@ -1,8 +1,15 @@
-"""Registry of training-allocation policies: names -> factories with typed configs.
+"""Registries of policies: names -> factories with typed, validated configs.
 
-Every policy has a frozen dataclass config. :func:`create` turns loose keyword
-parameters (typed values, or strings from a command line) into that config, checks
-every field, and builds the policy from it. Nothing here inspects a policy's type.
+One generic :class:`PolicyRegistry` serves both kinds of policy: training allocation
+(:data:`DEFAULT_REGISTRY`, this module's functions) and inference placement
+(:mod:`deepboot.policies.inference.registry`). Every policy has a frozen dataclass
+config; :func:`create` turns loose keyword parameters (typed values, or strings from
+a command line) into that config, checks every field, and builds the policy from it.
+Nothing here inspects a policy's type.
+
+Policies written outside the package register through the entry-point group
+``deepboot.policies`` (:func:`load_plugins`, ``docs/extending.md``): installed
+plug-ins are loaded the first time a default registry is asked for a name.
 
 Usage::
 
@@ -14,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib.metadata
+import logging
 import math
 import types
 import typing
@@ -24,35 +33,43 @@ from typing import Any, Generic, TypeVar
 from deepboot.core.errors import ConfigError, UnknownPolicyError
 from deepboot.policies.base import TrainingPolicy
 
-ConfigT = TypeVar("ConfigT")
+log = logging.getLogger(__name__)
 
-Factory = Callable[[Any], TrainingPolicy]
-"""Builds a policy from its (already validated) config instance."""
+ConfigT = TypeVar("ConfigT")
+P = TypeVar("P")
+
+PLUGIN_GROUP = "deepboot.policies"
+"""Entry-point group of out-of-tree policies (``docs/extending.md``)."""
 
 
 @dataclass(frozen=True, slots=True)
-class PolicyEntry(Generic[ConfigT]):
+class PolicyEntry(Generic[ConfigT, P]):
     """One registered policy: its name, its config class and its factory."""
 
     name: str
     config_cls: type[ConfigT]
-    factory: Callable[[ConfigT], TrainingPolicy]
+    factory: Callable[[ConfigT], P]
 
 
-class PolicyRegistry:
+class PolicyRegistry(Generic[P]):
     """Maps policy names to factories with typed, validated parameters.
 
-    A registry is only mutated by :meth:`register`, which the policy modules call once
-    at import; lookups never mutate it.
+    A registry is only mutated by :meth:`register`, which the policy modules (and
+    plug-ins) call once; lookups never mutate it.
+
+    Args:
+        kind: What its policies are, for messages ("policy", "inference policy").
     """
 
-    def __init__(self) -> None:
-        self._entries: dict[str, PolicyEntry[Any]] = {}
+    def __init__(self, kind: str = "policy") -> None:
+        self.kind = kind
+        self._entries: dict[str, PolicyEntry[Any, P]] = {}
+        self.plugins_loaded = False
 
     def register(
         self,
         name: str,
-        factory: Callable[[ConfigT], TrainingPolicy],
+        factory: Callable[[ConfigT], P],
         config_cls: type[ConfigT],
     ) -> None:
         """Register ``factory`` under ``name``.
@@ -67,16 +84,16 @@ class PolicyRegistry:
                 whose fields all have defaults.
         """
         if name in self._entries:
-            raise ConfigError(f"policy {name!r} is already registered")
+            raise ConfigError(f"{self.kind} {name!r} is already registered")
         if not dataclasses.is_dataclass(config_cls) or not _is_frozen(config_cls):
-            raise ConfigError(f"config of policy {name!r} must be a frozen dataclass")
+            raise ConfigError(f"config of {self.kind} {name!r} must be a frozen dataclass")
         for f in dataclasses.fields(config_cls):
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise ConfigError(f"config field {name}.{f.name} needs a default")
         self._entries[name] = PolicyEntry(name, config_cls, factory)
 
     def names(self) -> list[str]:
-        """Registered policy names, sorted."""
+        """Registered names, sorted."""
         return sorted(self._entries)
 
     def config_class(self, name: str) -> type[Any]:
@@ -107,7 +124,8 @@ class PolicyRegistry:
             if key not in known:
                 listing = ", ".join(known) or "none"
                 raise ConfigError(
-                    f"unknown parameter {key!r} for policy {name!r}; known parameters: {listing}"
+                    f"unknown parameter {key!r} for {self.kind} {name!r}; "
+                    f"known parameters: {listing}"
                 )
             converted[key] = _convert(f"{name}.{key}", hints[key], value)
         try:
@@ -115,9 +133,9 @@ class PolicyRegistry:
         except ConfigError:
             raise
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"bad parameters for policy {name!r}: {exc}") from exc
+            raise ConfigError(f"bad parameters for {self.kind} {name!r}: {exc}") from exc
 
-    def create(self, name: str, **params: object) -> TrainingPolicy:
+    def create(self, name: str, **params: object) -> P:
         """Build policy ``name`` with the given parameters (see :meth:`make_config`).
 
         Raises:
@@ -127,12 +145,20 @@ class PolicyRegistry:
         config = self.make_config(name, **params)
         return self._entry(name).factory(config)
 
-    def _entry(self, name: str) -> PolicyEntry[Any]:
+    def factories(self) -> Mapping[str, Callable[[Any], P]]:
+        """Read-only view of the factories, by name."""
+        return types.MappingProxyType({n: e.factory for n, e in self._entries.items()})
+
+    def entries(self) -> Mapping[str, PolicyEntry[Any, P]]:
+        """Read-only view of the entries, by name."""
+        return types.MappingProxyType(dict(self._entries))
+
+    def _entry(self, name: str) -> PolicyEntry[Any, P]:
         try:
             return self._entries[name]
         except KeyError:
             known = ", ".join(self.names()) or "none"
-            raise UnknownPolicyError(f"unknown policy {name!r}; known policies: {known}") from None
+            raise UnknownPolicyError(f"unknown {self.kind} {name!r}; known: {known}") from None
 
 
 def _is_frozen(cls: type[Any]) -> bool:
@@ -213,8 +239,36 @@ def require(ok: bool, field: str, message: str) -> None:
         raise ConfigError(f"parameter {field} {message}")
 
 
-DEFAULT_REGISTRY = PolicyRegistry()
+DEFAULT_REGISTRY: PolicyRegistry[TrainingPolicy] = PolicyRegistry("policy")
 """The registry the built-in policies register into when ``deepboot.policies`` is imported."""
+
+
+def load_plugins() -> None:
+    """Load every installed plug-in of the ``deepboot.policies`` entry-point group, once.
+
+    An entry point names a callable (``package.module:register``), called with no
+    arguments, or a module, imported; either registers its policies with
+    :func:`register` (training) or ``deepboot.policies.inference.register``
+    (inference placement).
+
+    Raises:
+        ConfigError: a plug-in failed to load; the message names it.
+    """
+    if DEFAULT_REGISTRY.plugins_loaded:
+        return
+    DEFAULT_REGISTRY.plugins_loaded = True
+    for ep in sorted(importlib.metadata.entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        try:
+            target = ep.load()
+            if callable(target):
+                target()
+        except ConfigError as exc:
+            raise ConfigError(f"plug-in {ep.name!r} ({ep.value}): {exc}") from exc
+        except Exception as exc:  # a broken plug-in must not read as deepboot's bug
+            raise ConfigError(
+                f"plug-in {ep.name!r} ({ep.value}) failed to load: {type(exc).__name__}: {exc}"
+            ) from exc
+        log.debug("loaded policy plug-in %s (%s)", ep.name, ep.value)
 
 
 def register(
@@ -250,13 +304,17 @@ def make_config(name: str, **params: object) -> Any:
     return DEFAULT_REGISTRY.make_config(name, **params)
 
 
-def entries() -> Mapping[str, PolicyEntry[Any]]:
+def entries() -> Mapping[str, PolicyEntry[Any, TrainingPolicy]]:
     """Read-only view of the default registry's entries, by name."""
     _load_builtins()
-    return types.MappingProxyType(dict(DEFAULT_REGISTRY._entries))
+    return DEFAULT_REGISTRY.entries()
 
 
 def _load_builtins() -> None:
     # Importing the package registers the built-ins; a caller that imported only this
-    # module (``from deepboot.policies.registry import create``) gets them too.
+    # module (``from deepboot.policies.registry import create``) gets them too. Then
+    # the installed plug-ins, which may register policies of either kind.
     import deepboot.policies  # noqa: F401
+    import deepboot.policies.inference  # noqa: F401
+
+    load_plugins()

@@ -13,81 +13,21 @@ Usage::
 
 from __future__ import annotations
 
-import types
-from collections.abc import Callable, Mapping
-from typing import Any, NoReturn, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from deepboot.core.errors import ConfigError
 from deepboot.policies.inference.base import InferencePolicy
-from deepboot.policies.registry import PolicyRegistry
+from deepboot.policies.registry import PolicyRegistry, load_plugins
 
 ConfigT = TypeVar("ConfigT")
 
 
-def _config_only(config: object) -> NoReturn:
-    # The inner training registry only validates configs; it never builds a policy.
-    raise ConfigError(f"{type(config).__name__} configures an inference policy")
-
-
-class InferenceRegistry:
-    """Maps inference-policy names to factories with typed, validated parameters.
-
-    Only :meth:`register` mutates it (the policy modules call it once at import).
-    """
+class InferenceRegistry(PolicyRegistry[InferencePolicy]):
+    """The generic :class:`~deepboot.policies.registry.PolicyRegistry`, for inference
+    placement."""
 
     def __init__(self) -> None:
-        self._configs = PolicyRegistry()
-        self._factories: dict[str, Callable[[Any], InferencePolicy]] = {}
-
-    def register(
-        self,
-        name: str,
-        factory: Callable[[ConfigT], InferencePolicy],
-        config_cls: type[ConfigT],
-    ) -> None:
-        """Register ``factory`` under ``name``.
-
-        Raises:
-            ConfigError: ``name`` is taken, or ``config_cls`` is not a frozen dataclass
-                whose fields all have defaults.
-        """
-        self._configs.register(name, _config_only, config_cls)
-        self._factories[name] = factory
-
-    def names(self) -> list[str]:
-        """Registered names, sorted."""
-        return self._configs.names()
-
-    def config_class(self, name: str) -> type[Any]:
-        """The config dataclass of ``name``.
-
-        Raises:
-            UnknownPolicyError: ``name`` is not registered.
-        """
-        return self._configs.config_class(name)
-
-    def make_config(self, name: str, **params: object) -> Any:
-        """Build and validate the config of ``name`` (strings are converted).
-
-        Raises:
-            UnknownPolicyError: ``name`` is not registered.
-            ConfigError: a parameter is unknown or invalid; the message names it.
-        """
-        return self._configs.make_config(name, **params)
-
-    def create(self, name: str, **params: object) -> InferencePolicy:
-        """Build policy ``name`` with the given parameters (see :meth:`make_config`).
-
-        Raises:
-            UnknownPolicyError: ``name`` is not registered.
-            ConfigError: a parameter is unknown or invalid.
-        """
-        config = self.make_config(name, **params)
-        return self._factories[name](config)
-
-    def factories(self) -> Mapping[str, Callable[[Any], InferencePolicy]]:
-        """Read-only view of the factories, by name."""
-        return types.MappingProxyType(dict(self._factories))
+        super().__init__("inference policy")
 
 
 DEFAULT_REGISTRY = InferenceRegistry()
@@ -99,7 +39,7 @@ def register(
     factory: Callable[[ConfigT], InferencePolicy],
     config_cls: type[ConfigT],
 ) -> None:
-    """Register into :data:`DEFAULT_REGISTRY` (see :meth:`InferenceRegistry.register`)."""
+    """Register into :data:`DEFAULT_REGISTRY` (see :meth:`PolicyRegistry.register`)."""
     DEFAULT_REGISTRY.register(name, factory, config_cls)
 
 
@@ -122,11 +62,15 @@ def config_class(name: str) -> type[Any]:
 
 
 def make_config(name: str, **params: object) -> Any:
-    """Validated config of ``name`` (see :meth:`InferenceRegistry.make_config`)."""
+    """Validated config of ``name`` (see :meth:`PolicyRegistry.make_config`)."""
     _load_builtins()
     return DEFAULT_REGISTRY.make_config(name, **params)
 
 
 def _load_builtins() -> None:
-    # Importing the package registers the built-ins (see the training registry).
+    # Importing the package registers the built-ins (see the training registry), then
+    # the installed plug-ins.
+    import deepboot.policies  # noqa: F401
     import deepboot.policies.inference  # noqa: F401
+
+    load_plugins()

@@ -163,5 +163,6 @@ def test_inference_pool_only_never_touches_the_training_pool(
         assert {g.gpu_id: g for g in state.gpus}[out.gpu].pool is Pool.INFERENCE
 
 
-def test_every_policy_is_registered() -> None:
-    assert POLICIES == ["ats-i", "ats-i-pack", "lyra", "random"]
+def test_the_built_in_policies_are_registered() -> None:
+    # Plug-ins may add more (the contract tests above run on them too).
+    assert {"ats-i", "ats-i-pack", "lyra", "random"} <= set(POLICIES)

@@ -1,0 +1,185 @@
+"""The Python API: the few names a researcher needs in a notebook or a script.
+
+    import deepboot
+
+    workload = deepboot.load_workload("examples/demo-24.csv")
+    result = deepboot.simulate(workload, deepboot.cluster("4x4"), "pollux")
+    result.summary["training"]["avg_jct_s"]      # the summary `--summary-json` writes
+    result.jobs[0]["jct"]                        # one plain dict per training job
+    result.jobs_frame()                          # a pandas DataFrame, if pandas is installed
+
+Everything here is a thin layer over the library (``deepboot.sim``, ``deepboot.perf``,
+``deepboot.policies``), with the command line's defaults: the same inputs give the
+same summary as ``deepboot simulate``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deepboot.core.cluster import ClusterSpec, Pool
+from deepboot.core.jobs import Workload
+from deepboot.perf.application import Application
+
+
+def load_apps(profiles: str | Path | None = None) -> Mapping[str, Application]:
+    """The models a run can use: measured profiles from ``profiles``, else the
+    built-in catalog.
+
+    Raises:
+        InputError: the profile directory is missing or malformed.
+    """
+    if profiles is not None:
+        from deepboot.perf.profiles import load_profiles
+
+        return load_profiles(profiles)
+    from deepboot.perf.catalog import load_catalog
+
+    return load_catalog()
+
+
+def load_workload(path: str | Path, profiles: str | Path | None = None) -> Workload:
+    """Load a Pollux- or DeepBoot-format workload CSV, checked against the models.
+
+    Raises:
+        InputError: a bad row, naming the file, the line and the column.
+    """
+    from deepboot.sim.workload import load_workload as load
+
+    apps = load_apps(profiles)
+    return load(path, apps.keys(), {name: app.limits for name, app in apps.items()})
+
+
+def cluster(shape: str = "16x4", inference_nodes: int = 0) -> ClusterSpec:
+    """A cluster of ``NODESxGPUS``; the last ``inference_nodes`` form the inference pool.
+
+    Raises:
+        ConfigError: a malformed shape or too many inference nodes.
+    """
+    return ClusterSpec.parse(shape, inference_nodes)
+
+
+def policy_names() -> list[str]:
+    """Names of the registered training policies."""
+    from deepboot.policies import registry
+
+    return registry.names()
+
+
+@dataclass(frozen=True)
+class Result:
+    """The outcome of :func:`simulate`, as plain data.
+
+    Attributes:
+        summary: The run's summary (the schema of ``--summary-json``).
+        jobs: One dict per training job (name, application, submit, first_start,
+            completion, jct, queue_delay, restarts, restart_s, gpu_seconds).
+        inference: One dict per inference task (name, service, model, submit, start,
+            end, cold, delay).
+    """
+
+    summary: dict[str, Any]
+    jobs: list[dict[str, Any]]
+    inference: list[dict[str, Any]]
+
+    def jobs_frame(self) -> Any:
+        """The per-job records as a pandas DataFrame.
+
+        Raises:
+            ImportError: pandas is not installed (``pip install pandas``).
+        """
+        return _frame(self.jobs)
+
+    def inference_frame(self) -> Any:
+        """The per-task records as a pandas DataFrame (see :meth:`jobs_frame`)."""
+        return _frame(self.inference)
+
+
+def _frame(rows: list[dict[str, Any]]) -> Any:
+    try:
+        import pandas as pd
+    except ImportError as exc:
+        raise ImportError("DataFrames need pandas: pip install pandas") from exc
+    return pd.DataFrame(rows)
+
+
+def simulate(
+    workload: Workload,
+    cluster: ClusterSpec,
+    policy: str = "deepboot",
+    *,
+    params: Mapping[str, object] | None = None,
+    profiles: str | Path | None = None,
+    seed: int = 0,
+    interval: float = 60.0,
+    max_time: float | None = None,
+    lending: bool = True,
+    lifecycle: bool = True,
+    protect_factor: float = 1.0,
+    afe: bool | None = None,
+    ats_i: str | None = None,
+    reserve: bool = False,
+    reserve_target: float | None = None,
+) -> Result:
+    """Simulate ``policy`` on ``workload`` and ``cluster``, as ``deepboot simulate``.
+
+    Args:
+        workload: From :func:`load_workload` (or built by hand).
+        cluster: From :func:`cluster`.
+        policy: A registered training policy (:func:`policy_names`).
+        params: The policy's parameters (``deepboot policies`` lists them).
+        profiles: Measured profiles instead of the built-in catalog.
+        seed: Seed of the policies' randomness (>= 0).
+        interval: Seconds between scheduling rounds.
+        max_time: Stop at this simulated time (None: when every job is done).
+        lending, lifecycle, protect_factor, afe, ats_i, reserve, reserve_target: the
+            shared-cluster knobs (see ``deepboot simulate --help``).
+
+    Returns:
+        The summary and the per-job and per-task records.
+
+    Raises:
+        ConfigError: an unknown policy or parameter, or a value out of range.
+        UnschedulableError: a job can never run on this cluster.
+        SimulationStalledError: the run stopped making progress.
+    """
+    from deepboot.core.errors import ConfigError
+    from deepboot.policies import registry
+    from deepboot.report.schema import conform_summary
+    from deepboot.sim.config import SimConfig
+    from deepboot.sim.run import simulate as run
+    from deepboot.sim.settings import shared_cluster_config
+
+    if not 0 <= seed < 2**63:
+        raise ConfigError(f"seed must be in [0, 2**63); got {seed}")
+    inference_nodes = len(cluster.pool_nodes(Pool.INFERENCE))
+    apps = load_apps(profiles)
+    chosen = registry.create(policy, **dict(params or {}))
+    settings = shared_cluster_config(
+        inference_nodes=inference_nodes,
+        policy=policy,
+        lending=lending,
+        lifecycle=lifecycle,
+        protect_factor=protect_factor,
+        afe=afe,
+        ats_i=ats_i,
+        reserve=reserve,
+        reserve_target=reserve_target,
+    )
+    if workload.inference and inference_nodes == 0:
+        workload = dataclasses.replace(workload, inference=())
+    config = SimConfig(interval=interval, seed=seed, max_time=max_time, **settings)
+    started = time.perf_counter()
+    out = run(workload, cluster, chosen, apps, config)
+    summary = dict(out.summary(policy, workload.name))
+    summary.setdefault("wall_s", time.perf_counter() - started)
+    return Result(
+        summary=conform_summary(summary),
+        jobs=[dataclasses.asdict(r) for r in out.jobs],
+        inference=[dataclasses.asdict(r) for r in out.inference],
+    )

@@ -1,0 +1,71 @@
+"""The Python API: the README's example runs as written, and agrees with the CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import deepboot
+from deepboot.cli.main import main
+from deepboot.core import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def readme_example() -> str:
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Python API", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match, "README has no Python API example"
+    return match.group(1)
+
+
+def test_the_readme_example_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(REPO)
+    exec(compile(readme_example(), "README.md", "exec"), {})  # noqa: S102 - our own README
+    out = capsys.readouterr().out
+    assert "deepboot cuts the average JCT by" in out
+    assert "'name':" in out
+
+
+def test_the_api_gives_the_cli_summary(tmp_path: Path) -> None:
+    path = REPO / "examples" / "demo-24.csv"
+    result = deepboot.simulate(deepboot.load_workload(path), deepboot.cluster("4x4"), "pollux")
+    out = tmp_path / "s.json"
+    argv = ["simulate", "--workload", str(path), "--policy", "pollux", "--cluster", "4x4"]
+    assert main([*argv, "--quiet", "--summary-json", str(out)]) == 0
+    cli = json.loads(out.read_text())
+    for summary in (cli, result.summary):
+        summary.pop("wall_s")
+        summary["scheduler"].pop("decision_ms_median")
+        summary["scheduler"].pop("decision_ms_max")
+    assert result.summary == cli
+    assert [j["name"] for j in result.jobs] == [
+        j.name for j in deepboot.load_workload(path).training
+    ]
+
+
+def test_bad_arguments_are_config_errors() -> None:
+    workload = deepboot.load_workload(REPO / "examples" / "demo-24.csv")
+    with pytest.raises(ConfigError, match="seed"):
+        deepboot.simulate(workload, deepboot.cluster("4x4"), "pollux", seed=-1)
+    with pytest.raises(ConfigError, match="unknown"):
+        deepboot.simulate(workload, deepboot.cluster("4x4"), "nonesuch")
+    with pytest.raises(AttributeError):
+        deepboot.nonesuch  # noqa: B018
+
+
+def test_frames_need_pandas_or_say_so() -> None:
+    result = deepboot.Result(summary={}, jobs=[{"name": "a", "jct": 1.0}], inference=[])
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="pip install pandas"):
+            result.jobs_frame()
+    else:
+        assert list(result.jobs_frame()["name"]) == ["a"]
