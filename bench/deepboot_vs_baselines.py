@@ -7,7 +7,9 @@ the headline pair, the all-GPU limit and the ablations side by side:
     .venv/bin/python bench/deepboot_vs_baselines.py          # full matrix, both workloads (long)
     .venv/bin/python bench/deepboot_vs_baselines.py --quick  # headline runs, small.csv
 
-The table, results.csv, figures and report.html land in ``--out``.
+The table is printed; results.csv and each run's summary land in ``--out``. It runs
+the matrix through the library (``deepboot.compare``); for the figures and the HTML
+report of the same runs, use ``deepboot compare`` with the same ``--run`` values.
 """
 
 # ruff: noqa: E402  (BLAS threads must be limited before numpy is imported)
@@ -19,10 +21,16 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse
+import json
 import sys
+import time
 from pathlib import Path
 
-from deepboot.cli.main import main as deepboot_main
+from rich.console import Console
+
+import deepboot
+from deepboot.report.csvout import write_results_csv
+from deepboot.report.table import MatrixRow, matrix_table
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO.parent / "shared" / "traces"
@@ -76,16 +84,31 @@ def main(argv: list[str] | None = None) -> int:
 
     workloads = ["small.csv"] if args.quick else ["small.csv", "middle.csv"]
     runs = HEADLINE if args.quick else HEADLINE + ABLATIONS
-    cmd = ["compare"]
-    for w in workloads:
-        cmd += ["--workload", str(TRACES / "workloads" / w)]
-    for r in runs:
-        cmd += ["--run", r]
-    cmd += [
-        "--cluster", "16x4", "--inference-nodes", "8", "--profiles", args.profiles,
-        "--baseline", "pollux-only", "--out", args.out, "--procs", str(args.procs),
-    ]  # fmt: skip
-    return deepboot_main(cmd)
+    started = time.perf_counter()
+    cells = deepboot.compare(
+        [TRACES / "workloads" / w for w in workloads],
+        list(runs),
+        cluster="16x4",
+        inference_nodes=8,
+        profiles=args.profiles,
+        procs=args.procs,
+    )
+    wall_s = time.perf_counter() - started
+    rows = [MatrixRow(c.workload, c.run, c.summary, c.reference) for c in cells if not c.error]
+    out = Path(args.out)
+    (out / "summaries").mkdir(parents=True, exist_ok=True)
+    for c in cells:
+        if not c.error:
+            data = {**c.summary, "run": {"name": c.run, "spec": c.spec}}
+            path = out / "summaries" / f"{c.workload}--{c.run}.json"
+            path.write_text(json.dumps(data, indent=2) + "\n")
+    write_results_csv(out / "results.csv", rows, {c.run: c.spec for c in cells})
+    Console(width=250).print(matrix_table(rows, "pollux-only", f"Comparison ({len(rows)} runs)"))
+    failed = [f"{c.run} on {c.workload}: {c.error}" for c in cells if c.error]
+    for line in failed:
+        print(f"failed: {line}", file=sys.stderr)
+    print(f"wrote {out}/results.csv and {len(rows)} summaries in {wall_s:.1f} s")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -16,7 +16,16 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Result", "cluster", "load_apps", "load_workload", "policy_names", "simulate"]
+__all__ = [
+    "Cell",
+    "Result",
+    "cluster",
+    "compare",
+    "load_apps",
+    "load_workload",
+    "policy_names",
+    "simulate",
+]
 
 
 def __getattr__(name: str) -> Any:

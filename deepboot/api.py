@@ -8,6 +8,9 @@
     result.jobs[0]["jct"]                        # one plain dict per training job
     result.jobs_frame()                          # a pandas DataFrame, if pandas is installed
 
+    # Many runs side by side, in worker processes (the run syntax of `deepboot compare`):
+    cells = deepboot.compare(["w.csv"], ["deepboot", "pollux-only=pollux:no-lending,no-afe"])
+
 Everything here is a thin layer over the library (``deepboot.sim``, ``deepboot.perf``,
 ``deepboot.policies``), with the command line's defaults: the same inputs give the
 same summary as ``deepboot simulate``.
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,6 +126,7 @@ def simulate(
     protect_factor: float = 1.0,
     afe: bool | None = None,
     ats_i: str | None = None,
+    ats_i_params: Mapping[str, object] | None = None,
     reserve: bool = False,
     reserve_target: float | None = None,
 ) -> Result:
@@ -137,8 +141,8 @@ def simulate(
         seed: Seed of the policies' randomness (>= 0).
         interval: Seconds between scheduling rounds.
         max_time: Stop at this simulated time (None: when every job is done).
-        lending, lifecycle, protect_factor, afe, ats_i, reserve, reserve_target: the
-            shared-cluster knobs (see ``deepboot simulate --help``).
+        lending, lifecycle, protect_factor, afe, ats_i, ats_i_params, reserve,
+            reserve_target: the shared-cluster knobs (see ``deepboot simulate --help``).
 
     Returns:
         The summary and the per-job and per-task records.
@@ -168,9 +172,13 @@ def simulate(
         protect_factor=protect_factor,
         afe=afe,
         ats_i=ats_i,
+        ats_i_params=ats_i_params,
         reserve=reserve,
         reserve_target=reserve_target,
     )
+    from deepboot.policies import inference
+
+    inference.make_config(settings["inference_policy"], **settings["inference_params"])
     if workload.inference and inference_nodes == 0:
         workload = dataclasses.replace(workload, inference=())
     config = SimConfig(interval=interval, seed=seed, max_time=max_time, **settings)
@@ -183,3 +191,92 @@ def simulate(
         jobs=[dataclasses.asdict(r) for r in out.jobs],
         inference=[dataclasses.asdict(r) for r in out.inference],
     )
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (workload, run) of :func:`compare`.
+
+    Attributes:
+        workload: The workload's name (its file stem).
+        run: The run's name.
+        spec: The run as written (``NAME=POLICY[:FLAG,...]``).
+        summary: Its summary (empty when it failed).
+        error: Why it failed (a one-line message), or None.
+        reference: A bound rather than a contender (a ``no-inference`` run).
+    """
+
+    workload: str
+    run: str
+    spec: str
+    summary: dict[str, Any]
+    error: str | None = None
+    reference: bool = False
+
+
+def compare(
+    workloads: Sequence[str | Path],
+    runs: Sequence[str],
+    *,
+    cluster: str = "16x4",
+    inference_nodes: int = 8,
+    profiles: str | Path | None = None,
+    interval: float = 60.0,
+    seed: int = 0,
+    max_time: float | None = None,
+    procs: int | None = None,
+) -> list[Cell]:
+    """Simulate every run on every workload, ``procs`` at a time (``deepboot compare``
+    without its outputs; each cell's summary equals that of the same run alone).
+
+    Args:
+        workloads: Workload CSV files.
+        runs: Runs in the run syntax (``deepboot compare --help``), e.g.
+            ``"pollux-only=pollux:no-lending,no-afe"``.
+        cluster: ``NODESxGPUS``; the last ``inference_nodes`` nodes are the inference pool.
+        inference_nodes: Nodes of the inference pool.
+        profiles: Measured profiles instead of the built-in catalog.
+        interval, seed, max_time: As :func:`simulate`.
+        procs: Worker processes (default: the CPUs, at most one per cell).
+
+    Returns:
+        One :class:`Cell` per (workload, run), workload-major.
+
+    Raises:
+        ConfigError: a malformed run, an unknown policy or a bad parameter.
+    """
+    import os
+
+    from deepboot.matrix import RunTask, parse_run, run_matrix
+
+    specs = [parse_run(text) for text in runs]
+    names = [Path(w).stem for w in workloads]
+    tasks = [
+        RunTask(
+            index=i * len(specs) + j,
+            workload_path=str(path),
+            workload_name=name,
+            run=run,
+            cluster=cluster,
+            inference_nodes=inference_nodes,
+            profiles=None if profiles is None else str(profiles),
+            interval=interval,
+            seed=seed,
+            max_time=max_time,
+        )
+        for i, (path, name) in enumerate(zip(workloads, names, strict=True))
+        for j, run in enumerate(specs)
+    ]
+    count = procs or max(1, min(os.cpu_count() or 1, len(tasks)))
+    outcomes = run_matrix(tasks, count)
+    return [
+        Cell(
+            workload=t.workload_name,
+            run=t.run.name,
+            spec=t.run.text,
+            summary=dict(o.summary),
+            error=o.error,
+            reference=t.run.no_inference,
+        )
+        for t, o in zip(tasks, outcomes, strict=True)
+    ]

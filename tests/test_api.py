@@ -69,3 +69,28 @@ def test_frames_need_pandas_or_say_so() -> None:
             result.jobs_frame()
     else:
         assert list(result.jobs_frame()["name"]) == ["a"]
+
+
+def machine_free(summary: dict[str, object]) -> dict[str, object]:
+    out = json.loads(json.dumps(summary))
+    out.pop("wall_s", None)
+    out["scheduler"].pop("decision_ms_median", None)
+    out["scheduler"].pop("decision_ms_max", None)
+    return out
+
+
+def test_compare_runs_cells_as_if_alone() -> None:
+    path = REPO / "examples" / "demo-24.csv"
+    cells = deepboot.compare(
+        [path], ["pollux", "fifo-x=fifo", "broken=pollux:p=1000"], cluster="4x4",
+        inference_nodes=0, procs=2,
+    )  # fmt: skip
+    assert [(c.workload, c.run) for c in cells] == [
+        ("demo-24", "pollux"),
+        ("demo-24", "fifo-x"),
+        ("demo-24", "broken"),
+    ]
+    alone = deepboot.simulate(deepboot.load_workload(path), deepboot.cluster("4x4"), "pollux")
+    assert machine_free(cells[0].summary) == machine_free(alone.summary)
+    assert cells[1].error is None and cells[1].summary["policy"] == "fifo"
+    assert cells[2].error is not None and "p must be in" in cells[2].error

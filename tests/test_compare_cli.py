@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from deepboot.cli.compare import (
-    MatrixProgress,
+from deepboot.cli.compare import MatrixProgress
+from deepboot.cli.main import main
+from deepboot.matrix import (
     RunOutcome,
     RunTask,
     _execute_in_worker,
@@ -25,7 +26,6 @@ from deepboot.cli.compare import (
     parse_run,
     run_matrix,
 )
-from deepboot.cli.main import main
 from deepboot.report.schema import SUMMARY_SCHEMA
 
 HEADER = "name,time,application,num_replicas,batch_size,duration,num_task"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from deepboot.cli.compare import RunSpec, command_line, parse_run
+from deepboot.cli.compare import command_line
 from deepboot.cli.main import build_parser
 from deepboot.core.errors import ConfigError
+from deepboot.matrix import RunSpec, parse_run
 
 
 @pytest.mark.parametrize(
@@ -85,7 +86,7 @@ def test_parse_run_errors_say_what_is_wrong(text: str, message: str) -> None:
 
 
 def test_reserve_target_alone_turns_the_reserve_on() -> None:
-    from deepboot.cli.compare import sim_config
+    from deepboot.matrix import sim_config
 
     on = sim_config(parse_run("x=deepboot:reserve-target=0.9"), 60.0, 0, 8).lend_reserve
     assert (on.enabled, on.target) == (True, 0.9)

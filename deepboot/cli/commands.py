@@ -91,10 +91,11 @@ def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
         raise InputError(workload_path, 0, "application", "the workload has no training jobs")
     policy = registry.create(args.policy, **params)
     settings = shared_cluster_settings(args, args.inference_nodes, args.policy)
-    if workload.inference:
-        from deepboot.policies import inference
+    from deepboot.policies import inference
 
-        inference.create(settings["inference_policy"])  # unknown name: fail early
+    # An unknown inference policy or a bad parameter fails before the run, with or
+    # without inference rows.
+    inference.create(settings["inference_policy"], **settings["inference_params"])
     config = SimConfig(interval=args.interval, seed=args.seed, max_time=args.max_time, **settings)
 
     show = not args.quiet and err.file.isatty()
@@ -193,7 +194,7 @@ def catalog_fit(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 def list_policies(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``deepboot policies``: the registered policies and their parameters."""
-    from deepboot.policies import registry
+    from deepboot.policies import inference, registry
 
     table = Table(
         title="Registered training policies",
@@ -208,4 +209,17 @@ def list_policies(args: argparse.Namespace, out: Console, err: Console) -> int:
         lines = [f"{key}: {describe(tp, default)}" for key, (tp, default) in fields.items()]
         table.add_row(Text(name), Text("\n".join(lines) or "(none)"))
     out.print(table)
+    places = Table(
+        title="Registered inference-placement policies",
+        title_justify="left",
+        caption="choose one with --ats-i NAME, set a parameter with --ats-i-param KEY=VALUE",
+        caption_justify="left",
+    )
+    places.add_column("policy")
+    places.add_column("parameters (type = default)")
+    for name in inference.names():
+        fields = parameter_fields(inference.config_class(name))
+        lines = [f"{key}: {describe(tp, default)}" for key, (tp, default) in fields.items()]
+        places.add_row(Text(name), Text("\n".join(lines) or "(none)"))
+    out.print(places)
     return 0

@@ -141,6 +141,15 @@ def add_shared_cluster_flags(parser: argparse.ArgumentParser) -> None:
         "most fragmented node first (ours); random choice; or Lyra-style whole-node "
         "reclaim (default: lyra with --policy lyra, else ats-i)",
     )
+    parser.add_argument(
+        "--ats-i-param",
+        dest="ats_i_param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="parameter of the inference-placement policy; repeat for several (see "
+        "'deepboot policies'), e.g. --ats-i-param use_training_pool=false",
+    )
 
 
 def shared_cluster_settings(
@@ -173,6 +182,7 @@ def shared_cluster_settings(
         protect_factor=factor,
         afe=args.afe,
         ats_i=args.ats_i,
+        ats_i_params=split_pairs(getattr(args, "ats_i_param", None) or []),
         reserve=bool(getattr(args, "reserve", False)),
         reserve_target=None if target is None else float(target),
     )

@@ -55,6 +55,8 @@ class SimConfig:
         round_epoch_times: Round each epoch-crossing interval to whole seconds, as the
             reference simulator does. Off by default: epoch and completion times are
             exact.
+        inference_params: Parameters of the inference-placement policy (its config's
+            fields; strings are converted as for training policies).
         inference_policy: Registry name of the inference-placement policy run on
             every inference arrival (``deepboot.policies.inference``): ``ats-i``,
             ``random`` or ``lyra``.
@@ -85,6 +87,7 @@ class SimConfig:
     app_max_replicas: Mapping[str, int] = field(default_factory=lambda: _frozen({"ncf": 1}))
     round_epoch_times: bool = False
     inference_policy: str = "ats-i"
+    inference_params: Mapping[str, object] = field(default_factory=lambda: _frozen({}))
     lending: bool = True
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
     lend_reserve: LendReserveConfig = field(default_factory=LendReserveConfig)
@@ -122,6 +125,8 @@ class SimConfig:
             object.__setattr__(self, "adaptive_batch_size", _frozen(dict(self.adaptive_batch_size)))
         if not isinstance(self.app_max_replicas, MappingProxyType):
             object.__setattr__(self, "app_max_replicas", _frozen(dict(self.app_max_replicas)))
+        if not isinstance(self.inference_params, MappingProxyType):
+            object.__setattr__(self, "inference_params", _frozen(dict(self.inference_params)))
         if not isinstance(self.cold_start, MappingProxyType):
             object.__setattr__(self, "cold_start", _frozen(dict(self.cold_start)))
 

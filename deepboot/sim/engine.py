@@ -130,10 +130,10 @@ class EventQueue:
         return len(self._heap)
 
 
-def _create_inference_policy(name: str) -> InferencePolicy:
+def _create_inference_policy(name: str, params: Mapping[str, object]) -> InferencePolicy:
     from deepboot.policies import inference
 
-    return inference.create(name)
+    return inference.create(name, **params)
 
 
 class _JobRecord:
@@ -268,7 +268,9 @@ class Simulation:
                 len(workload.inference),
             )
         elif workload.inference:
-            policy = inference_policy or _create_inference_policy(config.inference_policy)
+            policy = inference_policy or _create_inference_policy(
+                config.inference_policy, config.inference_params
+            )
             inference = InferenceScheduler(policy)
             self.serving = Serving(workload.inference)
         self.loop = ControlLoop(

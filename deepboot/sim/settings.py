@@ -7,6 +7,8 @@ fields, for the command line, the Python API and the benchmarks alike.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from deepboot.core.errors import ConfigError
@@ -27,6 +29,7 @@ def shared_cluster_config(
     protect_factor: float = 1.0,
     afe: bool | None = None,
     ats_i: str | None = None,
+    ats_i_params: Mapping[str, object] | None = None,
     reserve: bool = False,
     reserve_target: float | None = None,
 ) -> dict[str, Any]:
@@ -41,6 +44,7 @@ def shared_cluster_config(
         afe: AFE's cheap resizes (True), cold restarts for every change (False), or
             the default: AFE when there is an inference pool, else Pollux's flat 30 s.
         ats_i: The inference-placement policy; default ``ats-i`` (``lyra`` for lyra).
+        ats_i_params: Its parameters (``deepboot policies`` lists them).
         reserve: The predictive lending reserve (ours, beyond the paper).
         reserve_target: Its coverage Q in [0, 1); default 0.7.
 
@@ -65,4 +69,5 @@ def shared_cluster_config(
         "lifecycle": LifecycleConfig(factor=factor, enabled=bool(lifecycle)),
         "restart": restart,
         "inference_policy": ats_i or ("lyra" if policy == "lyra" else "ats-i"),
+        "inference_params": MappingProxyType(dict(ats_i_params or {})),
     }
