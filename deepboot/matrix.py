@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+
 from deepboot.api import load_apps
 from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.errors import ConfigError, DeepbootError, InputError
@@ -263,6 +265,11 @@ class RunTask:
         interval: Scheduling interval (s).
         seed: Policy seed.
         max_time: Virtual-time limit (None: until every job completes).
+        replication: Replication i of the cell: policy seed i (``seed`` is ignored)
+            and every submission time jittered by a uniform draw in
+            ±``jitter_s`` from ``numpy.random.default_rng(i)``, so every run of the
+            matrix sees the same K perturbed workloads (None: the workload as is).
+        jitter_s: The jitter of a replication, seconds.
     """
 
     index: int
@@ -275,6 +282,8 @@ class RunTask:
     interval: float
     seed: int
     max_time: float | None = None
+    replication: int | None = None
+    jitter_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,18 +321,24 @@ ProgressFn = Callable[[int, float, int, int], None]
 def _task_inputs(
     task: RunTask, apps: Mapping[str, Application]
 ) -> tuple[Workload, ClusterSpec, SimConfig]:
-    from deepboot.sim.workload import load_workload
+    from deepboot.sim.workload import jitter_submissions, load_workload
 
     workload = load_workload(
         task.workload_path, apps.keys(), {n: a.limits for n, a in apps.items()}
     )
     if task.run.no_inference:
         workload = dataclasses.replace(workload, inference=())
+    seed = task.seed
+    if task.replication is not None:
+        workload = jitter_submissions(
+            workload, np.random.default_rng(task.replication), task.jitter_s
+        )
+        seed = task.replication
     if not workload.training:
         raise InputError(task.workload_path, 0, "application", "the workload has no training jobs")
     nodes = 0 if task.run.no_inference else task.inference_nodes
     cluster = ClusterSpec.parse(task.cluster, nodes)
-    config = sim_config(task.run, task.interval, task.seed, task.inference_nodes)
+    config = sim_config(task.run, task.interval, seed, task.inference_nodes)
     if task.max_time is not None:
         config = dataclasses.replace(config, max_time=task.max_time)
     return workload, cluster, config

@@ -17,6 +17,7 @@ equivalent ``deepboot simulate`` flags mean.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -218,6 +219,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--seed", type=int, default=0, help=f"seed of the policies' randomness, {limits.SEED_HELP}"
     )
     p.add_argument(
+        "--replications",
+        type=int,
+        default=1,
+        metavar="K",
+        help="run every (workload, run) K times, 1-100: replication i uses policy seed i "
+        "and jitters every submission time by a uniform draw in +-30 s (the same K "
+        "workloads for every run, so the comparison is paired); with K >= 2 a table of "
+        "means with 95%% intervals and paired differences against the baseline follows, "
+        "and intervals.csv is written (default: 1, the workload as is)",
+    )
+    p.add_argument(
         "--max-time",
         type=float,
         default=None,
@@ -245,6 +257,8 @@ def command_line(args: argparse.Namespace) -> str:
     words += ["--interval", f"{args.interval:g}", "--seed", str(args.seed)]
     if args.max_time is not None:
         words += ["--max-time", f"{args.max_time:g}"]
+    if getattr(args, "replications", 1) > 1:
+        words += ["--replications", str(args.replications)]
     if args.baseline:
         words += ["--baseline", args.baseline]
     if args.no_figures:
@@ -288,6 +302,8 @@ def _validate(args: argparse.Namespace, runs: Sequence[RunSpec]) -> Mapping[str,
     from deepboot.policies import inference, registry
     from deepboot.sim.workload import load_workload
 
+    if not 1 <= args.replications <= 100:
+        raise ConfigError(f"--replications must be in [1, 100]; got {args.replications}")
     for path in args.workload:
         require_path(path, "--workload")
     if args.profiles is not None:
@@ -347,21 +363,24 @@ def compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     except OSError as exc:
         raise InputError(str(out_dir), 0, "", f"cannot create: {exc.strerror or exc}") from None
 
+    reps = args.replications
     tasks = [
         RunTask(
-            index=i * len(runs) + j,
+            index=(i * len(runs) + j) * reps + r,
             workload_path=path,
             workload_name=name,
-            run=run,
+            run=dataclasses.replace(run, name=f"{run.name}#{r}") if reps > 1 else run,
             cluster=args.cluster,
             inference_nodes=args.inference_nodes,
             profiles=args.profiles,
             interval=args.interval,
             seed=args.seed,
             max_time=args.max_time,
+            replication=r if reps > 1 else None,
         )
         for i, (path, name) in enumerate(zip(args.workload, names, strict=True))
         for j, run in enumerate(runs)
+        for r in range(reps)
     ]
     procs = args.procs or max(1, min(os.cpu_count() or 1, len(tasks)))
     show = not args.quiet and err.file.isatty()
@@ -386,9 +405,13 @@ def compare(args: argparse.Namespace, out: Console, err: Console) -> int:
         _write_json(out_dir / "summaries" / f"{t.workload_name}--{t.run.name}.json", data)
     specs = {r.name: r.text for r in runs}
     write_atomic(out_dir / "results.csv", lambda p: write_results_csv(p, rows, specs))
+    baseline = args.baseline
     if rows:
-        table = matrix_table(rows, args.baseline, title=f"Comparison ({len(rows)} runs)")
+        title = f"Comparison ({len(rows)} runs)"
+        table = matrix_table(rows, f"{baseline}#0" if baseline and reps > 1 else baseline, title)
         _print_wide(out, table)
+    if reps > 1:
+        _replications(out, out_dir, tasks, outcomes, runs, baseline, reps)
 
     from deepboot.report.html import ReportPage, render_report
 
@@ -417,6 +440,29 @@ def compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     for line in failures:
         err.print(f"deepboot: error: {line}", markup=False, highlight=False, soft_wrap=True)
     return 2 if failures else 0
+
+
+def _replications(
+    out: Console,
+    out_dir: Path,
+    tasks: Sequence[RunTask],
+    outcomes: Sequence[RunOutcome],
+    runs: Sequence[RunSpec],
+    baseline: str | None,
+    reps: int,
+) -> None:
+    """Print the intervals table and write intervals.csv (``--replications K``)."""
+    from deepboot.report.intervals import interval_rows, interval_table, intervals_csv
+
+    samples: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    spec_of = {r.text: r.name for r in runs}
+    for t, o in zip(tasks, outcomes, strict=True):
+        if o.error is None:
+            samples.setdefault((t.workload_name, spec_of[t.run.text]), []).append(o.summary)
+    rows = interval_rows(samples, baseline)
+    if rows:
+        _print_wide(out, interval_table(rows, baseline, reps))
+    write_text(out_dir / "intervals.csv", intervals_csv(rows))
 
 
 def _print_wide(console: Console, table: Table) -> None:

@@ -17,11 +17,14 @@ Every bad input raises :class:`~deepboot.core.errors.InputError` naming the file
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from deepboot.core.errors import InputError
 from deepboot.core.jobs import InferenceTaskSpec, TrainingJobSpec, Workload
@@ -258,3 +261,28 @@ def _count_problem(header: Sequence[str], values: Sequence[str]) -> tuple[str, s
     if n < m:
         return header[n], f"missing: the row has {n} values, the header {m}"
     return header[-1], f"the row has {n} values, the header {m}: extra values after it"
+
+
+def jitter_submissions(workload: Workload, rng: np.random.Generator, jitter_s: float) -> Workload:
+    """A copy of ``workload`` whose every submission time moved by a uniform draw in
+    [-jitter_s, jitter_s] (clamped at 0), training jobs first, then inference tasks,
+    each in workload order; both kept sorted by time (stable).
+
+    Raises:
+        ValueError: ``jitter_s`` is negative or not finite.
+    """
+    if not (math.isfinite(jitter_s) and jitter_s >= 0):
+        raise ValueError(f"jitter must be a finite number >= 0; got {jitter_s}")
+    n_train, n_infer = len(workload.training), len(workload.inference)
+    shifts = rng.uniform(-jitter_s, jitter_s, size=n_train + n_infer)
+    training = [
+        dataclasses.replace(j, submit_time=max(j.submit_time + float(d), 0.0))
+        for j, d in zip(workload.training, shifts[:n_train], strict=True)
+    ]
+    inference = [
+        dataclasses.replace(t, submit_time=max(t.submit_time + float(d), 0.0))
+        for t, d in zip(workload.inference, shifts[n_train:], strict=True)
+    ]
+    training.sort(key=lambda j: j.submit_time)
+    inference.sort(key=lambda t: t.submit_time)
+    return dataclasses.replace(workload, training=tuple(training), inference=tuple(inference))
