@@ -16,7 +16,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -193,33 +193,36 @@ def catalog_fit(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def list_policies(args: argparse.Namespace, out: Console, err: Console) -> int:
-    """``deepboot policies``: the registered policies and their parameters."""
+    """``deepboot policies``: the registered policies of both kinds and their parameters."""
     from deepboot.policies import inference, registry
 
-    table = Table(
-        title="Registered training policies",
-        title_justify="left",
-        caption="set a parameter with: deepboot simulate ... --param KEY=VALUE",
-        caption_justify="left",
+    out.print(
+        _policy_table(
+            "Registered training policies",
+            "set a parameter with: deepboot simulate ... --param KEY=VALUE",
+            registry.names(),
+            registry.config_class,
+        )
     )
+    out.print(
+        _policy_table(
+            "Registered inference-placement policies",
+            "choose one with --ats-i NAME, set a parameter with --ats-i-param KEY=VALUE",
+            inference.names(),
+            inference.config_class,
+        )
+    )
+    return 0
+
+
+def _policy_table(
+    title: str, caption: str, names: list[str], config_class: Callable[[str], type[Any]]
+) -> Table:
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     table.add_column("policy")
     table.add_column("parameters (type = default)")
-    for name in sorted(registry.names()):
-        fields = parameter_fields(registry.config_class(name))
+    for name in sorted(names):
+        fields = parameter_fields(config_class(name))
         lines = [f"{key}: {describe(tp, default)}" for key, (tp, default) in fields.items()]
         table.add_row(Text(name), Text("\n".join(lines) or "(none)"))
-    out.print(table)
-    places = Table(
-        title="Registered inference-placement policies",
-        title_justify="left",
-        caption="choose one with --ats-i NAME, set a parameter with --ats-i-param KEY=VALUE",
-        caption_justify="left",
-    )
-    places.add_column("policy")
-    places.add_column("parameters (type = default)")
-    for name in inference.names():
-        fields = parameter_fields(inference.config_class(name))
-        lines = [f"{key}: {describe(tp, default)}" for key, (tp, default) in fields.items()]
-        places.add_row(Text(name), Text("\n".join(lines) or "(none)"))
-    out.print(places)
-    return 0
+    return table

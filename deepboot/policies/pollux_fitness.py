@@ -32,7 +32,7 @@ from deepboot.core.placement import EMPTY, Allocation
 from deepboot.core.state import ClusterState
 from deepboot.perf import detmath
 from deepboot.perf.speedup import SpeedupFn, SpeedupProvider, adaptive_speedup
-from deepboot.policies.allocation import reference_order
+from deepboot.policies.allocation import fair_share_base, reference_order
 from deepboot.policies.registry import MAX_DELAY_S, require
 
 FloatArray: TypeAlias = npt.NDArray[np.float64]
@@ -179,15 +179,9 @@ class PolluxProblem:
         return len(self.node_ids)
 
     def _fair_goodput(self, fn: SpeedupFn) -> float:
-        fair = self.fair_replicas
-        one = np.ones(1, dtype=np.int64)
-        value = float(fn(one, one * fair)[0])
-        if math.isfinite(value) and value > 0:
-            return value
-        # No feasible batch at the fair share (fair * min_local_bsz > max_batch_size):
-        # the reference would divide by zero; assume linear scaling up to it instead.
-        single = float(fn(one, one)[0])
-        return single * fair if math.isfinite(single) and single > 0 else float(fair)
+        # Without a feasible batch at the fair share (the reference would divide by
+        # zero) fair_share_base assumes linear scaling up to it.
+        return fair_share_base(fn, self.fair_replicas)
 
     def speedup(self, jobs: IntArray, nodes: IntArray, replicas: IntArray) -> FloatArray:
         """Speedup over the fair share, for index arrays of one shape (0 where K == 0).
