@@ -28,6 +28,7 @@ from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.errors import ConfigError, DeepbootError, InputError
 from deepboot.report.figures import UsagePanel
 from deepboot.report.schema import conform_summary
+from deepboot.sim.settings import MAX_PROTECT_FACTOR
 
 if TYPE_CHECKING:
     from deepboot.core.jobs import Workload
@@ -159,7 +160,13 @@ def parse_run(text: str) -> RunSpec:
                 raise ConfigError(f"--run {text!r}: bad or repeated parameter {flag!r}")
             inference_params[sub] = value
         elif key == "protect-factor":
-            values["protect_factor"] = _positive(text, key, value)
+            factor = _positive(text, key, value)
+            if factor > MAX_PROTECT_FACTOR:
+                raise ConfigError(
+                    f"--run {text!r}: protect-factor must be in [0, {MAX_PROTECT_FACTOR:g}]; "
+                    f"got {value!r}"
+                )
+            values["protect_factor"] = factor
         elif key == "reserve-target":
             values["reserve_target"] = _positive(text, key, value)
         else:

@@ -77,7 +77,7 @@ OUT_OF_RANGE = [
     ("simulate", ["--protect-factor", "-1"], ["--protect-factor", "[0, 100]"]),
     ("simulate", ["--protect-factor", "nan"], ["--protect-factor"]),
     ("simulate", ["--protect-factor", "101"], ["--protect-factor", "[0, 100]"]),
-    ("compare", ["--run", "x=pollux:protect-factor=1e300"], ["--protect-factor", "[0, 100]"]),
+    ("compare", ["--run", "x=pollux:protect-factor=1e300"], ["protect-factor", "[0, 100]"]),
     ("simulate", ["--reserve-target", "1"], ["--reserve-target", "[0, 1)"]),
     ("simulate", ["--reserve-target", "-0.1"], ["--reserve-target"]),
     ("simulate", ["--reserve-target", "nan"], ["--reserve-target"]),

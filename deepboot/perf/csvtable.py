@@ -4,11 +4,48 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from deepboot.core.errors import InputError
+
+
+def shorten(text: str, limit: int = 40) -> str:
+    """``text`` cut to ``limit`` characters (with "..."), for error messages."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """The valid values of one numeric column: ``low <= v <= high``.
+
+    Attributes:
+        low: Smallest valid value.
+        high: Largest valid value.
+        low_open: ``low`` itself is invalid (``low < v``).
+        integer: Only whole numbers are valid.
+        zero: 0 is valid as well, even when below ``low`` (a "none measured" value
+            next to a range of meaningful positive ones).
+    """
+
+    low: float
+    high: float
+    low_open: bool = False
+    integer: bool = False
+    zero: bool = False
+
+    def contains(self, value: float) -> bool:
+        """Whether ``value`` (finite) is in the range."""
+        if self.zero and value == 0.0:
+            return True
+        above = value > self.low if self.low_open else value >= self.low
+        return above and value <= self.high
+
+    def describe(self) -> str:
+        """The range in words, e.g. ``in (0, 86400]``."""
+        text = f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+        return ("0 or " if self.zero else "") + "in " + text
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,9 +55,10 @@ class CsvTable:
     Attributes:
         path: The file read.
         columns: The header, in file order.
-        rows: One tuple of floats per data row, in ``columns`` order.
+        rows: One tuple of floats per data row, in ``columns`` order (NaN for text
+            columns).
         lines: The 1-based line number of each row in ``path``.
-        raw: The text of each row's cells (for columns that are codes, not numbers).
+        raw: The stripped text of each row's cells.
     """
 
     path: str
@@ -34,22 +72,26 @@ class CsvTable:
         i = self.columns.index(name)
         return [r[i] for r in self.rows]
 
+    def error(self, row: int, column: str, message: str) -> InputError:
+        """An :class:`InputError` at data row ``row`` (0-based) and ``column``."""
+        return InputError(self.path, self.lines[row], column, message)
+
 
 def read_numeric_csv(
     path: Path,
     expected: Sequence[str],
-    integer: Sequence[str] = (),
-    positive: Sequence[str] = (),
-    non_negative: Sequence[str] = (),
+    ranges: Mapping[str, Range] | None = None,
+    text: Sequence[str] = (),
 ) -> CsvTable:
     """Read ``path``, whose header must be exactly ``expected`` (in that order).
 
     Args:
         path: The CSV file.
         expected: The required header.
-        integer: Columns whose values must be whole numbers.
-        positive: Columns whose values must be > 0.
-        non_negative: Columns whose values must be >= 0.
+        ranges: Valid values of each numeric column; a column without an entry only
+            needs a finite number.
+        text: Columns read as text, not numbers (their entry in each row is NaN; the
+            caller checks the cell's text, kept in :attr:`CsvTable.raw`).
 
     Returns:
         The parsed table (at least one data row).
@@ -57,13 +99,15 @@ def read_numeric_csv(
     Raises:
         InputError: the file is missing or unreadable, empty, has another header, has
             no data row, a row has the wrong number of cells, or a cell is not a finite
-            number or breaks its column's constraint. Line numbers are 1-based.
+            number or is outside its column's range. Line numbers are 1-based.
     """
     p = str(path)
+    bounds = ranges or {}
     if not path.is_file():
         raise InputError(p, 0, "", "file not found; a profile folder needs this file")
     try:
-        with path.open(newline="", encoding="utf-8") as f:
+        # utf-8-sig: spreadsheets often save a byte-order mark before the header.
+        with path.open(newline="", encoding="utf-8-sig") as f:
             reader = csv.reader(f)
             records = [(reader.line_num, row) for row in reader]
     except (OSError, UnicodeDecodeError, csv.Error) as e:
@@ -96,23 +140,34 @@ def read_numeric_csv(
             raise InputError(
                 p, line, field, f"expected {len(expected)} values ({want}), found {len(row)}"
             )
+        cells = tuple(c.strip() for c in row)
         values: list[float] = []
-        for name, cell in zip(expected, row, strict=True):
-            text = cell.strip()
-            try:
-                value = float(text)
-            except ValueError:
-                raise InputError(p, line, name, f"'{text}' is not a number") from None
-            if not math.isfinite(value):
-                raise InputError(p, line, name, f"'{text}' is not a finite number")
-            if name in integer and value != int(value):
-                raise InputError(p, line, name, f"'{text}' is not a whole number")
-            if name in positive and value <= 0:
-                raise InputError(p, line, name, f"'{text}' must be > 0")
-            if name in non_negative and value < 0:
-                raise InputError(p, line, name, f"'{text}' must be >= 0")
-            values.append(value)
+        for name, cell in zip(expected, cells, strict=True):
+            if name in text:
+                values.append(math.nan)
+                continue
+            values.append(_number(p, line, name, cell, bounds.get(name)))
         rows.append(tuple(values))
-        raws.append(tuple(c.strip() for c in row))
+        raws.append(cells)
         lines.append(line)
     return CsvTable(p, tuple(expected), tuple(rows), tuple(lines), tuple(raws))
+
+
+def _number(path: str, line: int, name: str, cell: str, valid: Range | None) -> float:
+    """The finite number in ``cell``, checked against ``valid``."""
+    shown = shorten(cell)
+    if not cell:
+        raise InputError(path, line, name, "is empty; expected a number")
+    try:
+        value = float(cell)
+    except ValueError:
+        raise InputError(path, line, name, f"'{shown}' is not a number") from None
+    if not math.isfinite(value):
+        raise InputError(path, line, name, f"'{shown}' is not a finite number")
+    if valid is None:
+        return value
+    if valid.integer and value != int(value):
+        raise InputError(path, line, name, f"'{shown}' is not a whole number")
+    if not valid.contains(value):
+        raise InputError(path, line, name, f"'{shown}' must be {valid.describe()}")
+    return value

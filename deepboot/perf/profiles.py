@@ -24,13 +24,46 @@ queries from them exactly as the reference simulator's ``applications.py`` does:
 
 Results are memoized per instance (the simulator's hot path queries the same few
 configurations over and over). Instances are otherwise immutable.
+
+**Valid values.** Every value is checked when the folder is read; anything else stops
+with one :class:`~deepboot.core.errors.InputError` naming the file, the 1-based line and
+the column (line 0: the file or folder as a whole). Every number must be finite.
+
+========================  ===============================================================
+column                    valid values
+========================  ===============================================================
+``placement``             1 to 4096 digits, each 1-9 (GPUs on one node)
+``num_nodes``             whole, in [1, 4096]
+``num_replicas``          whole, in [num_nodes, 64 x num_nodes] (at most 64 GPUs a node)
+``local_bsz``             whole, in [1, 1e6] (samples per GPU per step)
+``step_time``             in [1e-6, 86400] s: at least a microsecond, at most a day
+``sync_time``             in [0, step_time of the same row] (it is part of the step)
+``<B>`` of validation-B   whole, in [1, 1e9] (total batch), no leading zeros
+``progress``              in (0, 1e15], strictly increasing down the file: every epoch
+                          makes progress, and the simulator's epoch targets rely on it
+``iteration``             in [0, 1e15], non-decreasing (a cumulative step count)
+``metric``                any finite number (its scale depends on the model)
+``grad_sqr``              0, or in [1e-30, 1e30]
+``grad_var``              in [0, 1e30]
+========================  ===============================================================
+
+The gradient statistics are squared norms, so negative values are impossible. A zero
+``grad_sqr`` is kept: the reference DeepSpeech2 profile has it late in training (the
+gradient's mean vanishes against its noise), and the goodput model reads a
+non-positive ``grad_sqr`` as "noise dominates" (statistical efficiency 1). A non-zero
+``grad_sqr`` below 1e-30, or either statistic above 1e30, would overflow the gradient
+noise scale ``B0 * grad_var / grad_sqr`` to infinity. The bounds on sizes and times
+match the CLI's cluster limits (``deepboot.cli.limits``: 4096 nodes, 64 GPUs a node)
+and keep every product the simulator forms finite. The measured points of
+``placements.csv`` and ``scalability.csv`` together must not all lie in one plane of
+(nodes, replicas, per-GPU batch), or no placement outside them could be interpolated.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -38,12 +71,12 @@ from typing import TypeAlias
 
 import numpy as np
 import numpy.typing as npt
-from scipy.spatial import Delaunay
+from scipy.spatial import Delaunay, QhullError
 
 from deepboot.core.errors import InputError
 from deepboot.core.params import BatchLimits
 from deepboot.perf import detmath
-from deepboot.perf.csvtable import CsvTable, read_numeric_csv
+from deepboot.perf.csvtable import CsvTable, Range, read_numeric_csv, shorten
 
 LN2 = detmath.LN2_HI + detmath.LN2_LO
 
@@ -56,10 +89,57 @@ SCALABILITY_FILE = "scalability.csv"
 PLACEMENT_COLUMNS = ("placement", "local_bsz", "step_time", "sync_time")
 SCALABILITY_COLUMNS = ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")
 VALIDATION_COLUMNS = ("progress", "iteration", "metric", "grad_sqr", "grad_var")
-_VALIDATION_RE = re.compile(r"validation-(\d+)\.csv")
+_VALIDATION_RE = re.compile(r"validation-([1-9][0-9]*)\.csv")
+_PLACEMENT_RE = re.compile(r"[1-9]+")
 
 MAX_INTERP_NODES = 16
 """Node counts above this are interpolated as this many (the reference's cap)."""
+
+MAX_NODES = 4096
+"""Most nodes one measurement may span (the CLI's largest cluster)."""
+MAX_GPUS_PER_NODE = 64
+"""Most GPUs per node (``num_replicas <= MAX_GPUS_PER_NODE * num_nodes``)."""
+MAX_LOCAL_BSZ = 1_000_000
+"""Largest per-GPU batch."""
+MAX_BATCH_SIZE = 1_000_000_000
+"""Largest validated total batch size (the ``B`` of ``validation-<B>.csv``)."""
+MIN_STEP_TIME_S = 1e-6
+"""Shortest step time: no optimizer step takes less than a microsecond."""
+MAX_STEP_TIME_S = 86_400.0
+"""Longest step time: one day."""
+MAX_PROGRESS = 1e15
+"""Largest progress or iteration count."""
+MIN_GRAD_SQR = 1e-30
+"""Smallest non-zero ``grad_sqr`` (below it the noise scale overflows)."""
+MAX_GRAD_STAT = 1e30
+"""Largest ``grad_sqr`` or ``grad_var``."""
+
+_STEP = Range(MIN_STEP_TIME_S, MAX_STEP_TIME_S)
+_SYNC = Range(0.0, MAX_STEP_TIME_S)
+_LOCAL_BSZ = Range(1, MAX_LOCAL_BSZ, integer=True)
+PLACEMENT_RANGES: Mapping[str, Range] = MappingProxyType(
+    {"local_bsz": _LOCAL_BSZ, "step_time": _STEP, "sync_time": _SYNC}
+)
+"""Per-value ranges of ``placements.csv`` (``placement`` is checked as text)."""
+SCALABILITY_RANGES: Mapping[str, Range] = MappingProxyType(
+    {
+        "num_nodes": Range(1, MAX_NODES, integer=True),
+        "num_replicas": Range(1, MAX_NODES * MAX_GPUS_PER_NODE, integer=True),
+        "local_bsz": _LOCAL_BSZ,
+        "step_time": _STEP,
+        "sync_time": _SYNC,
+    }
+)
+"""Per-value ranges of ``scalability.csv``."""
+VALIDATION_RANGES: Mapping[str, Range] = MappingProxyType(
+    {
+        "progress": Range(0.0, MAX_PROGRESS, low_open=True),
+        "iteration": Range(0.0, MAX_PROGRESS),
+        "grad_sqr": Range(MIN_GRAD_SQR, MAX_GRAD_STAT, zero=True),
+        "grad_var": Range(0.0, MAX_GRAD_STAT),
+    }
+)
+"""Per-value ranges of ``validation-<B>.csv`` (``metric``: any finite number)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +195,14 @@ class ProfileData:
         placements: (placement digits, local_bsz, step_time, sync_time) rows.
         scalability: (P, 5) array: num_nodes, num_replicas, local_bsz, step, sync.
         validation: One trace per validated batch size, ascending.
+        folder: The folder read ("" when unknown), for error messages.
     """
 
     name: str
     placements: tuple[tuple[str, int, float, float], ...]
     scalability: FloatArray
     validation: tuple[ValidationTrace, ...]
+    folder: str = ""
 
 
 def canonical_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -136,75 +218,130 @@ def canonical_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _read_placements(path: Path) -> tuple[tuple[str, int, float, float], ...]:
-    table = read_numeric_csv(
-        path,
-        PLACEMENT_COLUMNS,
-        integer=("placement", "local_bsz"),
-        positive=("placement", "local_bsz", "step_time"),
-        non_negative=("sync_time",),
-    )
+    table = read_numeric_csv(path, PLACEMENT_COLUMNS, PLACEMENT_RANGES, text=("placement",))
     out: list[tuple[str, int, float, float]] = []
-    for raw, row, line in zip(table.raw, table.rows, table.lines, strict=True):
+    for i, (raw, row) in enumerate(zip(table.raw, table.rows, strict=True)):
         digits = raw[0]
-        if not digits.isdigit() or "0" in digits:
-            raise InputError(
-                table.path, line, "placement", f"'{digits}' is not a string of digits 1-9"
+        if _PLACEMENT_RE.fullmatch(digits) is None:
+            raise table.error(i, "placement", f"'{shorten(digits)}' is not a string of digits 1-9")
+        if len(digits) > MAX_NODES:
+            raise table.error(
+                i, "placement", f"{len(digits)} nodes exceed the limit of {MAX_NODES}"
             )
-        _check_sync(table, line, row[3], row[2])
+        _check_sync(table, i, row[3], row[2])
         out.append((digits, int(row[1]), row[2], row[3]))
     return tuple(out)
 
 
-def _check_sync(table: CsvTable, line: int, sync: float, step: float) -> None:
+def _check_sync(table: CsvTable, i: int, sync: float, step: float) -> None:
     if sync > step:
-        raise InputError(table.path, line, "sync_time", f"{sync} exceeds step_time {step}")
+        raise table.error(i, "sync_time", f"{sync:g} exceeds step_time {step:g}")
 
 
 def _read_scalability(path: Path) -> FloatArray:
-    table = read_numeric_csv(
-        path,
-        SCALABILITY_COLUMNS,
-        integer=("num_nodes", "num_replicas", "local_bsz"),
-        positive=("num_nodes", "num_replicas", "local_bsz", "step_time"),
-        non_negative=("sync_time",),
-    )
-    for row, line in zip(table.rows, table.lines, strict=True):
-        if row[0] > row[1]:
-            raise InputError(table.path, line, "num_nodes", "num_nodes exceeds num_replicas")
-        _check_sync(table, line, row[4], row[3])
+    table = read_numeric_csv(path, SCALABILITY_COLUMNS, SCALABILITY_RANGES)
+    for i, row in enumerate(table.rows):
+        nodes, replicas = int(row[0]), int(row[1])
+        if nodes > replicas:
+            raise table.error(i, "num_nodes", "num_nodes exceeds num_replicas")
+        if replicas > MAX_GPUS_PER_NODE * nodes:
+            raise table.error(
+                i,
+                "num_replicas",
+                f"{replicas} replicas on {nodes} node(s) is more than "
+                f"{MAX_GPUS_PER_NODE} GPUs per node",
+            )
+        _check_sync(table, i, row[4], row[3])
     return np.asarray(table.rows, dtype=np.float64).reshape(-1, len(SCALABILITY_COLUMNS))
 
 
 def _read_validation(path: Path, batch_size: int) -> ValidationTrace:
-    table = read_numeric_csv(path, VALIDATION_COLUMNS, positive=("progress",))
+    table = read_numeric_csv(path, VALIDATION_COLUMNS, VALIDATION_RANGES)
+    for i in range(1, len(table.rows)):
+        prev, row = table.rows[i - 1], table.rows[i]
+        now, before = table.raw[i], table.raw[i - 1]
+        if row[0] <= prev[0]:
+            raise table.error(
+                i,
+                "progress",
+                f"{shorten(now[0])} is not above the previous epoch's {shorten(before[0])}: "
+                "progress is cumulative and must grow every epoch",
+            )
+        if row[1] < prev[1]:
+            raise table.error(
+                i,
+                "iteration",
+                f"{shorten(now[1])} is below the previous epoch's {shorten(before[1])}: "
+                "the iteration count is cumulative",
+            )
     data = np.asarray(table.rows, dtype=np.float64)
     return ValidationTrace(batch_size, *(data[:, i].copy() for i in range(5)))
 
 
+def _measured_points(
+    placements: Sequence[tuple[str, int, float, float]], scalability: FloatArray
+) -> list[tuple[int, int, int]]:
+    """The (num_nodes, num_replicas, local_bsz) of every measurement, as whole numbers."""
+    pts = [(len(d), sum(int(c) for c in d), bsz) for d, bsz, _, _ in placements]
+    pts += [(int(r[0]), int(r[1]), int(r[2])) for r in scalability]
+    return pts
+
+
+def _spans_a_volume(points: Sequence[tuple[int, int, int]]) -> bool:
+    """Whether the integer points are not all in one plane (exact arithmetic)."""
+    o = points[0]
+    vecs = [(p[0] - o[0], p[1] - o[1], p[2] - o[2]) for p in points[1:]]
+    a = next((v for v in vecs if v != (0, 0, 0)), None)
+    if a is None:
+        return False
+    normal = (0, 0, 0)
+    for v in vecs:
+        normal = (a[1] * v[2] - a[2] * v[1], a[2] * v[0] - a[0] * v[2], a[0] * v[1] - a[1] * v[0])
+        if normal != (0, 0, 0):
+            break
+    if normal == (0, 0, 0):
+        return False
+    return any(normal[0] * v[0] + normal[1] * v[1] + normal[2] * v[2] != 0 for v in vecs)
+
+
 def read_profile_dir(path: str | Path) -> ProfileData:
-    """Parse one model's profile folder.
+    """Parse one model's profile folder, checking every value (see the module doc).
 
     Raises:
         InputError: the folder or a required file is missing, no validation file is
-            present, or a file is malformed (the error names file, line and field).
+            present, or a file is malformed or holds a value outside its valid range
+            (the error names file, line and field).
     """
     folder = Path(path)
     if not folder.is_dir():
         raise InputError(str(folder), 0, "", "profile folder not found")
     placements = _read_placements(folder / PLACEMENTS_FILE)
     scalability = _read_scalability(folder / SCALABILITY_FILE)
+    if not _spans_a_volume(_measured_points(placements, scalability)):
+        raise InputError(
+            str(folder / SCALABILITY_FILE),
+            0,
+            "",
+            f"with {PLACEMENTS_FILE}, the measurements lie in one plane of (num_nodes, "
+            "num_replicas, local_bsz), so other placements cannot be interpolated; "
+            "measure more node counts, replica counts or batch sizes",
+        )
     traces: list[ValidationTrace] = []
     for file in sorted(folder.glob("validation-*.csv")):
         m = _VALIDATION_RE.fullmatch(file.name)
-        if m is None or int(m.group(1)) <= 0:
+        if m is None or int(m.group(1)) > MAX_BATCH_SIZE:
             raise InputError(
-                str(file), 0, "", "name must be validation-<B>.csv with B a positive integer"
+                str(file),
+                0,
+                "",
+                "name must be validation-<B>.csv, B a whole number in "
+                f"[1, {MAX_BATCH_SIZE:g}] without leading zeros",
             )
         traces.append(_read_validation(file, int(m.group(1))))
     if not traces:
         raise InputError(str(folder), 0, "", "no validation-<B>.csv file in the profile folder")
     traces.sort(key=lambda t: t.batch_size)
-    return ProfileData(folder.name, placements, scalability, tuple(traces))
+    return ProfileData(folder.name, placements, scalability, tuple(traces), str(folder))
 
 
 class ProfiledApplication:
@@ -241,7 +378,13 @@ class ProfiledApplication:
         if not (
             lim.init_batch_size <= lim.max_batch_size and lim.min_local_bsz <= lim.max_local_bsz
         ):
-            raise InputError(data.name, 0, "", f"inconsistent batch limits {lim}")
+            raise InputError(
+                data.folder or data.name,
+                0,
+                "",
+                f"the measured batch sizes and the settings of {data.name!r} give "
+                f"inconsistent batch limits {lim}",
+            )
         rows = min(t.progress.size for t in data.validation)
         epochs = s.max_epochs or rows
         if epochs > rows:
@@ -342,7 +485,14 @@ class ProfiledApplication:
         scal = self.data.scalability
         points = np.concatenate([pts, scal[:, :3]])
         values = np.concatenate([means.reshape(-1, 2), scal[:, 3:5]])
-        return _Linear3D(points, values)
+        try:
+            return _Linear3D(points, values)
+        except QhullError as e:  # a near-flat point set; read_profile_dir refuses flat ones
+            where = str(Path(self.data.folder or self.name) / SCALABILITY_FILE)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else "qhull failed"
+            raise InputError(
+                where, 0, "", f"cannot triangulate the measurements ({first})"
+            ) from None
 
     def _interp_3d(self, nodes: int, replicas: int, local_bsz: float) -> tuple[float, float]:
         if self._interp is None:

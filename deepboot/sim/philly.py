@@ -19,6 +19,17 @@ cluster, with the fastest validated batch size); they are written out here as a 
 table so that generation needs nothing but this module and the trace.
 
 All randomness comes from the injected :class:`numpy.random.Generator`.
+
+**Valid rows** of ``philly.csv`` (anything else stops with one
+:class:`~deepboot.core.errors.InputError` naming the file, the 1-based line and the
+column): ``timestamp`` an ISO date and time (``2017-10-09 07:01:55``); ``duration`` a
+finite number of seconds in [0, 365 days] (0 is a job that failed at once, and is
+dropped by the ``min_duration_s`` filter; the real trace's longest job ran about 54 days);
+``num_gpus`` a whole number in [1, 4096] (the trace's largest job used 128);
+``gpu_time`` a finite number of GPU-seconds in [0, 365 days x 4096 GPUs]; ``cluster``
+any text. ``gpu_time`` is ``duration x num_gpus`` in the real trace, but is not checked
+against them: it only picks a job's model class, and synthetic traces set it on its own
+to steer the model mix.
 """
 
 from __future__ import annotations
@@ -41,6 +52,13 @@ PHILLY_COLUMNS: tuple[str, ...] = ("timestamp", "duration", "num_gpus", "gpu_tim
 """Header of ``philly.csv``."""
 
 _DAY_S = 24 * 3600
+
+MAX_DURATION_S = 365.0 * _DAY_S
+"""Longest Philly job accepted: one year."""
+MAX_GPUS = 4096
+"""Most GPUs one Philly job may have used."""
+MAX_GPU_TIME_S = MAX_DURATION_S * MAX_GPUS
+"""Largest ``gpu_time`` accepted (GPU-seconds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,8 +179,8 @@ def read_philly(path: str | Path) -> list[PhillyJob]:
 
     Raises:
         InputError: missing or unreadable file, wrong header, or a malformed row
-            (wrong column count, bad timestamp, non-numeric or negative duration or
-            GPU time, non-positive GPU count), naming the line and the column.
+            (wrong column count, or a value outside the ranges in the module doc),
+            naming the line and the column.
     """
     spath = str(path)
     jobs: list[PhillyJob] = []
@@ -171,17 +189,21 @@ def read_philly(path: str | Path) -> list[PhillyJob]:
         Path(path).open(newline="", encoding="utf-8-sig") as f,
     ):
         reader = csv.reader(f)
-        header = next(reader, None)
+        # Blank lines are skipped, before the header too.
+        header = next((v for v in reader if any(c.strip() for c in v)), None)
         if header is None:
             raise InputError(spath, 1, "header", "the file is empty; expected a header")
+        head_line = reader.line_num
         if tuple(h.strip() for h in header) != PHILLY_COLUMNS:
-            raise InputError(spath, 1, "header", f"expected header {','.join(PHILLY_COLUMNS)}")
+            raise InputError(
+                spath, head_line, "header", f"expected header {','.join(PHILLY_COLUMNS)}"
+            )
         for values in reader:
             if not values or all(not v.strip() for v in values):
                 continue
             jobs.append(_parse_philly_row(spath, reader.line_num, values))
     if not jobs:
-        raise InputError(spath, 1, "header", "the file has a header but no rows")
+        raise InputError(spath, head_line, "header", "the file has a header but no rows")
     return jobs
 
 
@@ -192,30 +214,53 @@ def _parse_philly_row(spath: str, line: int, values: Sequence[str]) -> PhillyJob
             spath, line, col, f"the row has {len(values)} values, expected {len(PHILLY_COLUMNS)}"
         )
     ts_raw, dur_raw, gpus_raw, gpu_time_raw, cluster = (v.strip() for v in values)
+
+    def shown(raw: str) -> str:
+        return repr(raw if len(raw) <= 40 else raw[:37] + "...")
+
     try:
         timestamp = datetime.fromisoformat(ts_raw)
     except ValueError:
         raise InputError(
-            spath, line, "timestamp", f"{ts_raw!r} is not a timestamp like 2017-10-09 07:01:55"
+            spath, line, "timestamp", f"{shown(ts_raw)} is not a timestamp like 2017-10-09 07:01:55"
         ) from None
 
     def non_negative(column: str, raw: str) -> float:
         try:
             value = float(raw)
         except ValueError:
-            raise InputError(spath, line, column, f"{raw!r} is not a number") from None
+            raise InputError(spath, line, column, f"{shown(raw)} is not a number") from None
         if not math.isfinite(value) or value < 0:
-            raise InputError(spath, line, column, f"{raw} must be a non-negative number")
+            raise InputError(spath, line, column, f"{shown(raw)} must be a non-negative number")
         return value
 
     duration = non_negative("duration", dur_raw)
+    if duration > MAX_DURATION_S:
+        raise InputError(
+            spath,
+            line,
+            "duration",
+            f"{shown(dur_raw)} s exceeds the limit of {MAX_DURATION_S:g} s (365 days)",
+        )
     gpu_time = non_negative("gpu_time", gpu_time_raw)
+    if gpu_time > MAX_GPU_TIME_S:
+        raise InputError(
+            spath,
+            line,
+            "gpu_time",
+            f"{shown(gpu_time_raw)} GPU-seconds exceed the limit of {MAX_GPU_TIME_S:g} "
+            f"(365 days on {MAX_GPUS} GPUs)",
+        )
     try:
         num_gpus = int(gpus_raw)
     except ValueError:
-        raise InputError(spath, line, "num_gpus", f"{gpus_raw!r} is not an integer") from None
+        raise InputError(spath, line, "num_gpus", f"{shown(gpus_raw)} is not an integer") from None
     if num_gpus <= 0:
-        raise InputError(spath, line, "num_gpus", f"{gpus_raw} must be a positive integer")
+        raise InputError(spath, line, "num_gpus", f"{shown(gpus_raw)} must be a positive integer")
+    if num_gpus > MAX_GPUS:
+        raise InputError(
+            spath, line, "num_gpus", f"{shown(gpus_raw)} exceeds the limit of {MAX_GPUS} GPUs"
+        )
     return PhillyJob(line, timestamp, duration, num_gpus, gpu_time, cluster)
 
 

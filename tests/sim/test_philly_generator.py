@@ -174,6 +174,17 @@ PHILLY_ERRORS = [
     ("zero-gpus", "2017-10-09 07:01:55,66.0,0,0,c", "num_gpus", "positive"),
     ("fractional-gpus", "2017-10-09 07:01:55,66.0,1.5,66,c", "num_gpus", "integer"),
     ("too-few-columns", "2017-10-09 07:01:55,66.0,1", "gpu_time", "3 values"),
+    # Valid ranges (module doc of deepboot.sim.philly): refused since issue 9.
+    ("duration-over-a-year", "2017-10-09 07:01:55,4e7,1,66.0,c", "duration", "365 days"),
+    ("duration-1e308", "2017-10-09 07:01:55,1e308,1,66.0,c", "duration", "exceeds the limit"),
+    ("gpu-time-absurd", "2017-10-09 07:01:55,66.0,1,1e300,c", "gpu_time", "exceed the limit"),
+    ("gpus-absurd", "2017-10-09 07:01:55,66.0,100000,66.0,c", "num_gpus", "limit of 4096"),
+    # Already refused before; kept as regressions.
+    ("negative-duration", "2017-10-09 07:01:55,-5,1,66.0,c", "duration", "non-negative"),
+    ("nan-duration", "2017-10-09 07:01:55,nan,1,66.0,c", "duration", "non-negative"),
+    ("inf-gpu-time", "2017-10-09 07:01:55,66.0,1,inf,c", "gpu_time", "non-negative"),
+    ("negative-gpus", "2017-10-09 07:01:55,66.0,-2,66.0,c", "num_gpus", "positive"),
+    ("empty-gpus", "2017-10-09 07:01:55,66.0,,66.0,c", "num_gpus", "not an integer"),
 ]
 
 
@@ -202,6 +213,16 @@ def test_bad_philly_file(tmp_path: Path, text: str, words: str) -> None:
     with pytest.raises(InputError, match=words) as info:
         read_philly(path)
     assert (info.value.line, info.value.field) == (1, "header")
+
+
+def test_blank_lines_before_the_header_are_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "philly.csv"
+    path.write_text(f"\n \n{HEADER}\n{GOOD}\n", encoding="utf-8")
+    assert [job.line for job in read_philly(path)] == [4]
+    path.write_text(f"\n\na,b\n{GOOD}\n", encoding="utf-8")
+    with pytest.raises(InputError, match="expected header") as info:
+        read_philly(path)
+    assert (info.value.line, info.value.field) == (3, "header")
 
 
 def test_missing_philly_file(tmp_path: Path) -> None:
