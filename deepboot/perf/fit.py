@@ -365,8 +365,12 @@ def _levenberg_marquardt(
     # Damping mu and its growth nu follow Nielsen's rule on the gain ratio (actual over
     # predicted decrease), which stops the zigzag of a fixed schedule in narrow valleys.
     mu, nu = 1e-3, 2.0
+    system: tuple[list[list[float]], list[float]] | None = None
     for _ in range(settings.max_iterations):
-        jtj, jtr = _normal_equations(ev)
+        # A rejected step leaves ``ev`` as it was: its normal equations too.
+        if system is None:
+            system = _normal_equations(ev)
+        jtj, jtr = system
         # Variables at a bound that the gradient pushes outwards stay there this step.
         active = [
             c
@@ -406,6 +410,7 @@ def _levenberg_marquardt(
         rho = (ev.loss - ev_trial.loss) / predicted
         if rho > 0.0:
             x, p, ev = trial, p_trial, ev_trial
+            system = None
             t = 2.0 * rho - 1.0
             mu *= max(1.0 / 3.0, 1.0 - t * t * t)
             nu = 2.0
