@@ -51,6 +51,7 @@ from deepboot.cli.files import (
     write_bytes,
     write_text,
 )
+from deepboot.cli.params import add_interval_and_seed
 from deepboot.cli.progress import format_sim_time
 from deepboot.core.cluster import ClusterSpec
 from deepboot.core.errors import ConfigError, InputError
@@ -208,16 +209,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="NAME",
         help="run the average JCT is compared with (default: the first run)",
     )
-    p.add_argument(
-        "--interval",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help=f"scheduling interval, {limits.INTERVAL_HELP}",
-    )
-    p.add_argument(
-        "--seed", type=int, default=0, help=f"seed of the policies' randomness, {limits.SEED_HELP}"
-    )
+    add_interval_and_seed(p, "the policies'")
     p.add_argument(
         "--replications",
         type=int,

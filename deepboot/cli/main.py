@@ -16,7 +16,7 @@ from rich.console import Console
 
 from deepboot import __version__
 from deepboot.cli import commands, compare, limits
-from deepboot.cli.params import add_shared_cluster_flags
+from deepboot.cli.params import add_interval_and_seed, add_shared_cluster_flags
 from deepboot.core.errors import DeepbootError
 
 EXIT_OK = 0
@@ -140,16 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="measured profile directory (reference format); default: the built-in catalog",
     )
-    sim.add_argument(
-        "--interval",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help=f"scheduling interval, {limits.INTERVAL_HELP}",
-    )
-    sim.add_argument(
-        "--seed", type=int, default=0, help=f"seed of the policy's randomness, {limits.SEED_HELP}"
-    )
+    add_interval_and_seed(sim, "the policy's")
     sim.add_argument(
         "--max-time",
         type=float,

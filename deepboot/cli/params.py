@@ -186,3 +186,18 @@ def shared_cluster_settings(
         reserve=bool(getattr(args, "reserve", False)),
         reserve_target=None if target is None else float(target),
     )
+
+
+def add_interval_and_seed(parser: argparse.ArgumentParser, whose: str) -> None:
+    """Add ``--interval`` and ``--seed`` (shared by simulate and compare); ``whose``
+    names the randomness the seed drives ("the policy's", "the policies'")."""
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help=f"scheduling interval, {limits.INTERVAL_HELP}",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help=f"seed of {whose} randomness, {limits.SEED_HELP}"
+    )
