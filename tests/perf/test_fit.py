@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from deepboot.core.params import PerfParams
-from deepboot.perf.fit import DEFAULT_SETTINGS, _Data, _evaluate, fit_perf_params
+from deepboot.perf.fit import DEFAULT_SETTINGS, _Data, _Problem, fit_perf_params
 from deepboot.perf.goodput import compute_time, step_time
 
 TRUE = PerfParams(
@@ -166,13 +166,12 @@ def test_jacobian_matches_finite_differences() -> None:
     p = [0.05, 0.002, 0.2, 0.01, 0.03, 0.002, 1.7]
     center = [float(np.log(v)) for v in p[:6]] + [p[6]]
     center = [c + 0.1 for c in center]
-    ev = _evaluate(p, data, DEFAULT_SETTINGS, free, center)
-    jac = np.concatenate((ev.j1, ev.j2, ev.jr))
+    prob = _Problem(data, DEFAULT_SETTINGS, free, center)
+    jac = prob.jacobian(prob.evaluate(p))
 
     def at(x: list[float]) -> np.ndarray:
         q = [float(np.exp(v)) for v in x[:6]] + [x[6]]
-        e = _evaluate(q, data, DEFAULT_SETTINGS, free, center)
-        return np.concatenate((e.r1, e.r2, e.regs))
+        return prob.residuals(prob.evaluate(q))
 
     x0 = [float(np.log(v)) for v in p[:6]] + [p[6]]
     h = 1e-6
