@@ -13,7 +13,7 @@ DEMO_CLUSTER         := 4x4
 DEMO_INFERENCE_NODES := 2
 DEMO_OUT             := out/demo
 
-.PHONY: demo test test-slow test-determinism lint clean-venv
+.PHONY: demo test test-slow test-determinism test-runtime lint clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,13 @@ $(VENV)/.installed-test: pyproject.toml constraints.txt examples/plugin/pyprojec
 	$(BIN)/python -m pip install -q --no-deps -e examples/plugin
 	touch $@ $(VENV)/.installed
 
+# The runtime extra: torch first, pinned to the CPU build that lies on disk here (a
+# plain 'torch' would pull a CUDA build of several GB), then ray.
+$(VENV)/.installed-runtime: pyproject.toml constraints.txt $(VENV)/.installed-test
+	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[runtime,test]'
+	touch $@
+
 demo: $(VENV)/.installed
 	$(BIN)/deepboot compare --workload $(DEMO_WORKLOAD) \
 		--cluster $(DEMO_CLUSTER) --inference-nodes $(DEMO_INFERENCE_NODES) \
@@ -45,6 +52,10 @@ test: $(VENV)/.installed-test
 # pytest exits 5 when no test is selected; that is not a failure here.
 test-slow: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -m slow || [ $$? -eq 5 ]
+
+# Real Ray clusters and torch processes on this machine (logical GPUs, gloo on CPU).
+test-runtime: $(VENV)/.installed-runtime
+	$(BIN)/python -m pytest -q -m runtime -p no:cacheprovider
 
 # The golden results must not depend on the SIMD kernels NumPy picks for this CPU:
 # run them under each setting of NPY_DISABLE_CPU_FEATURES (a feature this CPU lacks

@@ -15,7 +15,7 @@ from typing import NoReturn
 from rich.console import Console
 
 from deepboot import __version__
-from deepboot.cli import commands, compare, limits
+from deepboot.cli import commands, compare, limits, runtime
 from deepboot.cli.params import add_interval_and_seed, add_shared_cluster_flags
 from deepboot.core.errors import DeepbootError
 
@@ -34,6 +34,7 @@ examples:
   deepboot workload from-philly --philly philly.csv --jobs 160 --hours 8 --out w.csv
   deepboot catalog fit --profiles ../shared/traces/profiles --out catalog.json
   deepboot policies
+  deepboot up --training-nodes 2 --gpus-per-node 2 && deepboot submit job.toml
 
 Run 'deepboot COMMAND --help' for the options of one command."""
 
@@ -240,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     pol.set_defaults(func=commands.list_policies)
 
     compare.add_parser(sub)
+    runtime.add_parsers(sub, _Formatter)
     return parser
 
 

@@ -96,6 +96,8 @@ class AfsPolicy:
     config: AfsConfig = AfsConfig()
     name: ClassVar[str] = "afs"
     job_mode: ClassVar[JobMode] = JobMode.FIXED_BATCH
+    # Reads the remaining work (an oracle a real cluster lacks): no runtime use.
+    needs_oracle: ClassVar[bool] = True
 
     def gpu_counts(self, state: ClusterState) -> dict[str, int]:
         """GPU count per job name (0 included), before placement."""

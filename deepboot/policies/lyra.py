@@ -79,6 +79,8 @@ class LyraPolicy:
     config: LyraConfig = LyraConfig()
     name: ClassVar[str] = "lyra"
     job_mode: ClassVar[JobMode] = JobMode.FIXED_BATCH
+    # Reads the remaining work (an oracle a real cluster lacks): no runtime use.
+    needs_oracle: ClassVar[bool] = True
 
     def ordered(self, state: ClusterState) -> list[tuple[JobView, float]]:
         """Jobs with their remaining time on one GPU, shortest first."""

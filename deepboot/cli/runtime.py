@@ -1,0 +1,370 @@
+"""The runtime's commands: up, down, submit, status, logs, cancel.
+
+Ray and torch are imported only by the processes that need them (the controller and
+the workers), so ``submit``, ``status``, ``logs`` and ``cancel`` are quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from deepboot.core.cluster import ClusterSpec
+from deepboot.core.errors import ConfigError
+from deepboot.runtime.statedir import StateDir
+
+_UP_EPILOG = """\
+examples:
+  # a laptop: 2 training and 2 inference nodes of 2 logical GPUs (torch on the CPU)
+  deepboot up --training-nodes 2 --inference-nodes 2 --gpus-per-node 2
+
+  # fast timings for a demo or a test
+  deepboot up --training-nodes 2 --gpus-per-node 2 --interval 5 --poll 0.5
+
+  # attach to an existing Ray cluster whose nodes carry deepboot's resources
+  deepboot up --address 10.0.0.1:6379 --ray-token /etc/deepboot/ray-token
+
+The local cluster listens on loopback only, with Ray's token authentication on (the
+token is STATE_DIR/ray-token, readable by its owner only). Policies: the ones that
+need nothing a real cluster does not know (deepboot, pollux, tiresias, fifo, ...);
+optimus, afs and lyra read each job's remaining work and are refused."""
+
+_SUBMIT_EPILOG = """\
+example job file (paths are relative to it):
+  name = "regression-a"
+  entry = "regression.py:train"
+  min_workers = 1
+  max_workers = 4
+  batch_size = 32
+  max_batch_size = 512
+  max_local_batch_size = 128
+  [args]
+  loss_threshold = 0.01
+
+See examples/runtime/ and docs/runtime.md for the training function's API."""
+
+
+def _state_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--state-dir",
+        default=".deepboot",
+        metavar="DIR",
+        help="the runtime's state directory (cluster record, token, job store, logs)",
+    )
+
+
+def _command(
+    sub: Any, formatter: type[argparse.HelpFormatter], name: str, **kwargs: Any
+) -> argparse.ArgumentParser:
+    """One runtime subcommand, with the --state-dir flag every one of them takes."""
+    p: argparse.ArgumentParser = sub.add_parser(name, formatter_class=formatter, **kwargs)
+    _state_flag(p)
+    return p
+
+
+def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    """Add the runtime's subcommands to the ``deepboot`` parser."""
+    up = _command(
+        sub,
+        formatter,
+        "up",
+        help="start a Ray cluster (or attach to one) and the scheduler's controller",
+        description="Start one Ray node per cluster node on this machine (or attach to a "
+        "Ray cluster), and the controller that schedules submitted jobs on it.",
+        epilog=_UP_EPILOG,
+    )
+    up.add_argument("--training-nodes", type=int, default=2, metavar="N")
+    up.add_argument("--inference-nodes", type=int, default=0, metavar="N")
+    up.add_argument("--gpus-per-node", type=int, default=2, metavar="G")
+    up.add_argument("--address", metavar="HOST:PORT", help="attach to this Ray cluster")
+    up.add_argument("--ray-token", metavar="FILE", help="the attached cluster's Ray token file")
+    up.add_argument("--policy", default="deepboot", help="training policy")
+    up.add_argument(
+        "--no-afe",
+        action="store_true",
+        help="resize by checkpoint and restart (the baseline) instead of keeping workers alive",
+    )
+    up.add_argument("--no-lending", action="store_true", help="never lend inference GPUs")
+    up.add_argument("--interval", type=float, default=60.0, help="seconds between rounds")
+    up.add_argument("--poll", type=float, default=1.0, help="seconds between worker polls")
+    up.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=60.0,
+        help="seconds before a hung collective or rendezvous fails (gloo's default is 30 min)",
+    )
+    up.add_argument("--seed", type=int, default=0, help="seed of the policy's randomness")
+    up.set_defaults(func=cmd_up)
+
+    down = _command(
+        sub,
+        formatter,
+        "down",
+        help="stop the controller and the cluster 'up' started",
+        description="Stop the controller and what 'deepboot up' started, nothing else. "
+        "The job store and logs stay in the state directory.",
+    )
+    down.set_defaults(func=cmd_down)
+
+    submit = _command(
+        sub,
+        formatter,
+        "submit",
+        help="submit a training job (TOML)",
+        description="Validate a job file and add the job to the store; the controller "
+        "schedules it at its next round.",
+        epilog=_SUBMIT_EPILOG,
+    )
+    submit.add_argument("job_file", metavar="JOB.toml")
+    submit.set_defaults(func=cmd_submit)
+
+    status = _command(
+        sub,
+        formatter,
+        "status",
+        help="GPUs by pool and state, and jobs with workers, batch size and progress",
+        description="Show the cluster's GPUs and jobs, from the job store. --json prints "
+        "the same for scripts (schema: docs/runtime.md).",
+    )
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=cmd_status)
+
+    logs = _command(
+        sub,
+        formatter,
+        "logs",
+        help="a job's worker output and its events",
+        description="Print a job's workers' output (each line prefixed with the job and "
+        "the worker's GPU) and its entries in the event log.",
+    )
+    logs.add_argument("job", metavar="JOB")
+    logs.add_argument("--tail", type=int, default=0, metavar="N", help="last N lines only")
+    logs.set_defaults(func=cmd_logs)
+
+    cancel = _command(
+        sub,
+        formatter,
+        "cancel",
+        help="cancel a job",
+        description="Ask the controller to stop a job's workers and free its GPUs.",
+    )
+    cancel.add_argument("job", metavar="JOB")
+    cancel.set_defaults(func=cmd_cancel)
+
+
+def _positive(name: str, value: float, integer: bool = True) -> None:
+    if not (value > 0) or (integer and value != int(value)) or not math.isfinite(value):
+        raise ConfigError(
+            f"--{name} must be a positive {'integer' if integer else 'number'}, got {value}"
+        )
+
+
+def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from deepboot.runtime.controller import ControllerSettings
+    from deepboot.runtime.lifecycle import up
+
+    for name in ("interval", "poll", "collective_timeout"):
+        _positive(name.replace("_", "-"), getattr(args, name), integer=False)
+    cluster = None
+    if not args.address:
+        _positive("training-nodes", args.training_nodes)
+        _positive("gpus-per-node", args.gpus_per_node)
+        if args.inference_nodes < 0 or args.training_nodes + args.inference_nodes > 64:
+            raise ConfigError("--inference-nodes must be >= 0, and at most 64 nodes in all")
+        if args.gpus_per_node > 16:
+            raise ConfigError("--gpus-per-node must be at most 16")
+        total = args.training_nodes + args.inference_nodes
+        cluster = ClusterSpec.parse(f"{total}x{args.gpus_per_node}", args.inference_nodes)
+    settings = ControllerSettings(
+        policy=args.policy,
+        afe=not args.no_afe,
+        interval=args.interval,
+        poll=args.poll,
+        collective_timeout=args.collective_timeout,
+        lending=not args.no_lending,
+        seed=args.seed,
+    )
+    state = StateDir.at(args.state_dir)
+    started = time.monotonic()
+    with err.status("starting the cluster ..."):
+        record = up(
+            state,
+            settings,
+            cluster,
+            args.address,
+            Path(args.ray_token) if args.ray_token else None,
+        )
+    gpus = sum(n for _, _, n in record.nodes)
+    out.print(
+        f"deepboot is up ({record.mode}, Ray at {record.address}): {len(record.nodes)} nodes, "
+        f"{gpus} GPUs, policy {settings.policy}, {'AFE' if settings.afe else 'restart'} "
+        f"resizes; state in {state.root} ({time.monotonic() - started:.0f} s)"
+    )
+    return 0
+
+
+def cmd_down(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from deepboot.runtime.lifecycle import down
+
+    out.print(down(StateDir.at(args.state_dir)))
+    return 0
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from deepboot.runtime.store import JobStore
+
+    state = StateDir.at(args.state_dir)
+    if not state.db.exists() and not state.cluster_file.exists():
+        raise ConfigError(f"no deepboot state in {state.root} (run 'deepboot up' first)")
+    state.ensure()
+    return JobStore(state.db)
+
+
+def cmd_submit(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from deepboot.runtime.jobspec import load_job
+
+    spec = load_job(args.job_file)
+    store = _store(args)
+    store.submit(spec)
+    out.print(f"submitted {spec.name} ({spec.min_workers}-{spec.max_workers} workers)")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace, out: Console, err: Console) -> int:
+    row = _store(args).request_cancel(args.job)
+    if row.state.ended:
+        out.print(f"{args.job} has already ended ({row.state.value})")
+    else:
+        out.print(f"cancelling {args.job}")
+    return 0
+
+
+def status_document(state: StateDir) -> dict[str, Any]:
+    """What ``deepboot status --json`` prints (schema: docs/runtime.md)."""
+    from deepboot.runtime.lifecycle import controller_alive
+    from deepboot.runtime.raycluster import ClusterRecord, RuntimeNotUpError
+    from deepboot.runtime.store import JobStore
+
+    try:
+        record: ClusterRecord | None = ClusterRecord.load(state)
+    except RuntimeNotUpError:
+        record = None
+    if record is None and not state.db.exists():
+        raise ConfigError(f"no deepboot state in {state.root} (run 'deepboot up' first)")
+    store = JobStore(state.db)
+    heartbeat = store.meta("heartbeat")
+    doc: dict[str, Any] = {
+        "cluster": {
+            "up": record is not None,
+            "mode": record.mode if record else None,
+            "address": record.address if record else None,
+            "controller_pid": controller_alive(state),
+            "heartbeat_age_s": round(time.time() - float(heartbeat), 3) if heartbeat else None,
+        },
+        "gpus": [
+            {"gpu": g, "node": n, "index": i, "pool": p, "state": s, "holder": h or None}
+            for g, n, i, p, s, h in store.gpus()
+        ],
+        "jobs": [
+            {
+                "name": r.name,
+                "state": r.state.value,
+                "workers": list(r.workers),
+                "num_workers": len(r.workers),
+                "min_workers": r.spec.min_workers,
+                "max_workers": r.spec.max_workers,
+                "batch_size": r.local_bsz * r.accum * len(r.workers) if r.workers else None,
+                "local_batch_size": r.local_bsz or None,
+                "accumulation_steps": r.accum,
+                "generation": r.generation,
+                "step": r.step,
+                "loss": r.loss,
+                "restarts": r.restarts,
+                "steps_lost": r.steps_lost,
+                "submitted": r.submitted,
+                "started": r.started,
+                "finished": r.finished,
+                "message": r.message,
+            }
+            for r in store.jobs()
+        ],
+    }
+    store.close()
+    return doc
+
+
+def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:
+    doc = status_document(StateDir.at(args.state_dir))
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    c = doc["cluster"]
+    ctl = (
+        f"controller pid {c['controller_pid']}" if c["controller_pid"] else "controller NOT running"
+    )
+    age = (
+        f", heartbeat {c['heartbeat_age_s']:.1f} s ago" if c["heartbeat_age_s"] is not None else ""
+    )
+    out.print(f"cluster: {c['mode'] or 'down'} {c['address'] or ''} - {ctl}{age}")
+    gt = Table(title="GPUs")
+    for col in ("pool", "node", "GPU", "state", "held by"):
+        gt.add_column(col)
+    for g in doc["gpus"]:
+        gt.add_row(g["pool"], str(g["node"]), g["gpu"], g["state"], g["holder"] or "")
+    out.print(gt)
+    jt = Table(title="jobs")
+    for col in (
+        "job",
+        "state",
+        "workers",
+        "batch (local x accum)",
+        "step",
+        "loss",
+        "resizes",
+        "steps lost",
+    ):
+        jt.add_column(col)
+    for j in doc["jobs"]:
+        batch = (
+            f"{j['batch_size']} ({j['local_batch_size']} x {j['accumulation_steps']})"
+            if j["batch_size"]
+            else ""
+        )
+        loss = f"{j['loss']:.4g}" if j["loss"] is not None else ""
+        workers = f"{j['num_workers']} [{', '.join(j['workers'])}]" if j["workers"] else "0"
+        jt.add_row(
+            j["name"],
+            j["state"],
+            workers,
+            batch,
+            str(j["step"]),
+            loss,
+            str(j["restarts"]),
+            str(j["steps_lost"]),
+        )
+    out.print(jt)
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace, out: Console, err: Console) -> int:
+    state = StateDir.at(args.state_dir)
+    store = _store(args)
+    store.job(args.job)  # raises for an unknown job
+    path = state.job_log(args.job)
+    lines = path.read_text().splitlines() if path.exists() else []
+    if args.tail:
+        lines = lines[-args.tail :]
+    for line in lines:
+        print(line)
+    print(f"-- events of {args.job} --")
+    for ev in store.events(args.job):
+        stamp = time.strftime("%H:%M:%S", time.localtime(ev.time))
+        print(f"{stamp} {ev.kind.value} {json.dumps(ev.detail, sort_keys=True)}")
+    return 0

@@ -1,0 +1,125 @@
+"""The Ray side of the runtime: create, reach, find and kill elastic workers.
+
+Each worker is a detached, named actor (it outlives the controller) in the
+``deepboot`` namespace, holding exactly one GPU resource (``deepboot_gpu_<n>_<i>``),
+so the worker runs on the GPU the scheduler chose. Names:
+``w|<job>|<node.index>|<incarnation>``; the incarnation grows with every actor the
+job starts, so a new worker never collides with a dying one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from deepboot.elastic.protocol import Generation, WorkerConfig, WorkerReport
+from deepboot.runtime.raycluster import NAMESPACE, gpu_resource
+from deepboot.runtime.world import parse_gpu
+
+log = logging.getLogger(__name__)
+
+_PREFIX = "w|"
+
+
+def actor_name(job: str, gpu: str, incarnation: int) -> str:
+    return f"{_PREFIX}{job}|{gpu}|{incarnation}"
+
+
+@dataclass(frozen=True, slots=True)
+class ActorName:
+    job: str
+    gpu: str
+    incarnation: int
+
+    @classmethod
+    def parse(cls, name: str) -> ActorName | None:
+        if not name.startswith(_PREFIX):
+            return None
+        try:
+            job, gpu, inc = name[len(_PREFIX) :].rsplit("|", 2)
+            return cls(job, gpu, int(inc))
+        except ValueError:
+            return None
+
+
+class RayActors:
+    """Worker actors on a connected Ray cluster (``ray.init`` done by the caller)."""
+
+    def __init__(self, report_timeout: float = 10.0) -> None:
+        import ray
+
+        from deepboot.elastic.worker import ElasticWorker
+
+        self._ray = ray
+        self._cls = ray.remote(ElasticWorker)
+        self._handles: dict[str, Any] = {}
+        self._report_timeout = report_timeout
+
+    def create(self, name: str, config: WorkerConfig, gpu: str, first: Generation) -> None:
+        """Start worker ``name`` of ``config.job`` on ``gpu`` (Ray queues it until the
+        GPU's resource is free, that is until the GPU's previous worker is killed)."""
+        node, index = parse_gpu(gpu)
+        handle = self._cls.options(
+            name=name,
+            namespace=NAMESPACE,
+            lifetime="detached",
+            num_cpus=0,
+            resources={gpu_resource(node, index): 1},
+            max_restarts=0,
+            max_concurrency=4,
+        ).remote(config, gpu, first)
+        self._handles[name] = handle
+
+    def _handle(self, name: str) -> Any:
+        h = self._handles.get(name)
+        if h is None:
+            h = self._handles[name] = self._ray.get_actor(name, namespace=NAMESPACE)
+        return h
+
+    def offer(self, name: str, gen: Generation) -> None:
+        try:
+            self._handle(name).offer.remote(gen)
+        except ValueError:  # no such actor (it died): the poll will see it
+            log.warning("offer to %s: the actor is gone", name)
+
+    def reports(self, names: list[str]) -> dict[str, WorkerReport | None]:
+        """Each actor's report; None for an actor that is dead or gone. An actor that
+        is not yet scheduled (its GPU still held) or slow to answer is left out."""
+        ray = self._ray
+        refs: dict[Any, str] = {}
+        out: dict[str, WorkerReport | None] = {}
+        for name in names:
+            try:
+                refs[self._handle(name).report.remote()] = name
+            except ValueError:
+                out[name] = None
+        if not refs:
+            return out
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=self._report_timeout)
+        for ref in ready:
+            name = refs[ref]
+            try:
+                out[name] = ray.get(ref)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
+                out[name] = None
+            except ray.exceptions.RayError as exc:
+                log.warning("report of %s failed: %s", name, exc)
+        return out
+
+    def kill(self, name: str) -> None:
+        with contextlib.suppress(ValueError):  # already gone
+            self._ray.kill(self._handle(name), no_restart=True)
+        self._handles.pop(name, None)
+
+    def list_workers(self) -> list[str]:
+        """Names of every live worker actor in the namespace."""
+        from ray.util import list_named_actors
+
+        names = [
+            a["name"]
+            for a in list_named_actors(all_namespaces=True)
+            if a.get("namespace") == NAMESPACE and a["name"].startswith(_PREFIX)
+        ]
+        return sorted(names)

@@ -1,0 +1,162 @@
+"""``deepboot up`` and ``deepboot down``: the cluster and its controller, as a unit."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from deepboot.core.cluster import ClusterSpec
+from deepboot.core.errors import ConfigError, DeepbootError
+from deepboot.policies import registry
+from deepboot.runtime import raycluster
+from deepboot.runtime.controller import ControllerSettings, settings_file
+from deepboot.runtime.raycluster import ClusterRecord, ray_env
+from deepboot.runtime.statedir import StateDir
+
+log = logging.getLogger(__name__)
+
+
+def check_policy(name: str) -> None:
+    """Refuse a training policy the runtime cannot run.
+
+    Raises:
+        UnknownPolicyError: no such policy.
+        ConfigError: the policy reads knowledge only a simulator has (the remaining
+            work of a job: Optimus, AFS, Lyra).
+    """
+    policy = registry.create(name)
+    if getattr(policy, "needs_oracle", False):
+        usable = [
+            n for n in registry.names() if not getattr(registry.create(n), "needs_oracle", False)
+        ]
+        raise ConfigError(
+            f"policy {name!r} needs each job's remaining work, which a real cluster does "
+            f"not know; on the runtime use one of: {', '.join(usable)}"
+        )
+
+
+def up(
+    state: StateDir,
+    settings: ControllerSettings,
+    cluster: ClusterSpec | None = None,
+    address: str | None = None,
+    token_file: Path | None = None,
+) -> ClusterRecord:
+    """Start (or attach to) a cluster and start its controller.
+
+    Args:
+        state: The state directory (created if missing).
+        settings: The controller's knobs.
+        cluster: The local cluster to start (ignored with ``address``).
+        address: Attach to this Ray cluster instead of starting one.
+        token_file: Ray token of the attached cluster, if it uses one.
+    """
+    check_policy(settings.policy)
+    state.ensure()
+    if address:
+        record = raycluster.attach(state, address, token_file)
+    else:
+        assert cluster is not None
+        record = raycluster.up_local(state, cluster)
+    settings.save(settings_file(state))
+    try:
+        start_controller(state, record)
+    except BaseException:
+        down(state)
+        raise
+    return record
+
+
+def start_controller(state: StateDir, record: ClusterRecord) -> int:
+    """Start the controller as a detached process; returns its pid."""
+    log_file = open(state.logs / "controller.log", "a")  # noqa: SIM115 (the child's)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "deepboot.runtime.controller", "--state-dir", str(state.root)],
+        stdin=subprocess.DEVNULL,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        env=ray_env(record),
+        start_new_session=True,  # survives the CLI; a Ctrl-C of the CLI does not reach it
+        cwd=str(state.root),
+    )
+    log_file.close()
+    state.controller_pid.write_text(str(proc.pid))
+    return proc.pid
+
+
+def controller_alive(state: StateDir) -> int | None:
+    """The controller's pid if it runs, else None."""
+    try:
+        pid = int(state.controller_pid.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return None
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return pid if b"deepboot.runtime.controller" in cmd else None
+
+
+def stop_controller(state: StateDir, sig: int = signal.SIGTERM, grace: float = 10.0) -> bool:
+    """Stop the controller (``sig``, then SIGKILL after ``grace``); False if none ran."""
+    pid = controller_alive(state)
+    if pid is None:
+        return False
+    os.kill(pid, sig)
+    deadline = time.monotonic() + grace
+    while controller_alive(state) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if controller_alive(state) is not None:
+        os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def down(state: StateDir) -> str:
+    """Stop the controller and what ``up`` started; returns what was done, in words.
+
+    A local cluster's Ray processes (and so every worker) are stopped; on an attached
+    cluster only deepboot's own worker actors are killed. The store and the logs stay.
+    """
+    if not state.cluster_file.exists():
+        raise raycluster.RuntimeNotUpError(f"no cluster is up in {state.root}")
+    record = ClusterRecord.load(state)
+    stopped = stop_controller(state)
+    if record.mode == "local":
+        n = raycluster.stop_local(record)
+        shutil.rmtree(record.temp_dir, ignore_errors=True)
+        what = f"stopped the local Ray cluster ({n} processes)"
+    else:
+        _kill_attached_workers(record)
+        what = f"killed deepboot's workers on the Ray cluster at {record.address}"
+    state.cluster_file.unlink(missing_ok=True)
+    state.controller_pid.unlink(missing_ok=True)
+    return ("stopped the controller; " if stopped else "") + what
+
+
+def _kill_attached_workers(record: ClusterRecord) -> None:
+    code = (
+        "import ray\n"
+        f"ray.init(address={record.address!r}, logging_level='ERROR')\n"
+        "from ray.util import list_named_actors\n"
+        "for a in list_named_actors(all_namespaces=True):\n"
+        f"    if a.get('namespace') == {raycluster.NAMESPACE!r} and a['name'].startswith('w|'):\n"
+        f"        ray.kill(ray.get_actor(a['name'], namespace={raycluster.NAMESPACE!r}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=ray_env(record),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if proc.returncode != 0:
+        raise DeepbootError(f"could not reach {record.address}: {proc.stderr.strip()[-500:]}")

@@ -1,0 +1,86 @@
+"""The runtime's state directory: everything the runtime writes, in one place.
+
+Layout (created on first use, owner-only, mode 0700)::
+
+    <root>/
+      cluster.json        what `deepboot up` started or attached to (see raycluster)
+      ray-token           Ray's authentication token (mode 0600)
+      deepboot.db         the job store (SQLite, WAL; see store)
+      controller.pid      the running controller's pid
+      logs/controller.log the controller's log
+      logs/<job>.log      one job's workers' output
+      checkpoints/<job>/  a job's checkpoints (restart resizes, failures)
+      rendezvous/<job>/   one file store per worker generation (torch.distributed)
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_STATE_DIR = Path(".deepboot")
+
+
+@dataclass(frozen=True, slots=True)
+class StateDir:
+    """Paths under one state directory. Creating the object touches nothing."""
+
+    root: Path
+
+    @classmethod
+    def at(cls, root: str | os.PathLike[str] | None = None) -> StateDir:
+        return cls(Path(root if root is not None else DEFAULT_STATE_DIR).resolve())
+
+    def ensure(self) -> StateDir:
+        """Create the directory tree (mode 0700) if missing; returns self."""
+        for d in (self.root, self.logs, self.checkpoints, self.rendezvous):
+            d.mkdir(parents=True, exist_ok=True)
+            os.chmod(d, 0o700)
+        return self
+
+    @property
+    def cluster_file(self) -> Path:
+        return self.root / "cluster.json"
+
+    @property
+    def token_file(self) -> Path:
+        return self.root / "ray-token"
+
+    @property
+    def db(self) -> Path:
+        return self.root / "deepboot.db"
+
+    @property
+    def controller_pid(self) -> Path:
+        return self.root / "controller.pid"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def rendezvous(self) -> Path:
+        return self.root / "rendezvous"
+
+    def job_log(self, job: str) -> Path:
+        return self.logs / f"{job}.log"
+
+    def job_checkpoint(self, job: str) -> Path:
+        return self.checkpoints / job / "latest.pt"
+
+    def ensure_token(self) -> Path:
+        """The Ray token file, created (256 random bits, mode 0600) if missing."""
+        self.ensure()
+        path = self.token_file
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32))
+        os.chmod(path, 0o600)
+        return path

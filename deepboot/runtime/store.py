@@ -1,0 +1,361 @@
+"""The runtime's durable job store: SQLite in WAL mode, in the state directory.
+
+Three tables (and ``meta``, a key-value table):
+
+``jobs``: one row per submitted job; the controller keeps it current (see
+:class:`JobRow` for the columns). ``deepboot submit`` inserts rows in state
+``submitted``; ``deepboot cancel`` sets ``cancel = 1``; only the controller changes
+anything else.
+
+``gpus``: the controller's view of every GPU (node, index, pool, state, holder),
+rewritten each loop iteration, for ``deepboot status``.
+
+``events``: the append-only event log; never updated or deleted. Columns:
+
+=========  ======================================================================
+seq        INTEGER, increasing from 1 (the order of the log)
+time       REAL, Unix time (s)
+kind       TEXT, one of :class:`LogKind`'s values
+job        TEXT, the job it is about ("" for cluster events)
+detail     TEXT, a JSON object (keys per kind, see :class:`LogKind`)
+=========  ======================================================================
+
+Several processes share the file (controller, CLI); WAL lets readers run beside the
+one writer, and every write is one transaction, so a SIGKILL loses nothing committed.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deepboot.core.errors import ConfigError
+from deepboot.runtime.jobspec import JobSpec
+
+
+class JobState(enum.Enum):
+    """Where a job stands."""
+
+    SUBMITTED = "submitted"  # in the store; the controller has not seen it yet
+    QUEUED = "queued"  # known to the scheduler, holds no GPU
+    RUNNING = "running"  # holds GPUs (possibly mid-resize)
+    FINISHED = "finished"  # its function returned on every worker
+    FAILED = "failed"  # its function raised
+    CANCELLED = "cancelled"  # by 'deepboot cancel'
+
+    @property
+    def ended(self) -> bool:
+        return self in (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED)
+
+
+class LogKind(enum.Enum):
+    """Kinds of event-log entries, and the keys of their ``detail``.
+
+    controller_started: {policy, afe, recovered: [job names]}
+    submitted: {workers: [min, max]}
+    started: {generation, workers: [gpu ids], local_bsz, accum}
+    resized: {generation, how: afe|restart|failure, from: [ids], to: [ids], local_bsz,
+              accum, digests: {gpu id: [before, after]}, steps_lost, seconds}
+    worker_failed: {worker, generation, step}
+    preempted: {generation, workers: [ids]}
+    gpu: {gpu, op: bind|lend|release|reclaim, job}
+    finished: {step, loss, seconds}
+    failed: {error}
+    cancelled: {}
+    reconciled: {kept: [actor names], killed: [actor names]}
+    """
+
+    CONTROLLER_STARTED = "controller_started"
+    SUBMITTED = "submitted"
+    STARTED = "started"
+    RESIZED = "resized"
+    WORKER_FAILED = "worker_failed"
+    PREEMPTED = "preempted"
+    GPU = "gpu"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    RECONCILED = "reconciled"
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    name TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,
+    state TEXT NOT NULL,
+    submitted REAL NOT NULL,
+    started REAL,
+    finished REAL,
+    generation INTEGER NOT NULL DEFAULT 0,
+    workers TEXT NOT NULL DEFAULT '[]',
+    local_bsz INTEGER NOT NULL DEFAULT 0,
+    accum INTEGER NOT NULL DEFAULT 1,
+    step INTEGER NOT NULL DEFAULT 0,
+    loss REAL,
+    restarts INTEGER NOT NULL DEFAULT 0,
+    steps_lost INTEGER NOT NULL DEFAULT 0,
+    attained REAL NOT NULL DEFAULT 0,
+    cancel INTEGER NOT NULL DEFAULT 0,
+    message TEXT NOT NULL DEFAULT '',
+    model TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    time REAL NOT NULL,
+    kind TEXT NOT NULL,
+    job TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS gpus (
+    gpu TEXT PRIMARY KEY,
+    node INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    pool TEXT NOT NULL,
+    state TEXT NOT NULL,
+    holder TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TRIGGER IF NOT EXISTS events_append_only_u BEFORE UPDATE ON events
+BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_append_only_d BEFORE DELETE ON events
+BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+"""
+
+_JOB_COLUMNS = (
+    "name", "spec", "state", "submitted", "started", "finished", "generation", "workers",
+    "local_bsz", "accum", "step", "loss", "restarts", "steps_lost", "attained", "cancel",
+    "message", "model",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """One row of ``jobs``.
+
+    Attributes:
+        name, spec, state: The job, its file's content, where it stands.
+        submitted, started, finished: Unix times (None until they happen).
+        generation: Its workers' current generation (0 before the first).
+        workers: GPU ids "node.index" of its workers, in rank order.
+        local_bsz, accum: Per-GPU micro-batch and accumulation steps.
+        step, loss: Optimizer steps taken and the last mean loss.
+        restarts: Resizes and recoveries so far.
+        steps_lost: Steps redone after failures, in all.
+        attained: GPU-seconds held so far.
+        cancel: 'deepboot cancel' asked for it.
+        message: Why it failed, or other news for the user.
+        model: The controller's online goodput model (JSON: profile, fit, gradient).
+    """
+
+    name: str
+    spec: JobSpec
+    state: JobState
+    submitted: float
+    started: float | None = None
+    finished: float | None = None
+    generation: int = 0
+    workers: tuple[str, ...] = ()
+    local_bsz: int = 0
+    accum: int = 1
+    step: int = 0
+    loss: float | None = None
+    restarts: int = 0
+    steps_lost: int = 0
+    attained: float = 0.0
+    cancel: bool = False
+    message: str = ""
+    model: str = "{}"
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    seq: int
+    time: float
+    kind: LogKind
+    job: str
+    detail: dict[str, Any]
+
+
+class JobStore:
+    """A connection to the store (one per process; not shared across threads)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One atomic write (BEGIN IMMEDIATE ... COMMIT)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # -- jobs ----------------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec, now: float | None = None) -> None:
+        """Insert a new job in state ``submitted``.
+
+        Raises:
+            ConfigError: a job of that name exists (names are unique forever).
+        """
+        now = time.time() if now is None else now
+        try:
+            with self.transaction() as db:
+                db.execute(
+                    "INSERT INTO jobs (name, spec, state, submitted) VALUES (?, ?, ?, ?)",
+                    (spec.name, spec.to_json(), JobState.SUBMITTED.value, now),
+                )
+                self._append(
+                    db,
+                    now,
+                    LogKind.SUBMITTED,
+                    spec.name,
+                    {"workers": [spec.min_workers, spec.max_workers]},
+                )
+        except sqlite3.IntegrityError:
+            raise ConfigError(f"a job named {spec.name!r} exists already") from None
+
+    def request_cancel(self, name: str) -> JobRow:
+        """Ask the controller to cancel ``name``.
+
+        Raises:
+            ConfigError: no such job.
+        """
+        with self.transaction() as db:
+            cur = db.execute("UPDATE jobs SET cancel = 1 WHERE name = ?", (name,))
+            if cur.rowcount == 0:
+                raise ConfigError(f"no job named {name!r}")
+        return self.job(name)
+
+    def job(self, name: str) -> JobRow:
+        row = self._db.execute(
+            f"SELECT {', '.join(_JOB_COLUMNS)} FROM jobs WHERE name = ?", (name,)
+        ).fetchone()
+        if row is None:
+            raise ConfigError(f"no job named {name!r}")
+        return _job_row(row)
+
+    def jobs(self) -> list[JobRow]:
+        rows = self._db.execute(
+            f"SELECT {', '.join(_JOB_COLUMNS)} FROM jobs ORDER BY submitted, name"
+        ).fetchall()
+        return [_job_row(r) for r in rows]
+
+    def save_job(self, db: sqlite3.Connection, row: JobRow) -> None:
+        """Write every column of ``row`` but ``cancel`` (inside a transaction)."""
+        db.execute(
+            "UPDATE jobs SET state=?, started=?, finished=?, generation=?, workers=?, "
+            "local_bsz=?, accum=?, step=?, loss=?, restarts=?, steps_lost=?, attained=?, "
+            "message=?, model=? WHERE name=?",
+            (
+                row.state.value,
+                row.started,
+                row.finished,
+                row.generation,
+                json.dumps(list(row.workers)),
+                row.local_bsz,
+                row.accum,
+                row.step,
+                row.loss,
+                row.restarts,
+                row.steps_lost,
+                row.attained,
+                row.message,
+                row.model,
+                row.name,
+            ),
+        )
+
+    # -- events --------------------------------------------------------------------------
+
+    def append(self, kind: LogKind, job: str = "", now: float | None = None, **detail: Any) -> None:
+        with self.transaction() as db:
+            self._append(db, time.time() if now is None else now, kind, job, detail)
+
+    @staticmethod
+    def _append(
+        db: sqlite3.Connection, now: float, kind: LogKind, job: str, detail: dict[str, Any]
+    ) -> None:
+        db.execute(
+            "INSERT INTO events (time, kind, job, detail) VALUES (?, ?, ?, ?)",
+            (now, kind.value, job, json.dumps(detail, sort_keys=True)),
+        )
+
+    def log(self, db: sqlite3.Connection, kind: LogKind, job: str = "", **detail: Any) -> None:
+        """Append inside an open transaction (with the state change it records)."""
+        self._append(db, time.time(), kind, job, detail)
+
+    def events(self, job: str | None = None, after: int = 0) -> list[EventRow]:
+        q = "SELECT seq, time, kind, job, detail FROM events WHERE seq > ?"
+        args: list[Any] = [after]
+        if job is not None:
+            q += " AND job = ?"
+            args.append(job)
+        rows = self._db.execute(q + " ORDER BY seq", args).fetchall()
+        return [EventRow(s, t, LogKind(k), j, json.loads(d)) for s, t, k, j, d in rows]
+
+    # -- gpus and meta -------------------------------------------------------------------
+
+    def save_gpus(
+        self, db: sqlite3.Connection, rows: Sequence[tuple[str, int, int, str, str, str]]
+    ) -> None:
+        db.execute("DELETE FROM gpus")
+        db.executemany(
+            "INSERT INTO gpus (gpu, node, idx, pool, state, holder) VALUES (?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+
+    def gpus(self) -> list[tuple[str, int, int, str, str, str]]:
+        return list(
+            self._db.execute(
+                "SELECT gpu, node, idx, pool, state, holder FROM gpus ORDER BY node, idx"
+            ).fetchall()
+        )
+
+    def set_meta(self, db: sqlite3.Connection, key: str, value: str) -> None:
+        db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    def meta(self, key: str, default: str = "") -> str:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return str(row[0]) if row else default
+
+
+def _job_row(r: Sequence[Any]) -> JobRow:
+    d = dict(zip(_JOB_COLUMNS, r, strict=True))
+    return JobRow(
+        name=d["name"],
+        spec=JobSpec.from_json(d["spec"]),
+        state=JobState(d["state"]),
+        submitted=d["submitted"],
+        started=d["started"],
+        finished=d["finished"],
+        generation=d["generation"],
+        workers=tuple(json.loads(d["workers"])),
+        local_bsz=d["local_bsz"],
+        accum=d["accum"],
+        step=d["step"],
+        loss=d["loss"],
+        restarts=d["restarts"],
+        steps_lost=d["steps_lost"],
+        attained=d["attained"],
+        cancel=bool(d["cancel"]),
+        message=d["message"],
+        model=d["model"],
+    )

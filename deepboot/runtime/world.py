@@ -1,0 +1,217 @@
+"""The runtime's picture of the world: GPUs and jobs, as the controller knows them.
+
+Pure bookkeeping (no Ray, no SQLite): the controller fills it from workers' reports
+and the store, :class:`~deepboot.runtime.backend.RayBackend` turns it into the
+control loop's :class:`~deepboot.scheduler.control.Snapshot` and changes it by the
+operations of each step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from deepboot.core.cluster import ClusterSpec, Pool
+from deepboot.core.gpu import GpuId, GpuState, GpuView
+from deepboot.core.params import GradParams, PerfParams
+from deepboot.core.placement import EMPTY, Placement
+from deepboot.core.state import JobView
+from deepboot.elastic.protocol import Generation, Measurement, WorkerReport
+from deepboot.perf.fit import fit_perf_params
+from deepboot.perf.goodput import GoodputModel, select_batch
+from deepboot.runtime.store import JobRow, JobState
+
+
+def gpu_name(gpu: GpuId) -> str:
+    """ "node.index", the worker id of the worker on ``gpu``."""
+    return f"{gpu[0]}.{gpu[1]}"
+
+
+def parse_gpu(name: str) -> GpuId:
+    node, index = name.split(".")
+    return (int(node), int(index))
+
+
+@dataclass
+class GpuRec:
+    """One GPU: its pool, state and holder (a training job in part 1)."""
+
+    gpu: GpuId
+    pool: Pool
+    state: GpuState = GpuState.FREE
+    job: str | None = None
+
+    def view(self) -> GpuView:
+        return GpuView(self.gpu[0], self.gpu[1], self.pool, self.state, job=self.job)
+
+
+@dataclass
+class Transition:
+    """A generation offered but not yet formed by all its members."""
+
+    how: str  # "start", "afe", "restart", "failure", "stop"
+    generation: int
+    started: float
+    old: tuple[str, ...]
+    steps_before: int = 0
+
+
+@dataclass
+class OnlineModel:
+    """A job's goodput model, fitted online from its workers' measurements.
+
+    ``profile`` maps (num_nodes, num_replicas, local_bsz) to running sums of
+    (count, compute_time, step_time); the throughput model is refitted (warm-started)
+    whenever a new configuration is measured, as Pollux does.
+    """
+
+    profile: dict[tuple[int, int, int], list[float]] = field(default_factory=dict)
+    perf: PerfParams | None = None
+    grad: GradParams | None = None
+
+    def add(self, ms: tuple[Measurement, ...]) -> None:
+        fresh = False
+        for m in ms:
+            key = (m.num_nodes, m.num_replicas, m.local_bsz)
+            if not (m.compute_time > 0 and m.step_time >= m.compute_time):
+                continue
+            acc = self.profile.get(key)
+            if acc is None:
+                acc = self.profile[key] = [0.0, 0.0, 0.0]
+                fresh = True
+            acc[0] += 1
+            acc[1] += m.compute_time
+            acc[2] += m.step_time
+        if fresh or (ms and self.perf is None):
+            self.refit()
+
+    def refit(self) -> None:
+        if not self.profile:
+            return
+        keys = sorted(self.profile)
+        cols = np.array(keys, dtype=np.int64)
+        acc = np.array([self.profile[k] for k in keys], dtype=np.float64)
+        self.perf = fit_perf_params(
+            cols[:, 0],
+            cols[:, 1],
+            cols[:, 2],
+            acc[:, 1] / acc[:, 0],
+            acc[:, 2] / acc[:, 0],
+            start=self.perf,
+        )
+
+    def note_grad(self, report: WorkerReport) -> None:
+        if math.isfinite(report.grad_sqr) and math.isfinite(report.grad_var):
+            self.grad = GradParams(report.grad_sqr, report.grad_var)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "profile": [[*k, *v] for k, v in sorted(self.profile.items())],
+                "perf": None if self.perf is None else list(_fields(self.perf)),
+                "grad": None if self.grad is None else [self.grad.sqr, self.grad.var],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> OnlineModel:
+        raw = json.loads(text or "{}")
+        model = cls()
+        for row in raw.get("profile", []):
+            model.profile[(int(row[0]), int(row[1]), int(row[2]))] = list(map(float, row[3:]))
+        if raw.get("perf"):
+            model.perf = PerfParams(*raw["perf"])
+        if raw.get("grad"):
+            model.grad = GradParams(*raw["grad"])
+        return model
+
+
+def _fields(p: PerfParams) -> tuple[float, ...]:
+    return (p.alpha_c, p.beta_c, p.alpha_n, p.beta_n, p.alpha_r, p.beta_r, p.gamma)
+
+
+@dataclass
+class JobRec:
+    """One job as the controller tracks it.
+
+    Attributes:
+        row: The store's row (replaced, never mutated, on every change).
+        gen: The latest generation offered (its members are the job's workers).
+        formed: Number of the latest generation every member has formed.
+        actors: gpu id -> actor name of its members' workers.
+        leaving: actor name -> gpu id of workers told to leave (killed once departed).
+        transition: The generation being formed, if any.
+        model: The online goodput model.
+        reports: The latest report of each worker.
+    """
+
+    row: JobRow
+    gen: Generation | None = None
+    formed: int = 0
+    actors: dict[str, str] = field(default_factory=dict)
+    leaving: dict[str, str] = field(default_factory=dict)
+    transition: Transition | None = None
+    model: OnlineModel = field(default_factory=OnlineModel)
+    reports: dict[str, WorkerReport] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.row.name
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        if self.gen is None or self.gen.stop:
+            return ()
+        return self.gen.members
+
+    def update(self, **changes: Any) -> None:
+        self.row = replace(self.row, **changes)
+
+    def batch_for(self, num_nodes: int, num_replicas: int) -> tuple[int, int]:
+        """(local_bsz, micro-batches per step) the goodput model picks for a size.
+
+        ``select_batch`` counts Pollux's *extra* accumulation steps s (a step is s + 1
+        micro-batches); the generation carries s + 1.
+        """
+        limits = self.row.spec.limits
+        model = None
+        if self.model.perf is not None and self.model.grad is not None:
+            model = GoodputModel(self.model.perf, self.model.grad, limits)
+        local_bsz, extra = select_batch(model, limits, num_nodes, num_replicas)
+        return local_bsz, extra + 1
+
+    def view(self, gpus: dict[GpuId, GpuRec]) -> JobView:
+        spec = self.row.spec
+        held = sorted(g.gpu[0] for g in gpus.values() if g.job == self.name)
+        placement = Placement.of(held) if held else EMPTY
+        lo, hi = spec.min_workers, spec.max_workers
+        if self.transition is not None and held:
+            # Mid-resize: the job cannot change size until its generation forms.
+            lo = hi = len(held)
+        return JobView(
+            name=self.name,
+            application=self.name,
+            submit_time=self.row.submitted,
+            attained_service=self.row.attained,
+            num_restarts=self.row.restarts,
+            placement=placement,
+            min_replicas=lo,
+            max_replicas=hi,
+            limits=spec.limits,
+            perf_params=self.model.perf,
+            grad_params=self.model.grad,
+        )
+
+    @property
+    def active(self) -> bool:
+        return self.row.state in (JobState.QUEUED, JobState.RUNNING)
+
+
+def cluster_gpus(cluster: ClusterSpec) -> dict[GpuId, GpuRec]:
+    return {
+        (n.node_id, i): GpuRec((n.node_id, i), n.pool) for n in cluster.nodes for i in range(n.gpus)
+    }

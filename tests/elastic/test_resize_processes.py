@@ -1,0 +1,100 @@
+"""AFE resizes, failures and restarts on real torch processes (gloo on the CPU).
+
+The test plays the controller: it offers generations to worker processes and reads
+their reports, as the runtime's controller does through Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from deepboot.elastic.protocol import Restore, WorkerStatus  # noqa: E402
+from tests.elastic.harness import gen, spawn, stop_all, wait_until  # noqa: E402
+
+pytestmark = pytest.mark.runtime
+
+
+def _formed(number: int):
+    return lambda r: (
+        r.generation >= number and r.status in (WorkerStatus.RUNNING, WorkerStatus.DONE)
+    )
+
+
+def test_grow_then_shrink_keeps_the_parameters_exactly(tmp_path: Path) -> None:
+    g1 = gen(tmp_path, 1, ["1", "2"])
+    a, b = spawn("1", g1, steps=600), spawn("2", g1, steps=600)
+    procs = [a, b]
+    try:
+        first = wait_until([a, b], lambda r: r.generation == 1 and r.step >= 20)
+        # Different initial models: the group starts from rank 0's.
+        assert len({r.digests[1][1] for r in first.values()}) == 1
+        g2 = gen(tmp_path, 2, ["1", "2", "3"], local_bsz=4)
+        c = spawn("3", g2, steps=600)
+        procs.append(c)
+        for p in (a, b):
+            p.offer(g2)
+        grown = wait_until([a, b, c], _formed(2))
+        before, after = grown["1"].digests[2]
+        assert before == after == grown["2"].digests[2][0] == grown["2"].digests[2][1]
+        assert grown["3"].digests[2][1] == after  # the joiner took rank 0's state
+        assert grown["3"].digests[2][0] != after  # ... which was not its own
+        g3 = gen(tmp_path, 3, ["1", "3"])
+        for p in (a, b, c):
+            p.offer(g3)
+        wait_until([b], lambda r: r.status is WorkerStatus.DEPARTED)
+        shrunk = wait_until([a, c], _formed(3))
+        assert shrunk["1"].digests[3][0] == shrunk["1"].digests[3][1] == shrunk["3"].digests[3][1]
+        done = wait_until([a, c], lambda r: r.status is WorkerStatus.DONE)
+        assert done["1"].step == done["3"].step == 600
+    finally:
+        stop_all(procs)
+
+
+def test_a_dead_peer_costs_at_most_one_step(tmp_path: Path) -> None:
+    g1 = gen(tmp_path, 1, ["1", "2", "3"])
+    procs = [spawn(w, g1, steps=400) for w in ("1", "2", "3")]
+    a, b, c = procs
+    try:
+        wait_until(procs, lambda r: r.generation == 1 and r.step >= 30)
+        os.kill(c.process.pid, signal.SIGKILL)
+        broken = wait_until([a, b], lambda r: r.status is WorkerStatus.WAITING)
+        at_failure = max(r.step for r in broken.values())
+        g2 = gen(tmp_path, 2, ["1", "2"])
+        for p in (a, b):
+            p.offer(g2)
+        resumed = wait_until([a, b], _formed(2))
+        assert resumed["1"].digests[2][1] == resumed["2"].digests[2][1]
+        assert at_failure - resumed["1"].restored_step <= 1
+        done = wait_until([a, b], lambda r: r.status is WorkerStatus.DONE)
+        assert done["1"].step == 400
+    finally:
+        stop_all(procs)
+
+
+def test_restart_resize_restores_the_checkpoint_in_new_processes(tmp_path: Path) -> None:
+    g1 = gen(tmp_path, 1, ["1", "2"])
+    old = [spawn("1", g1, steps=300), spawn("2", g1, steps=300)]
+    procs = list(old)
+    try:
+        wait_until(old, lambda r: r.generation == 1 and r.step >= 20)
+        stop = gen(tmp_path, 2, ["1", "2"], stop=True)
+        for p in old:
+            p.offer(stop)
+        left = wait_until(old, lambda r: r.status is WorkerStatus.DEPARTED)
+        stopped_at = left["1"].step
+        g3 = gen(tmp_path, 3, ["3", "4", "5"], restore=Restore.CHECKPOINT, after=2)
+        new = [spawn(w, g3, steps=300) for w in ("3", "4", "5")]
+        procs += new
+        formed = wait_until(new, _formed(3))
+        assert {r.restored_step for r in formed.values()} == {stopped_at}
+        assert len({r.digests[3][1] for r in formed.values()}) == 1
+        done = wait_until(new, lambda r: r.status is WorkerStatus.DONE)
+        assert {r.step for r in done.values()} == {300}
+    finally:
+        stop_all(procs)

@@ -1,0 +1,92 @@
+"""Job files: a good one loads; each bad one is refused naming the file and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deepboot.core.errors import InputError
+from deepboot.runtime.jobspec import JobSpec, load_job
+
+GOOD = """\
+name = "job-a"
+entry = "train.py:train"
+min_workers = 1
+max_workers = 3
+batch_size = 16
+max_batch_size = 128
+max_local_batch_size = 32
+[args]
+loss_threshold = 0.01
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "train.py").write_text("def train(ctx):\n    pass\n")
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    return path
+
+
+def test_good_job_file_loads_with_absolute_entry(tmp_path: Path) -> None:
+    spec = load_job(_write(tmp_path, GOOD))
+    assert spec.name == "job-a"
+    assert spec.entry == f"{(tmp_path / 'train.py').resolve()}:train"
+    assert (spec.min_workers, spec.max_workers) == (1, 3)
+    assert spec.limits.init_batch_size == 16 and spec.limits.max_local_bsz == 32
+    assert spec.args == {"loss_threshold": 0.01}
+    assert JobSpec.from_json(spec.to_json()) == spec
+
+
+@pytest.mark.parametrize(
+    ("edit", "key", "words"),
+    [
+        (lambda t: t.replace('name = "job-a"\n', ""), "name", "missing"),
+        (lambda t: t.replace('"job-a"', '"bad name!"'), "name", "letters"),
+        (lambda t: t.replace("train.py:train", "nothere.py:train"), "entry", "does not exist"),
+        (lambda t: t.replace("train.py:train", "train.py"), "entry", "file.py:function"),
+        (lambda t: t.replace("max_workers = 3", "max_workers = 0"), "max_workers", "[1, 4096]"),
+        (
+            lambda t: t.replace("min_workers = 1", "min_workers = 5"),
+            "max_workers",
+            ">= min_workers",
+        ),
+        (lambda t: t.replace("batch_size = 16", "batch_size = 1.5"), "batch_size", "integer"),
+        (lambda t: t.replace("max_batch_size = 128", "max_batch_size = 8"), "max_batch_size", ">="),
+        (lambda t: "gpus = 2\n" + t, "gpus", "unknown key"),
+        (lambda t: t.replace("[args]\nloss_threshold = 0.01\n", 'args = "x"\n'), "args", "table"),
+    ],
+    ids=[
+        "no-name",
+        "bad-name",
+        "missing-file",
+        "no-function",
+        "zero-workers",
+        "min-over-max",
+        "float-batch",
+        "max-under-initial",
+        "unknown-key",
+        "args-not-table",
+    ],
+)
+def test_bad_job_file_names_file_and_key(tmp_path: Path, edit, key: str, words: str) -> None:
+    path = _write(tmp_path, edit(GOOD))
+    with pytest.raises(InputError) as info:
+        load_job(path)
+    assert info.value.path == str(path)
+    assert info.value.field == key
+    assert words in str(info.value)
+
+
+def test_toml_syntax_error_carries_the_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD.replace("max_workers = 3", "max_workers = = 3"))
+    with pytest.raises(InputError) as info:
+        load_job(path)
+    assert info.value.line == 4
+    assert str(info.value).startswith(f"{path}:4:")
+
+
+def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="cannot read"):
+        load_job(tmp_path / "nope.toml")
