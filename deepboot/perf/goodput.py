@@ -257,6 +257,8 @@ class _CandidateTable:
     """(kmax + 1,) max(K - 2, 0), the replicas past the first two (sync_time)."""
     multi: npt.NDArray[np.bool_]
     """(kmax + 1,) K > 1."""
+    limits_key: tuple[BatchLimits, bool]
+    """The (limits, accumulation) the table was built for."""
 
     @staticmethod
     def build(lim: BatchLimits, accumulation: bool, kmax: int, complete: bool) -> _CandidateTable:
@@ -280,6 +282,7 @@ class _CandidateTable:
             feasible=feas,
             retro=np.maximum(k_rows - 2, 0).astype(np.float64),
             multi=k_rows > 1,
+            limits_key=(lim, accumulation),
         )
 
     def lookup(self, k: IntArray, top: int) -> IntArray:
@@ -288,6 +291,37 @@ class _CandidateTable:
         The result may be ``k`` itself: never write to it.
         """
         return k if top <= self.kmax else np.where(k <= self.kmax, k, 0)
+
+    def throughput(self, perf: PerfParams, n: IntArray, rows: IntArray) -> FloatArray:
+        """Throughput of every candidate of the queries (n, rows), invalid ones included.
+
+        The operations of :meth:`GoodputModel.throughput` element by element. A value
+        depends only on the parameters, whether N > 1, and the row (K), not on the
+        gradient statistics, which change every epoch while the parameters change only
+        with a refit: so the rows are memoized per (parameters, limits, accumulation)
+        (:data:`_THROUGHPUT`) and only the rows never computed are computed, in one
+        vectorized pass. Each element is computed by the same operations whatever else
+        is computed with it, so the memo never changes a value.
+
+        Returns:
+            Shape (P, NUM_CANDIDATES) for the P queries; a fresh array.
+        """
+        inter = (n > 1).view(np.int8)
+        memo = _throughput_memo(perf, self, int(rows.max()))
+        done = memo.done[inter, rows]
+        if not done.all():
+            todo = ~done
+            r, i = rows[todo], inter[todo]
+            m = self.atomic[r]
+            t_grad = perf.alpha_c + perf.beta_c * m
+            # sync_time: only whether N > 1 (and K) matter.
+            retro = self.retro[r]
+            intra = np.where(self.multi[r], perf.alpha_r + perf.beta_r * retro, 0.0)
+            t_sync = np.where(i > 0, perf.alpha_n + perf.beta_n * retro, intra)[:, None]
+            step = combine_times(t_grad, np.broadcast_to(t_sync, t_grad.shape), perf.gamma)
+            memo.rows[i, r] = self.total[r] / (step + self.accum[r] * t_grad)
+            memo.done[i, r] = True
+        return memo.rows[inter, rows]
 
     def scores(self, model: GoodputModel, n: IntArray, rows: IntArray) -> FloatArray:
         """Goodput of every candidate of the queries (n, rows), 0 where invalid.
@@ -298,22 +332,55 @@ class _CandidateTable:
         Returns:
             Shape (P, NUM_CANDIDATES) for the P queries.
         """
-        perf = model.perf
-        m = self.atomic[rows]
-        total = self.total[rows]
-        t_grad = perf.alpha_c + perf.beta_c * m
-        # sync_time: only whether N > 1 (and K) matter.
-        retro = self.retro[rows]
-        intra = np.where(self.multi[rows], perf.alpha_r + perf.beta_r * retro, 0.0)
-        t_sync = np.where(n > 1, perf.alpha_n + perf.beta_n * retro, intra)[:, None]
-        step = combine_times(t_grad, np.broadcast_to(t_sync, t_grad.shape), perf.gamma)
-        good = total / (step + self.accum[rows] * t_grad)
+        good = self.throughput(model.perf, n, rows)
         grad = model.grad
         if grad.sqr > 0.0 and math.isfinite(grad.sqr):
             m0 = float(model.limits.init_batch_size)
             phi = m0 * max(grad.var, 0.0) / grad.sqr
-            good = good * ((phi + m0) / (phi + total))
+            good = good * ((phi + m0) / (phi + self.total[rows]))
         return np.where(self.valid[rows], good, 0.0)
+
+
+@dataclass(slots=True)
+class _ThroughputRows:
+    """Memoized :meth:`_CandidateTable.throughput` rows of one model's parameters."""
+
+    rows: FloatArray
+    """(2, R, NUM_CANDIDATES): [N > 1][row] -> throughput of each candidate."""
+    done: npt.NDArray[np.bool_]
+    """(2, R): which rows hold a value."""
+
+
+_THROUGHPUT: dict[tuple[PerfParams, BatchLimits, bool, int], _ThroughputRows] = {}
+"""Throughput rows by (parameters, limits, accumulation, table size); the oldest
+entry goes when it holds _THROUGHPUT_SIZE (a job's parameters change with each refit,
+so only recent ones are asked again)."""
+_THROUGHPUT_SIZE = 256
+
+
+def _throughput_memo(perf: PerfParams, table: _CandidateTable, top: int) -> _ThroughputRows:
+    """The memo of ``perf`` on ``table``'s candidates, holding rows 0..``top`` at least.
+
+    Row r >= 1 is replica count r's candidates in every table of the same limits, and
+    row 0 the same placeholder, but a table's size is part of the key anyway (a table
+    is rebuilt larger rarely), so a memo never outlives the table it was built for.
+    """
+    lim, accumulation = table.limits_key
+    key = (perf, lim, accumulation, table.kmax)
+    memo = _THROUGHPUT.get(key)
+    if memo is not None and top < memo.done.shape[1]:
+        return memo
+    size = max(top + 1, 2 * (0 if memo is None else memo.done.shape[1]), 16)
+    size = min(max(size, top + 1), table.kmax + 1)
+    grown = _ThroughputRows(np.zeros((2, size, NUM_CANDIDATES)), np.zeros((2, size), dtype=bool))
+    if memo is not None:
+        old = memo.done.shape[1]
+        grown.rows[:, :old] = memo.rows
+        grown.done[:, :old] = memo.done
+    elif len(_THROUGHPUT) >= _THROUGHPUT_SIZE:
+        del _THROUGHPUT[next(iter(_THROUGHPUT))]
+    _THROUGHPUT[key] = grown
+    return grown
 
 
 _TABLES: dict[tuple[BatchLimits, bool], _CandidateTable] = {}

@@ -130,3 +130,22 @@ def test_speedup_model_equals_straightforward_ratio_in_any_query_order() -> None
             want = good / base if base > 0 else replicas.astype(np.float64)
             want = np.where(replicas == 0, 0.0, want)
             np.testing.assert_array_equal(fn(nodes, replicas), want, strict=True)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_throughput_memo_never_changes_a_result(seed: int) -> None:
+    """The throughput rows are memoized per parameters: asking one model's parameters
+    again with other gradient statistics, other queries (overlapping, in another order)
+    and after other models must give the reference's bits each time."""
+    rng = np.random.default_rng(100 + seed)
+    models = [random_model(rng) for _ in range(6)]
+    for _ in range(80):
+        base = models[int(rng.integers(0, len(models)))]
+        grad = GradParams(sqr=float(rng.uniform(-0.1, 1.0)), var=float(rng.uniform(-1.0, 10.0)))
+        model = GoodputModel(base.perf, grad, base.limits)
+        nodes, replicas = random_queries(rng, int(rng.integers(1, 20)), max_nodes=4)
+        accumulation = bool(rng.integers(0, 2))
+        assert_identical(
+            model.optimize(nodes, replicas, accumulation),
+            model.optimize_reference(nodes, replicas, accumulation),
+        )
