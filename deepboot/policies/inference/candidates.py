@@ -143,21 +143,31 @@ def reclaim_losses(
     views = {j.name: j for j in state.jobs}
     usable = sum(1 for g in state.gpus if g.state not in (GpuState.RUNNING, GpuState.PROTECT))
     fair = fair_replicas(usable, max(len(views), len(counts), 1))
-    cache: dict[str, tuple[SpeedupFn, float]] = {}
-    out = np.zeros(len(gpus), dtype=np.float64)
+    # A GPU's loss depends only on its job and on whether it is the job's last GPU on
+    # its node, so each job's speedups are asked for once, all its pairs in one call
+    # (a speedup function's value of a pair does not depend on the pairs asked with
+    # it), instead of one call per GPU.
+    by_job: dict[str, list[int]] = defaultdict(list)
     for i, g in enumerate(gpus):
-        name = g.job or ""
-        if name not in cache:
-            fn = _speedup_of(views.get(name), mode)
-            cache[name] = (fn, fair_share_base(fn, fair))
-        fn, base = cache[name]
-        per_node = counts.get(name, Counter({g.node_id: 1}))
-        k = max(sum(per_node.values()), 1)
-        n = max(len(per_node), 1)
-        n_after = n - 1 if per_node.get(g.node_id, 0) <= 1 else n
-        values = fn(np.array([n, n_after]), np.array([k, k - 1]))
-        loss = (float(values[0]) - float(values[1])) / base
-        out[i] = loss if math.isfinite(loss) else 0.0
+        by_job[g.job or ""].append(i)
+    out = np.zeros(len(gpus), dtype=np.float64)
+    for name, members in by_job.items():
+        fn = _speedup_of(views.get(name), mode)
+        base = fair_share_base(fn, fair)
+        # (n, k, n_after) of each GPU; a job unknown to the GPU views counts the GPU.
+        shapes = []
+        for i in members:
+            node = gpus[i].node_id
+            per_node = counts.get(name, Counter({node: 1}))
+            k = max(sum(per_node.values()), 1)
+            n = max(len(per_node), 1)
+            shapes.append((n, k, n - 1 if per_node.get(node, 0) <= 1 else n))
+        pairs = sorted({(n, k) for n, k, _ in shapes} | {(a, k - 1) for _, k, a in shapes})
+        values = fn(np.array([n for n, _ in pairs]), np.array([k for _, k in pairs])).tolist()
+        speedup = dict(zip(pairs, values, strict=True))
+        for i, (n, k, n_after) in zip(members, shapes, strict=True):
+            loss = (speedup[n, k] - speedup[n_after, k - 1]) / base
+            out[i] = loss if math.isfinite(loss) else 0.0
     return out
 
 
