@@ -134,7 +134,7 @@ class _Problem:
     __slots__ = (
         "data", "settings", "free", "center", "positive", "n_pts", "n_sync", "w",
         "sg", "sr", "sk", "log_obs", "intra", "coef_rows", "retro_rows", "log_buf",
-        "jac_template", "cols", "free_rows",
+        "jac_template", "cols", "free_rows", "step_rows",
     )  # fmt: skip
 
     def __init__(
@@ -152,6 +152,7 @@ class _Problem:
         self.sr = math.sqrt(settings.reg_retro)
         self.sk = math.sqrt(settings.ridge)
         self.log_obs = np.concatenate((data.log_comp, data.log_step))
+        self.step_rows = n_pts + data.sync  # the sync points' rows among the 2P residuals
         self.intra = 1.0 - data.inter
         # Rows alpha_n, beta_n, alpha_r, beta_r of the sync Jacobian are
         # ((w_sync / t_sync) * kind) * param [* retro]: kind and retro as (4, S) rows,
@@ -203,7 +204,7 @@ class _Problem:
             e = detmath.exp(-np.abs(u - v))
             one_e = 1.0 + e
             pred = (np.maximum(u, v) + detmath.log(one_e)) / g
-            pred_all[n_pts + s] = pred
+            pred_all[self.step_rows] = pred
             big, small = 1.0 / one_e, e / one_e
             first = u >= v
             w_grad = np.where(first, big, small)
@@ -412,25 +413,25 @@ def _prepare(
     t_step = np.asarray(step_time, dtype=np.float64).ravel()
     if n.size == 0 or not (n.size == k.size == m.size == t_comp.size == t_step.size):
         raise ValueError("fit_perf_params needs equally long, non-empty arrays")
-    if not (np.all(t_comp > 0) and np.all(t_step > 0) and np.all(m > 0)):
+    if not ((t_comp > 0).all() and (t_step > 0).all() and (m > 0).all()):
         raise ValueError("fit_perf_params needs positive compute and step times and batches")
-    if not (np.all(np.isfinite(t_comp)) and np.all(np.isfinite(t_step))):
+    if not (np.isfinite(t_comp).all() and np.isfinite(t_step).all()):
         raise ValueError("fit_perf_params needs finite compute and step times")
 
     p = _start(n, k, m, t_comp, t_step)
     pinned: set[int] = set()
-    if np.unique(m).size == 1:
+    if (m == m[0]).all():
         # One batch size cannot separate alpha_c from beta_c: split the time evenly,
         # which keeps the model optimistic about larger batches.
         p[_AC] = float(np.mean(t_comp)) / 2
         p[_BC] = p[_AC] / float(m[0])
         pinned.add(_AC)
-    multi_node = bool(np.any(n > 1))
+    multi_node = bool((n > 1).any())
     if not multi_node:
         pinned |= {_AN, _BN}
-    if not np.any((n == 1) & (k > 1)):
+    if not ((n == 1) & (k > 1)).any():
         pinned |= {_AR, _BR}
-    if not np.any(k > 2):
+    if not (k > 2).any():
         pinned |= {_BN, _BR}
     for i in pinned - {_AC}:
         p[i] = LOWER
@@ -442,10 +443,12 @@ def _prepare(
             p[i] = min(max(float(given[i]), 1.0), GAMMA_MAX) if i == _G else max(given[i], LOWER)
 
     sync = np.flatnonzero(k > 1)
+    # One elementwise call for both: the same values as two.
+    log_times = detmath.log(np.concatenate((t_comp, t_step)))
     data = _Data(
         m=m,
-        log_comp=detmath.log(t_comp),
-        log_step=detmath.log(t_step),
+        log_comp=log_times[: n.size],
+        log_step=log_times[n.size :],
         sync=sync,
         inter=(n[sync] > 1).astype(np.float64),
         retro=np.maximum(k[sync] - 2, 0).astype(np.float64),
