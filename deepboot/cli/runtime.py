@@ -101,6 +101,14 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         help="seconds before a hung collective or rendezvous fails (gloo's default is 30 min)",
     )
     up.add_argument("--seed", type=int, default=0, help="seed of the policy's randomness")
+    up.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="training policy parameter (see 'deepboot policies'); repeat for several. "
+        "For example restart_delay=2: AFE resizes cost seconds, not a restart's minute",
+    )
     up.set_defaults(func=cmd_up)
 
     down = _command(
@@ -167,6 +175,7 @@ def _positive(name: str, value: float, integer: bool = True) -> None:
 
 
 def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from deepboot.cli.params import split_pairs
     from deepboot.runtime.controller import ControllerSettings
     from deepboot.runtime.lifecycle import up
 
@@ -190,8 +199,10 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
         collective_timeout=args.collective_timeout,
         lending=not args.no_lending,
         seed=args.seed,
+        params=split_pairs(args.param),
     )
     state = StateDir.at(args.state_dir)
+    restarting = state.cluster_file.exists()
     started = time.monotonic()
     with err.status("starting the cluster ..."):
         record = up(
@@ -202,6 +213,12 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
             Path(args.ray_token) if args.ray_token else None,
         )
     gpus = sum(n for _, _, n in record.nodes)
+    if restarting:
+        out.print(
+            f"restarted the controller of the cluster in {state.root} (its settings are "
+            "those of the first 'up'); it reconciles with the running workers"
+        )
+        return 0
     out.print(
         f"deepboot is up ({record.mode}, Ray at {record.address}): {len(record.nodes)} nodes, "
         f"{gpus} GPUs, policy {settings.policy}, {'AFE' if settings.afe else 'restart'} "

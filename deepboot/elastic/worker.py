@@ -87,6 +87,7 @@ class ElasticWorker:
         self.job, self.worker = config.job, worker
         out = open(config.log_path, "a", buffering=1)  # noqa: SIM115 (lives with the actor)
         sys.stdout = sys.stderr = _Prefixed(out, f"[{config.job} {worker}] ")
+        print(f"worker pid {os.getpid()} on GPU {worker}, generation {first.number}")
         self.ctx = ElasticContext(
             worker, first, config.args, config.collective_timeout, config.checkpoint_every
         )

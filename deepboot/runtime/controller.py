@@ -29,7 +29,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,7 @@ class ControllerSettings:
         collective_timeout: Seconds before a hung collective or rendezvous fails.
         lending: Training may borrow idle inference-pool GPUs.
         seed: Seed of the policies' randomness.
+        params: The training policy's parameters (as ``deepboot policies`` lists).
     """
 
     policy: str = "deepboot"
@@ -87,6 +88,7 @@ class ControllerSettings:
     collective_timeout: float = 60.0
     lending: bool = True
     seed: int = 0
+    params: dict[str, str] = field(default_factory=dict)
 
     def save(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
@@ -172,7 +174,7 @@ class Controller:
         self.gpus: dict[GpuId, GpuRec] = cluster_gpus(cluster)
         self.jobs: dict[str, JobRec] = {}
         self.rng = np.random.default_rng(settings.seed)
-        policy = registry.create(settings.policy)
+        policy = registry.create(settings.policy, **settings.params)
         self.loop = ControlLoop(
             Scheduler(policy),
             None,

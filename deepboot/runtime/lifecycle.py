@@ -22,7 +22,7 @@ from deepboot.runtime.statedir import StateDir
 log = logging.getLogger(__name__)
 
 
-def check_policy(name: str) -> None:
+def check_policy(name: str, params: dict[str, str] | None = None) -> None:
     """Refuse a training policy the runtime cannot run.
 
     Raises:
@@ -30,7 +30,7 @@ def check_policy(name: str) -> None:
         ConfigError: the policy reads knowledge only a simulator has (the remaining
             work of a job: Optimus, AFS, Lyra).
     """
-    policy = registry.create(name)
+    policy = registry.create(name, **(params or {}))
     if getattr(policy, "needs_oracle", False):
         usable = [
             n for n in registry.names() if not getattr(registry.create(n), "needs_oracle", False)
@@ -57,8 +57,16 @@ def up(
         address: Attach to this Ray cluster instead of starting one.
         token_file: Ray token of the attached cluster, if it uses one.
     """
-    check_policy(settings.policy)
+    check_policy(settings.policy, settings.params)
     state.ensure()
+    if state.cluster_file.exists():
+        # Up already: bring back a controller that died (SIGKILL, OOM, reboot of the
+        # process); it reconciles with the workers still running.
+        record = ClusterRecord.load(state)
+        if controller_alive(state) is not None:
+            raise ConfigError(f"deepboot is already up in {state.root}")
+        start_controller(state, record)
+        return record
     if address:
         record = raycluster.attach(state, address, token_file)
     else:

@@ -1,0 +1,108 @@
+"""Driving a real local deepboot cluster from tests: the CLI, status and the event log."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from deepboot.runtime.store import EventRow, JobStore
+
+REPO = Path(__file__).resolve().parents[2]
+JOB_CODE = REPO / "examples" / "runtime" / "regression.py"
+
+
+def cli(
+    state: Path, *args: str, check: bool = True, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "deepboot.cli.main", *args, "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"deepboot {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def write_job(directory: Path, name: str, threshold: float, delay: float, **extra: Any) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = [
+        f'name = "{name}"',
+        f'entry = "{JOB_CODE}:train"',
+        f"min_workers = {extra.pop('min_workers', 1)}",
+        f"max_workers = {extra.pop('max_workers', 4)}",
+        "batch_size = 32",
+        "max_batch_size = 256",
+        "max_local_batch_size = 64",
+        f"checkpoint_every = {extra.pop('checkpoint_every', 25)}",
+        "[args]",
+        f"loss_threshold = {threshold}",
+        f"step_delay = {delay}",
+    ]
+    path = directory / f"{name}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def status(state: Path) -> dict[str, Any]:
+    return json.loads(cli(state, "status", "--json").stdout)  # type: ignore[no-any-return]
+
+
+def job(state: Path, name: str) -> dict[str, Any]:
+    return next(j for j in status(state)["jobs"] if j["name"] == name)
+
+
+def wait_for(what: str, ok: Callable[[], Any], timeout: float = 180.0, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = ok()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(every)
+
+
+def events(state: Path, job_name: str | None = None) -> list[EventRow]:
+    store = JobStore(state / "deepboot.db")
+    try:
+        return store.events(job_name)
+    finally:
+        store.close()
+
+
+def worker_pids(state: Path, job_name: str) -> list[int]:
+    """Pids of the job's workers, from the lines they write to the job's log."""
+    path = state / "logs" / f"{job_name}.log"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        if "] worker pid " in line:
+            out.append(int(line.split("] worker pid ")[1].split()[0]))
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def controller_pid(state: Path) -> int | None:
+    pid = status(state)["cluster"]["controller_pid"]
+    return int(pid) if pid else None
+
+
+def kill(pid: int, sig: int) -> None:
+    os.kill(pid, sig)

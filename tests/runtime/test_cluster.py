@@ -1,0 +1,206 @@
+"""The runtime end to end: a real local Ray cluster (2 training nodes x 2 logical GPUs),
+real torch workers, the real controller process, the real SQLite store.
+
+One cluster serves the module (starting one takes ~15 s); every test submits its
+own jobs. Timings are scaled down (2 s rounds, 0.3 s polls, 15 s collective timeout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+pytest.importorskip("torch")
+
+from deepboot.runtime.raycluster import ClusterRecord, cluster_pids, ray_env  # noqa: E402
+from deepboot.runtime.statedir import StateDir  # noqa: E402
+from deepboot.runtime.store import LogKind  # noqa: E402
+from tests.runtime.cluster_helpers import (  # noqa: E402
+    alive,
+    cli,
+    controller_pid,
+    events,
+    job,
+    wait_for,
+    worker_pids,
+    write_job,
+)
+
+pytestmark = pytest.mark.runtime
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    state = tmp_path_factory.mktemp("deepboot") / "state"
+    cli(
+        state,
+        "up",
+        "--training-nodes",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--interval",
+        "2",
+        "--poll",
+        "0.3",
+        "--collective-timeout",
+        "15",
+        "--param",
+        "restart_delay=2",
+    )
+    record = ClusterRecord.load(StateDir.at(state))
+    try:
+        yield state
+    finally:
+        cli(state, "down", check=False)
+        left = {p for p in cluster_pids(record) if alive(p)}
+        assert not left, f"'deepboot down' left processes running: {left}"
+
+
+def _assert_exact_resizes(state: Path, name: str) -> list[dict]:
+    """Every generation of ``name`` starts from one state on every rank, and the
+    survivors of a resize keep theirs bit for bit. Returns the resize details."""
+    resizes = []
+    for ev in events(state, name):
+        if ev.kind not in (LogKind.STARTED, LogKind.RESIZED):
+            continue
+        digests = ev.detail["digests"]
+        assert len({after for _, after in digests.values()}) == 1, ev.detail
+        if ev.kind is LogKind.RESIZED:
+            resizes.append(ev.detail)
+            if ev.detail["how"] == "afe":
+                for gpu in set(ev.detail["from"]) & set(ev.detail["to"]):
+                    before, after = digests[gpu]
+                    assert before == after, (gpu, ev.detail)
+    return resizes
+
+
+def test_every_socket_is_on_loopback_and_ray_wants_the_token(cluster: Path) -> None:
+    state = StateDir.at(cluster)
+    assert stat.S_IMODE(os.stat(state.token_file).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(state.root).st_mode) == 0o700
+    record = ClusterRecord.load(state)
+    ours = cluster_pids(record) | {controller_pid(cluster)}
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    checked = 0
+    for line in out.splitlines():
+        pids = {int(p) for p in re.findall(r"pid=(\d+)", line)}
+        if not pids & ours:
+            continue
+        local = line.split()[3]
+        host = local.rsplit(":", 1)[0].strip("[]")
+        assert host in ("127.0.0.1", "::ffff:127.0.0.1", "::1"), line
+        checked += 1
+    assert checked >= 6  # GCS, raylets, agents, ...: the check saw the cluster
+    # A Ray client without the token is refused; with it, it connects.
+    code = f"import ray; ray.init(address={record.address!r}); print('CONNECTED')"
+    env = ray_env(record)
+    for var in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN"):
+        env.pop(var, None)
+    refused = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert "CONNECTED" not in refused.stdout
+    assert "InvalidAuthToken" in refused.stderr
+    allowed = subprocess.run(
+        [sys.executable, "-c", code],
+        env=ray_env(record),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "CONNECTED" in allowed.stdout, allowed.stderr[-2000:]
+
+
+def test_first_job_shrinks_for_the_second_and_grows_back(cluster: Path, tmp_path: Path) -> None:
+    a = write_job(tmp_path, "long-a", threshold=0.0003, delay=0.06)
+    b = write_job(tmp_path, "short-b", threshold=0.004, delay=0.03, max_workers=2)
+    cli(cluster, "submit", str(a))
+    wait_for(
+        "long-a on 4 GPUs",
+        lambda: job(cluster, "long-a")["num_workers"] == 4 and job(cluster, "long-a")["step"] > 30,
+    )
+    cli(cluster, "submit", str(b))
+    wait_for("short-b to finish", lambda: job(cluster, "short-b")["state"] == "finished", 300)
+    wait_for("long-a to finish", lambda: job(cluster, "long-a")["state"] == "finished", 300)
+    resizes = _assert_exact_resizes(cluster, "long-a")
+    _assert_exact_resizes(cluster, "short-b")
+    sizes = [len(r["to"]) for r in resizes]
+    b_events = events(cluster, "short-b")
+    b_start = next(e for e in b_events if e.kind is LogKind.STARTED)
+    b_end = next(e for e in b_events if e.kind is LogKind.FINISHED)
+    a_events = [e for e in events(cluster, "long-a") if e.kind is LogKind.RESIZED]
+    shrink = [e for e in a_events if e.time <= b_start.time and len(e.detail["to"]) < 4]
+    grow = [
+        e for e in a_events if e.time >= b_end.time and len(e.detail["to"]) > len(e.detail["from"])
+    ]
+    assert shrink, f"long-a never shrank before short-b started: {sizes}"
+    assert grow, f"long-a never grew back after short-b finished: {sizes}"
+    assert all(r["how"] == "afe" for r in resizes)
+    for name, threshold in (("long-a", 0.0003), ("short-b", 0.004)):
+        [done] = [e for e in events(cluster, name) if e.kind is LogKind.FINISHED]
+        assert done.detail["loss"] < threshold
+    kinds = [e.kind for e in events(cluster, "long-a") if e.kind is not LogKind.GPU]
+    assert kinds[0] is LogKind.SUBMITTED and LogKind.STARTED in kinds
+    assert kinds[-1] is LogKind.FINISHED
+
+
+def test_a_killed_worker_does_not_lose_the_job(cluster: Path, tmp_path: Path) -> None:
+    c = write_job(tmp_path, "fault-c", threshold=0.0006, delay=0.05, min_workers=2)
+    cli(cluster, "submit", str(c))
+    wait_for(
+        "fault-c running",
+        lambda: (
+            job(cluster, "fault-c")["num_workers"] >= 2 and job(cluster, "fault-c")["step"] > 40
+        ),
+    )
+    victim = worker_pids(cluster, "fault-c")[-1]
+    os.kill(victim, signal.SIGKILL)
+    wait_for("fault-c to finish", lambda: job(cluster, "fault-c")["state"] == "finished", 300)
+    log = events(cluster, "fault-c")
+    failed = [e for e in log if e.kind is LogKind.WORKER_FAILED]
+    assert failed, "the controller never noticed the dead worker"
+    recovery = [e for e in log if e.kind is LogKind.RESIZED and e.detail["how"] == "failure"]
+    assert recovery and all(r.detail["steps_lost"] <= 1 for r in recovery)
+    _assert_exact_resizes(cluster, "fault-c")
+    [done] = [e for e in log if e.kind is LogKind.FINISHED]
+    assert done.detail["loss"] < 0.0006
+
+
+def test_sigkilled_controller_comes_back_and_finishes_the_jobs(
+    cluster: Path, tmp_path: Path
+) -> None:
+    d = write_job(tmp_path, "survive-d", threshold=0.0005, delay=0.05)
+    cli(cluster, "submit", str(d))
+    wait_for("survive-d running", lambda: job(cluster, "survive-d")["step"] > 30)
+    old = controller_pid(cluster)
+    assert old is not None
+    os.kill(old, signal.SIGKILL)
+    wait_for("the controller to die", lambda: not alive(old))
+    workers_before = {p for p in worker_pids(cluster, "survive-d") if alive(p)}
+    assert workers_before, "the workers died with the controller"
+    out = cli(cluster, "up").stdout
+    assert "restarted the controller" in out
+    assert controller_pid(cluster) not in (None, old)
+    wait_for("survive-d to finish", lambda: job(cluster, "survive-d")["state"] == "finished", 300)
+    log = events(cluster, "survive-d")
+    starts = [e for e in events(cluster) if e.kind is LogKind.CONTROLLER_STARTED]
+    assert "survive-d" in starts[-1].detail["recovered"]
+    # Never two live worker groups: at most max_workers worker processes were alive
+    # at once, and the recovered job kept its workers' processes.
+    assert len(workers_before) <= 4
+    assert set(worker_pids(cluster, "survive-d")) == workers_before, "new workers were started"
+    assert [e for e in log if e.kind is LogKind.FINISHED]
+    reconciled = [e for e in events(cluster) if e.kind is LogKind.RECONCILED][-1]
+    assert not [n for n in reconciled.detail["killed"] if "|survive-d|" in n]
+    assert json.dumps(reconciled.detail)  # the entry is well-formed JSON
