@@ -13,7 +13,7 @@ DEMO_CLUSTER         := 4x4
 DEMO_INFERENCE_NODES := 2
 DEMO_OUT             := out/demo
 
-.PHONY: demo test test-slow test-determinism test-runtime lint clean-venv
+.PHONY: demo test test-slow test-determinism test-runtime runtime-install lint clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,8 @@ $(VENV)/.installed-runtime: pyproject.toml constraints.txt $(VENV)/.installed-te
 	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[runtime,test]'
 	touch $@
+
+runtime-install: $(VENV)/.installed-runtime
 
 demo: $(VENV)/.installed
 	$(BIN)/deepboot compare --workload $(DEMO_WORKLOAD) \
