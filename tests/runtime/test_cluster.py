@@ -7,6 +7,7 @@ own jobs. Timings are scaled down (2 s rounds, 0.3 s polls, 15 s collective time
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -204,3 +205,51 @@ def test_sigkilled_controller_comes_back_and_finishes_the_jobs(
     reconciled = [e for e in events(cluster) if e.kind is LogKind.RECONCILED][-1]
     assert not [n for n in reconciled.detail["killed"] if "|survive-d|" in n]
     assert json.dumps(reconciled.detail)  # the entry is well-formed JSON
+
+
+def test_cancel_frees_the_gpus_and_logs_tell_the_story(cluster: Path, tmp_path: Path) -> None:
+    e = write_job(tmp_path, "cancel-e", threshold=1e-9, delay=0.05)
+    cli(cluster, "submit", str(e))
+    wait_for("cancel-e running", lambda: job(cluster, "cancel-e")["step"] > 10)
+    pids = worker_pids(cluster, "cancel-e")
+    assert "cancelling cancel-e" in cli(cluster, "cancel", "cancel-e").stdout
+    wait_for("cancel-e cancelled", lambda: job(cluster, "cancel-e")["state"] == "cancelled")
+    gpus = json.loads(cli(cluster, "status", "--json").stdout)["gpus"]
+    assert not [g for g in gpus if g["holder"] == "cancel-e"]
+    wait_for("its workers to exit", lambda: not [p for p in pids if alive(p)], 60)
+    logs = cli(cluster, "logs", "cancel-e").stdout
+    assert "] worker pid " in logs and "-- events of cancel-e --" in logs
+    assert " cancelled " in logs or logs.rstrip().endswith("cancelled {}")
+    table = cli(cluster, "status").stdout
+    assert "cancel-e" in table and "GPUs" in table
+
+
+def test_without_afe_resizes_checkpoint_and_restart(cluster: Path, tmp_path: Path) -> None:
+    """Last in the module: it restarts the controller with --no-afe's setting."""
+    from deepboot.runtime.controller import ControllerSettings, settings_file
+    from deepboot.runtime.lifecycle import stop_controller
+
+    state = StateDir.at(cluster)
+    stop_controller(state)
+    settings = ControllerSettings.load(settings_file(state))
+    dataclasses.replace(settings, afe=False).save(settings_file(state))
+    cli(cluster, "up")
+    f = write_job(tmp_path, "restart-f", threshold=0.0003, delay=0.06)
+    g = write_job(tmp_path, "restart-g", threshold=0.004, delay=0.03, max_workers=2)
+    cli(cluster, "submit", str(f))
+    wait_for(
+        "restart-f on 4 GPUs",
+        lambda: (
+            job(cluster, "restart-f")["num_workers"] == 4 and job(cluster, "restart-f")["step"] > 30
+        ),
+    )
+    cli(cluster, "submit", str(g))
+    wait_for("restart-g to finish", lambda: job(cluster, "restart-g")["state"] == "finished", 300)
+    wait_for("restart-f to finish", lambda: job(cluster, "restart-f")["state"] == "finished", 300)
+    resizes = _assert_exact_resizes(cluster, "restart-f")
+    assert resizes and all(r["how"] == "restart" for r in resizes)
+    assert all(r["steps_lost"] == 0 for r in resizes)  # the checkpoint is taken at the boundary
+    # Every restart starts new processes: more worker pids than GPUs.
+    assert len(set(worker_pids(cluster, "restart-f"))) > 4
+    [done] = [e for e in events(cluster, "restart-f") if e.kind is LogKind.FINISHED]
+    assert done.detail["loss"] < 0.0003
