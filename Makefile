@@ -57,7 +57,7 @@ test-slow: $(VENV)/.installed-test
 
 # Real Ray clusters and torch processes on this machine (logical GPUs, gloo on CPU).
 test-runtime: $(VENV)/.installed-runtime
-	$(BIN)/python -m pytest -q -m runtime -p no:cacheprovider
+	$(BIN)/python -m pytest -q -m "runtime and not slow" -p no:cacheprovider
 
 # The golden results must not depend on the SIMD kernels NumPy picks for this CPU:
 # run them under each setting of NPY_DISABLE_CPU_FEATURES (a feature this CPU lacks

@@ -422,6 +422,25 @@ class MatrixObserver(Protocol):
         """Cell ``index`` is done."""
 
 
+class MatrixInterrupted(DeepbootError):
+    """Ctrl-C during a sweep. ``outcomes`` holds every cell in task order: the
+    finished ones as they ended, the others with an "interrupted" error."""
+
+    def __init__(self, outcomes: list[RunOutcome]) -> None:
+        done = sum(o.error != INTERRUPTED for o in outcomes)
+        super().__init__(f"interrupted: {done} of {len(outcomes)} runs had finished")
+        self.outcomes = outcomes
+
+    @classmethod
+    def of(cls, tasks: Sequence[RunTask], done: Mapping[int, RunOutcome]) -> MatrixInterrupted:
+        return cls(
+            [done.get(t.index) or RunOutcome(index=t.index, error=INTERRUPTED) for t in tasks]
+        )
+
+
+INTERRUPTED = "interrupted before it finished"
+
+
 class _Silent:
     def update(self, index: int, now: float, completed: int, total: int) -> None:
         pass
@@ -445,9 +464,24 @@ def run_matrix(
 
     Returns:
         The outcomes in task order.
+
+    Raises:
+        MatrixInterrupted: Ctrl-C; carries the runs that finished.
     """
     display = display or _Silent()
     outcomes: dict[int, RunOutcome] = {}
+    try:
+        return _run_matrix(tasks, procs, display, outcomes)
+    except KeyboardInterrupt:
+        raise MatrixInterrupted.of(tasks, outcomes) from None
+
+
+def _run_matrix(
+    tasks: Sequence[RunTask],
+    procs: int,
+    display: MatrixObserver,
+    outcomes: dict[int, RunOutcome],
+) -> list[RunOutcome]:
     if procs <= 1 or len(tasks) <= 1:
         for task in tasks:
             outcomes[task.index] = execute(task, display.update)

@@ -57,6 +57,7 @@ from deepboot.core.cluster import ClusterSpec
 from deepboot.core.errors import ConfigError, InputError
 from deepboot.matrix import (
     RUN_SYNTAX,
+    MatrixInterrupted,
     RunOutcome,
     RunSpec,
     RunTask,
@@ -94,6 +95,10 @@ examples:
       --run deepboot --run pollux:no-lending --out out/both --procs 4
 
 Outputs in --out: results.csv, summaries/*.json, *.png figures, report.html."""
+
+
+_LOCAL_RAY = "local"
+"""``--ray`` with no address: start a private Ray instance for the sweep."""
 
 
 class MatrixProgress:
@@ -203,6 +208,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         metavar="N",
         help=f"parallel processes, {limits.PROCS_HELP} (default: min(CPUs, runs))",
+    )
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const=_LOCAL_RAY,
+        default=None,
+        metavar="ADDRESS",
+        help="run the matrix on a Ray cluster at ADDRESS (host:port; authenticate with "
+        "RAY_AUTH_MODE/RAY_AUTH_TOKEN_PATH), or, with no ADDRESS, on a private Ray "
+        "instance started for the sweep (loopback only, token authentication on). "
+        "Needs the runtime extra; results are identical to the local processes'",
     )
     p.add_argument(
         "--baseline",
@@ -377,8 +393,20 @@ def compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     procs = args.procs or max(1, min(os.cpu_count() or 1, len(tasks)))
     show = not args.quiet and err.file.isatty()
     started = time.perf_counter()
+    interrupted = False
     with MatrixProgress(err, tasks, enabled=show) as display:
-        outcomes = run_matrix(tasks, procs, display)
+        try:
+            if args.ray is not None:
+                from deepboot.matrix_ray import run_matrix_ray
+
+                address = None if args.ray == _LOCAL_RAY else args.ray
+                outcomes = run_matrix_ray(tasks, address, procs, display)
+            else:
+                outcomes = run_matrix(tasks, procs, display)
+        except MatrixInterrupted as exc:
+            # Keep what finished: it is written below like a complete sweep's.
+            outcomes, interrupted = exc.outcomes, True
+            err.print(f"deepboot: {exc}; writing the finished runs", markup=False)
     wall_s = time.perf_counter() - started
 
     failures = [
@@ -402,7 +430,7 @@ def compare(args: argparse.Namespace, out: Console, err: Console) -> int:
         title = f"Comparison ({len(rows)} runs)"
         table = matrix_table(rows, f"{baseline}#0" if baseline and reps > 1 else baseline, title)
         _print_wide(out, table)
-    if reps > 1:
+    if reps > 1 and not interrupted:
         _replications(out, out_dir, tasks, outcomes, runs, baseline, reps)
 
     from deepboot.report.html import ReportPage, render_report
@@ -431,6 +459,8 @@ def compare(args: argparse.Namespace, out: Console, err: Console) -> int:
     )
     for line in failures:
         err.print(f"deepboot: error: {line}", markup=False, highlight=False, soft_wrap=True)
+    if interrupted:
+        return 130
     return 2 if failures else 0
 
 

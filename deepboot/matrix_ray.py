@@ -1,0 +1,108 @@
+"""The run matrix on a Ray cluster (``deepboot compare --ray [ADDRESS]``).
+
+Each cell is one Ray task running :func:`deepboot.matrix.execute`, exactly what a
+local worker process runs, so its outcome is the same as the cell's simulation
+alone (a simulation is a pure function of its task, with the same bits on every
+machine). Progress comes back through a Ray queue, as it does through a manager
+queue for the process pool.
+
+Without an address, a Ray instance is started for the sweep and stopped after it,
+on loopback only and with Ray's token authentication on (a token in a private
+temporary directory). With an address, the caller's environment says how to
+authenticate (``RAY_AUTH_MODE``, ``RAY_AUTH_TOKEN_PATH``); the package must be
+installed on every node. Ray is the ``runtime`` extra.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+from deepboot.core.errors import ConfigError
+from deepboot.matrix import (
+    MatrixInterrupted,
+    MatrixObserver,
+    RunOutcome,
+    RunTask,
+    _drain,
+    _execute_in_worker,
+    _Silent,
+)
+
+
+def _import_ray(address: str | None, token_dir: str) -> Any:
+    if address is None:
+        # Before Ray is imported: it reads these once (see deepboot.runtime._raynode).
+        token = os.path.join(token_dir, "ray-token")
+        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+        os.environ["RAY_AUTH_MODE"] = "token"
+        os.environ["RAY_AUTH_TOKEN_PATH"] = token
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(
+            "--ray needs Ray: pip install -e '.[runtime]' (or make runtime-install)"
+        ) from None
+    return ray
+
+
+def run_matrix_ray(
+    tasks: Sequence[RunTask],
+    address: str | None,
+    cpus: int,
+    display: MatrixObserver | None = None,
+) -> list[RunOutcome]:
+    """Run every task as a Ray task; outcomes in task order.
+
+    Args:
+        tasks: The cells.
+        address: A Ray cluster's address, or None to start a private local one.
+        cpus: CPUs of the private local instance (one run per CPU).
+        display: Told of each cell's progress and end.
+
+    Raises:
+        ConfigError: Ray is not installed.
+        MatrixInterrupted: Ctrl-C; carries the runs that finished.
+    """
+    display = display or _Silent()
+    with tempfile.TemporaryDirectory(prefix="deepboot-sweep-") as token_dir:
+        ray = _import_ray(address, token_dir)
+        from ray.util.queue import Queue
+
+        if address is None:
+            ray.init(
+                num_cpus=cpus,
+                include_dashboard=False,
+                logging_level="ERROR",
+                log_to_driver=False,
+            )
+        else:
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        outcomes: dict[int, RunOutcome] = {}
+        try:
+            queue = Queue()
+            remote = ray.remote(num_cpus=1, max_retries=0)(_execute_in_worker)
+            refs = {remote.remote(task, queue): task.index for task in tasks}
+            pending = list(refs)
+            try:
+                while pending:
+                    done, pending = ray.wait(pending, num_returns=1, timeout=0.2)
+                    _drain(queue, display)
+                    for ref in done:
+                        outcome: RunOutcome = ray.get(ref)
+                        outcomes[outcome.index] = outcome
+                        display.finished(outcome.index)
+            except KeyboardInterrupt:
+                for ref in pending:
+                    ray.cancel(ref, force=True)
+                raise MatrixInterrupted.of(tasks, outcomes) from None
+        finally:
+            ray.shutdown()
+    return [outcomes[t.index] for t in tasks]
