@@ -119,8 +119,10 @@ class PolluxProblem:
         scale: nodes / total GPUs.
         fair_replicas: ceil(total GPUs / J).
 
-    The speedup table is filled lazily and is the only mutable part; the problem is
-    private to one ``allocate`` call.
+    The speedup table, the per-job cost memo (:meth:`cost_memo`) and the search's
+    memos (``search_memo`` of :mod:`~deepboot.policies.pollux_search`, ``row_memo`` of
+    :mod:`~deepboot.policies.pollux_state`) are filled lazily and are the only mutable
+    parts; the problem is private to one ``allocate`` call.
     """
 
     def __init__(
@@ -161,14 +163,24 @@ class PolluxProblem:
         age = np.array([j.age(state.now) for j in self.jobs], dtype=np.float64)
         restarts = np.array([j.num_restarts for j in self.jobs], dtype=np.float64)
         self.factor: FloatArray = np.maximum(age - restarts * delta, 0.0) / (age + delta)
+        self._factor_list: list[float] = self.factor.tolist()
 
         self._fns = [speedup(job) for job in self.jobs]
         self._norm = np.array([self._fair_goodput(fn) for fn in self._fns], dtype=np.float64)
+        self._norm_list: list[float] = self._norm.tolist()
         self._max_n = max(min(num_nodes, config.max_nodes_per_job), 1)
         self._max_k = max(int(self.max_replicas.max(initial=0)), 1)
         # _table[j, n, k]: speedup over the fair share, -1 until computed.
         self._table: FloatArray = np.full((num_jobs, self._max_n + 1, self._max_k + 1), -1.0)
         self._table[:, 0, 0] = 0.0
+        # _memo[j][(n, k)] = (cost unchanged, cost changed): the scalar search's lookups.
+        self._memo = [_CostMemo(self, j) for j in range(num_jobs)]
+        self.costs_finite = True
+        """False once any memoized cost is NaN or infinite (see :meth:`fill_costs`)."""
+        self.search_memo: dict[tuple[object, ...], IntArray] = {}
+        """Results of pure search steps on this problem, keyed by their inputs."""
+        self.row_memo: dict[tuple[object, ...], object] = {}
+        """The incremental search's per-problem values (see pollux_state)."""
 
     @property
     def num_jobs(self) -> int:
@@ -197,6 +209,14 @@ class PolluxProblem:
         j = np.asarray(jobs, dtype=np.int64).ravel()
         n = np.asarray(nodes, dtype=np.int64).ravel()
         k = np.asarray(replicas, dtype=np.int64).ravel()
+        if j.size and int(n.max()) <= self._max_n and int(k.max()) <= self._max_k:
+            # Every query inside the table (the usual case): gather, fill, gather.
+            vals = self._table[j, n, k]
+            missing = vals < 0
+            if missing.any():
+                self._fill(j[missing], n[missing], k[missing])
+                vals = self._table[j, n, k]
+            return vals.reshape(np.shape(jobs))
         out = np.zeros(j.shape, dtype=np.float64)
         inside = (n <= self._max_n) & (k <= self._max_k)
         ji, ni, ki = j[inside], n[inside], k[inside]
@@ -212,11 +232,21 @@ class PolluxProblem:
         return out.reshape(np.shape(jobs))
 
     def _fill(self, j: IntArray, n: IntArray, k: IntArray) -> None:
-        for job in np.unique(j):
-            sel = j == job
-            pairs = np.unique(np.stack([n[sel], k[sel]]), axis=1)
-            raw = self._fns[int(job)](pairs[0], pairs[1])
-            self._table[job, pairs[0], pairs[1]] = np.asarray(raw) / self._norm[job]
+        """Compute the table entries (j, n, k): each job's raw speedups (see
+        :func:`raw_speedups`) over its fair-share goodput."""
+        size_n, size_k = self._max_n + 1, self._max_k + 1
+        codes = np.unique((j * size_n + n) * size_k + k)
+        per_job = size_n * size_k
+        job_of = codes // per_job
+        rest = codes - job_of * per_job
+        n_of = rest // size_k
+        k_of = rest - n_of * size_k
+        cuts = [0, *(np.flatnonzero(job_of[1:] != job_of[:-1]) + 1).tolist(), len(codes)]
+        for lo, hi in zip(cuts[:-1], cuts[1:], strict=False):
+            job = int(job_of[lo])
+            pn, pk = n_of[lo:hi], k_of[lo:hi]
+            raw = raw_speedups(self._fns[job], pn.tolist(), pk.tolist())
+            self._table[job, pn, pk] = np.array(raw, dtype=np.float64) / self._norm[job]
 
     def _direct(self, j: int, n: int, k: int) -> float:
         if k <= 0:
@@ -238,6 +268,90 @@ class PolluxProblem:
         s = self.speedup(jobs, nodes, replicas)
         mult = np.where(changed, self.factor[np.asarray(jobs, dtype=np.int64)], 1.0)
         return self.cost_of_scaled(s * self.scale * mult)
+
+    def fill_costs(self, entries: list[tuple[int, int, int]]) -> None:
+        """Memoize the costs of the ``(job, nodes, replicas)`` entries not memoized yet,
+        both changed and unchanged, in one vectorized call.
+
+        The values are those of :meth:`costs` element by element (its arithmetic is
+        elementwise, so batching does not change a bit). Sets ``costs_finite`` to
+        False when one of them is NaN or infinite.
+        """
+        jobs: list[int] = []
+        nodes: list[int] = []
+        reps: list[int] = []
+        for j, n, k in entries:
+            if (n, k) not in self._memo[j]:
+                jobs.append(j)
+                nodes.append(n)
+                reps.append(k)
+        if jobs:
+            self._memoize(jobs, nodes, reps)
+
+    def _memoize(self, jobs: list[int], nodes: list[int], reps: list[int]) -> None:
+        size = len(jobs)
+        if self.config.p == -1:
+            # costs() for p == -1 is 1 / (s * scale * mult + floor) with s = raw speedup
+            # / norm (0 at 0 GPUs), each operation rounded once in IEEE double: the same
+            # operations on Python floats give the same bits (mult == 1.0 is exact), at a
+            # fraction of NumPy's overhead.
+            factor, floor, scale = self._factor_list, self.config.speedup_floor, self.scale
+            pairs = []
+            for job, s in zip(jobs, self._speedup_list(jobs, nodes, reps), strict=True):
+                x = s * scale
+                same, moved = x + floor, x * factor[job] + floor
+                if same == 0.0 or moved == 0.0:  # NumPy gives inf; Python would raise
+                    break
+                pairs.append((1.0 / same, 1.0 / moved))
+            else:
+                if not all(math.isfinite(a) and math.isfinite(b) for a, b in pairs):
+                    self.costs_finite = False
+                for i, pair in enumerate(pairs):
+                    self._memo[jobs[i]][nodes[i], reps[i]] = pair
+                return
+        j = np.array(jobs + jobs, dtype=np.int64)
+        n = np.array(nodes + nodes, dtype=np.int64)
+        k = np.array(reps + reps, dtype=np.int64)
+        changed = np.arange(2 * size) >= size
+        values = self.costs(j, n, k, changed)
+        if not np.all(np.isfinite(values)):
+            self.costs_finite = False
+        same, moved = values[:size].tolist(), values[size:].tolist()
+        for i in range(size):
+            self._memo[jobs[i]][nodes[i], reps[i]] = (same[i], moved[i])
+
+    def memo_costs(
+        self, jobs: list[int], nodes: list[int], reps: list[int], changed: bool
+    ) -> FloatArray:
+        """``costs(jobs, nodes, reps, changed)`` for 1-D lists, through the memo (the
+        same values; missing ones filled in one call)."""
+        self.fill_costs(list(zip(jobs, nodes, reps, strict=True)))
+        memo = self._memo
+        return np.array(
+            [memo[j][n, k][changed] for j, n, k in zip(jobs, nodes, reps, strict=True)],
+            dtype=np.float64,
+        )
+
+    def _speedup_list(self, jobs: list[int], nodes: list[int], reps: list[int]) -> list[float]:
+        """:meth:`speedup` of 1-D lists, as Python floats (the same values: raw / norm,
+        or 0.0 at 0 GPUs)."""
+        by_job: dict[int, list[int]] = {}
+        for i, k in enumerate(reps):
+            if k > 0:
+                by_job.setdefault(jobs[i], []).append(i)
+        out = [0.0] * len(jobs)
+        for job, at in by_job.items():
+            raw = raw_speedups(self._fns[job], [nodes[i] for i in at], [reps[i] for i in at])
+            norm = self._norm_list[job]
+            for i, value in zip(at, raw, strict=True):
+                out[i] = value / norm
+        return out
+
+    def cost_memo(self, j: int) -> dict[tuple[int, int], tuple[float, float]]:
+        """Job ``j``'s memo: (nodes, replicas) -> (cost unchanged, cost changed), the
+        values of :meth:`costs`. Filled by :meth:`fill_costs`; an entry not filled is
+        computed alone on first lookup (correct, only slower)."""
+        return self._memo[j]
 
     def cost_of_scaled(self, x: FloatArray) -> FloatArray:
         """Cost of scaled speedups ``x`` (see :meth:`costs`)."""
@@ -294,6 +408,53 @@ class PolluxProblem:
         n = np.where(short, 0, n)
         changed = np.any(matrix != self.base, axis=1) | self.base_outside
         return self.costs(np.arange(self.num_jobs), n, k, changed)
+
+
+_RAW: dict[int, tuple[SpeedupFn, dict[tuple[int, int], float]]] = {}
+"""id(fn) -> (fn, its (nodes, replicas) -> value): see :func:`raw_speedups`."""
+
+_RAW_FUNCTIONS = 4096
+"""Functions :data:`_RAW` holds before it starts afresh."""
+
+
+def raw_speedups(fn: SpeedupFn, nodes: list[int], replicas: list[int]) -> list[float]:
+    """``fn(nodes, replicas)`` as Python floats, memoized per function object.
+
+    A speedup function is pure and evaluates element by element (the contract of
+    :data:`~deepboot.perf.speedup.SpeedupFn`), so a value does not depend on the pairs
+    it was computed with. The functions of fitted jobs are shared across scheduling
+    rounds (``speedup_fn`` caches them by parameters), so each round's problem finds
+    most values here instead of calling them again. The memo holds each function
+    (so its id stays its own) and starts afresh past ``_RAW_FUNCTIONS`` functions.
+    """
+    entry = _RAW.get(id(fn))
+    if entry is None or entry[0] is not fn:
+        if len(_RAW) >= _RAW_FUNCTIONS:
+            _RAW.clear()
+        entry = _RAW[id(fn)] = (fn, {})
+    values = entry[1]
+    missing = [p for p in zip(nodes, replicas, strict=True) if p not in values]
+    if missing:
+        todo = list(dict.fromkeys(missing))
+        n = np.array([p[0] for p in todo], dtype=np.int64)
+        k = np.array([p[1] for p in todo], dtype=np.int64)
+        got = np.asarray(fn(n, k), dtype=np.float64).tolist()
+        values.update(zip(todo, got, strict=True))
+    return [values[p] for p in zip(nodes, replicas, strict=True)]
+
+
+class _CostMemo(dict[tuple[int, int], tuple[float, float]]):
+    """One job's (nodes, replicas) -> (cost unchanged, cost changed); a missing entry
+    is computed by its problem (see :meth:`PolluxProblem.cost_memo`)."""
+
+    def __init__(self, problem: PolluxProblem, job: int) -> None:
+        super().__init__()
+        self._problem = problem
+        self._job = job
+
+    def __missing__(self, key: tuple[int, int]) -> tuple[float, float]:
+        self._problem._memoize([self._job], [key[0]], [key[1]])
+        return self[key]
 
 
 def pollux_fitness(

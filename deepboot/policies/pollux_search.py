@@ -24,6 +24,14 @@ changed?) (see :mod:`deepboot.policies.pollux_fitness`), so this module instead:
    tabu search.
 
 Everything is deterministic (ties go to the lowest index); no randomness is needed.
+
+Speed: the moves are scored by :class:`~deepboot.policies.pollux_state.SearchState`
+(incremental, scalar; bit for bit the vectorized
+:func:`~deepboot.policies.pollux_moves.best_move_reference`); costs come from the
+problem's per-(job, nodes, GPUs) memo; the pure steps (local search, plan-and-pack,
+a matrix's total cost) are memoized per problem, since neighbourhoods and packing
+orders often repeat them; and the tabu search stops when it returns to a state it
+has been in (see :func:`tabu_search`). None of this changes a result.
 All constraints hold at every step: node capacity, min/max replicas, at most
 ``max_nodes_per_job`` nodes per job, and (with ``interference_avoidance``) at most one
 distributed job per node.
@@ -31,13 +39,33 @@ distributed job per node.
 
 from __future__ import annotations
 
+import bisect
 import enum
+import functools
+import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
 from deepboot.policies.pollux_fitness import BoolArray, FloatArray, IntArray, PolluxProblem
+from deepboot.policies.pollux_moves import Move, MoveKind
+from deepboot.policies.pollux_state import ProblemView, SearchState, problem_view
+
+__all__ = [
+    "Move",
+    "MoveKind",
+    "PackOrder",
+    "dp_counts",
+    "local_search",
+    "nodes_for",
+    "pack_counts",
+    "plan_and_pack",
+    "repair_base",
+    "ruin_and_recreate",
+    "solve",
+    "tabu_search",
+    "total_cost",
+]
 
 _INF = np.inf
 
@@ -63,29 +91,6 @@ class PackOrder(enum.Enum):
     REGRET = "regret"
 
 
-class MoveKind(enum.IntEnum):
-    """Local-search moves; on equal gain the lower value wins."""
-
-    GROW = 0
-    SHRINK = 1
-    TRANSFER = 2
-    MOVE = 3
-    SWAP = 4
-    CONSOLIDATE = 5
-
-
-@dataclass(frozen=True, slots=True)
-class Move:
-    """One candidate move: its cost change (negative improves) and its cells.
-
-    ``cells`` are (job, node, +1 or -1) GPU changes, applied in order.
-    """
-
-    gain: float
-    kind: MoveKind
-    cells: tuple[tuple[int, int, int], ...]
-
-
 def solve(problem: PolluxProblem) -> IntArray:
     """The best allocation matrix found for ``problem``.
 
@@ -102,11 +107,11 @@ def solve(problem: PolluxProblem) -> IntArray:
     empty = np.zeros_like(problem.base)
     rounds = problem.config.max_search_rounds
     best = plan_and_pack(problem, empty, np.arange(num_jobs), lower, rounds, (counts, keep))
-    best_cost = float(problem.matrix_cost(best).sum())
+    best_cost = total_cost(problem, best)
     if best_cost <= lower + _tolerance(lower):
         return best
     other = local_search(problem, repair_base(problem))
-    if float(problem.matrix_cost(other).sum()) < best_cost - _tolerance(best_cost):
+    if total_cost(problem, other) < best_cost - _tolerance(best_cost):
         best = other
     best = ruin_and_recreate(problem, best, lower)
     return tabu_search(problem, best, lower)
@@ -136,8 +141,24 @@ def plan_and_pack(
         first: The first round's ``(counts, keep)`` when already known.
 
     Returns:
-        The best feasible (J, V) matrix found.
+        The best feasible (J, V) matrix found (a new array). A pure function of the
+        arguments, memoized per problem: neighbourhoods often clear the same jobs.
     """
+    key = ("plan_and_pack", start.tobytes(), jobs.tobytes(), lower, rounds, first is None)
+    done = problem.search_memo.get(key)
+    if done is None:
+        done = problem.search_memo[key] = _plan_and_pack(problem, start, jobs, lower, rounds, first)
+    return done.copy()
+
+
+def _plan_and_pack(
+    problem: PolluxProblem,
+    start: IntArray,
+    jobs: IntArray,
+    lower: float,
+    rounds: int,
+    first: tuple[IntArray, BoolArray] | None,
+) -> IntArray:
     free = problem.capacity - start.sum(axis=0)
     best, best_cost = start, _INF
     learned: dict[tuple[int, int], float] = {}
@@ -159,9 +180,9 @@ def plan_and_pack(
             if sequence in orders:
                 continue
             orders.add(sequence)
-            packed = pack_counts(problem, counts, keep, start, order, regret)
+            packed = _pack(problem, counts, keep, start, sequence)
             matrix = local_search(problem, packed)
-            cost = float(problem.matrix_cost(matrix).sum())
+            cost = total_cost(problem, matrix)
             if round_best is None or cost < round_best[0] - _tolerance(cost):
                 round_best = (cost, packed)
             if cost < best_cost - _tolerance(best_cost):
@@ -204,7 +225,7 @@ def ruin_and_recreate(problem: PolluxProblem, matrix: IntArray, lower: float) ->
         A feasible (J, V) matrix at least as good as ``matrix``.
     """
     best = matrix
-    best_cost = float(problem.matrix_cost(best).sum())
+    best_cost = total_cost(problem, best)
     groups = _neighbourhoods(problem.num_nodes, problem.num_nodes <= _PAIR_NODES)
     for _ in range(problem.config.max_search_rounds):
         improved = False
@@ -218,7 +239,7 @@ def ruin_and_recreate(problem: PolluxProblem, matrix: IntArray, lower: float) ->
             start = best.copy()
             start[jobs] = 0
             trial = plan_and_pack(problem, start, jobs, lower, 2)
-            cost = float(problem.matrix_cost(trial).sum())
+            cost = total_cost(problem, trial)
             if cost < best_cost - _tolerance(best_cost):
                 best, best_cost, improved = trial, cost, True
         if not improved:
@@ -230,28 +251,41 @@ def _tolerance(total: float) -> float:
     return 1e-10 * (1.0 + abs(total)) if np.isfinite(total) else 0.0
 
 
-def _lower_bound(problem: PolluxProblem) -> IntArray:
-    """Fewest GPUs a running job may hold: max(min_replicas, 1)."""
-    return np.maximum(problem.min_replicas, 1)
-
-
 def _row_allowed(
-    problem: PolluxProblem, row: IntArray, free: IntArray, owner: IntArray, j: int
+    view: ProblemView, row: list[int], free: list[int], owner: list[int], j: int
 ) -> bool:
-    k = int(row.sum())
-    n = int(np.count_nonzero(row))
-    if k < int(_lower_bound(problem)[j]) or k > int(problem.max_replicas[j]):
+    """Whether job ``j`` may take ``row`` now: its replica bounds, the node limit, the
+    free GPUs, and (with interference avoidance) no other distributed job's node."""
+    k = sum(row)
+    nodes = [v for v, x in enumerate(row) if x]
+    if k < view.low[j] or k > view.high[j] or len(nodes) > view.max_nodes:
         return False
-    if n > problem.config.max_nodes_per_job or np.any(row > free):
+    if any(x > f for x, f in zip(row, free, strict=True)):
         return False
-    return not (problem.config.interference_avoidance and n > 1 and np.any(owner[row > 0] >= 0))
+    return not (view.avoid and len(nodes) > 1 and any(owner[v] >= 0 for v in nodes))
 
 
-def _place_row(matrix: IntArray, free: IntArray, owner: IntArray, j: int, row: IntArray) -> None:
-    matrix[j] = row
-    free -= row
-    if np.count_nonzero(row) > 1:
-        owner[row > 0] = j
+def _place_row(
+    matrix: list[list[int]], free: list[int], owner: list[int], j: int, row: list[int]
+) -> None:
+    matrix[j] = row[:]
+    nodes = [v for v, x in enumerate(row) if x]
+    for v in nodes:
+        free[v] -= row[v]
+    if len(nodes) > 1:
+        for v in nodes:
+            owner[v] = j
+
+
+def _owners(matrix: list[list[int]], num_nodes: int) -> list[int]:
+    """Per node, the last distributed job (in job order) on it, or -1."""
+    owner = [-1] * num_nodes
+    for d, row in enumerate(matrix):
+        nodes = [v for v, x in enumerate(row) if x]
+        if len(nodes) > 1:
+            for v in nodes:
+                owner[v] = d
+    return owner
 
 
 def repair_base(problem: PolluxProblem) -> IntArray:
@@ -263,14 +297,18 @@ def repair_base(problem: PolluxProblem) -> IntArray:
     Returns:
         (J, V) int array.
     """
-    matrix = np.zeros_like(problem.base)
-    free = problem.capacity.copy()
-    owner = np.full(problem.num_nodes, -1, dtype=np.int64)
-    for j in range(problem.num_jobs):
-        row = problem.base[j]
-        if row.sum() > 0 and _row_allowed(problem, row, free, owner, j):
+    view = problem_view(problem)
+    matrix = [[0] * view.num_nodes for _ in range(view.num_jobs)]
+    free = view.cap[:]
+    owner = [-1] * view.num_nodes
+    for j, row in enumerate(view.base):
+        if sum(row) > 0 and _row_allowed(view, row, free, owner, j):
             _place_row(matrix, free, owner, j, row)
-    return matrix
+    return _as_matrix(matrix, problem)
+
+
+def _as_matrix(rows: list[list[int]], problem: PolluxProblem) -> IntArray:
+    return np.array(rows, dtype=np.int64).reshape(problem.num_jobs, problem.num_nodes)
 
 
 def nodes_for(capacity: IntArray, replicas: IntArray) -> IntArray:
@@ -305,115 +343,155 @@ def dp_counts(
         ``(counts, keep, bound)``: (J,) ints, (J,) bools, and the optimal summed cost
         of the sized jobs (their cost if every one gets its assumed nodes).
     """
-    num_jobs = problem.num_jobs
-    subset = np.arange(num_jobs) if jobs is None else np.asarray(jobs, dtype=np.int64)
-    cap = problem.capacity if free is None else free
-    total = int(cap.sum())
+    view = problem_view(problem)
+    num_jobs = view.num_jobs
+    subset = list(range(num_jobs)) if jobs is None else [int(j) for j in jobs]
+    cap = (problem.capacity if free is None else free).tolist()
+    total = sum(cap)
     counts = np.zeros(num_jobs, dtype=np.int64)
     keep = np.zeros(num_jobs, dtype=bool)
     if len(subset) == 0 or total == 0:
-        nothing = np.zeros(len(subset), dtype=np.int64)
-        idle = problem.costs(subset, nothing, nothing, np.ones(len(subset), dtype=bool))
+        idle = problem.memo_costs(subset, [0] * len(subset), [0] * len(subset), True)
         return counts, keep, float(idle.sum())
-    low = _lower_bound(problem)
-    options: list[IntArray] = []
-    for j in subset:
-        top = min(int(problem.max_replicas[j]), total)
-        ks = np.concatenate(([0], np.arange(int(low[j]), top + 1))).astype(np.int64)
-        options.append(ks)
-    flat_j = np.concatenate(
-        [np.full(len(ks), j, dtype=np.int64) for j, ks in zip(subset, options, strict=True)]
-    )
-    flat_k = np.concatenate(options)
-    flat_n = nodes_for(cap, flat_k)
-    change_cost = problem.costs(flat_j, flat_n, flat_k, np.ones_like(flat_k, dtype=bool))
-
-    base = problem.base[subset]
-    base_k = base.sum(axis=1)
-    base_n = np.count_nonzero(base, axis=1)
-    keepable = (
-        (base_k > 0)
-        & ~problem.base_outside[subset]
-        & (base_k >= low[subset])
-        & (base_k <= problem.max_replicas[subset])
-        & (base_n <= problem.config.max_nodes_per_job)
-        & np.all(base <= cap, axis=1)
-    )
-    keep_cost = problem.costs(
-        subset,
-        np.where(keepable, base_n, 0),
-        np.where(keepable, base_k, 0),
-        np.zeros(len(subset), dtype=bool),
-    )
+    # Each job's options: 0, or low..top GPUs, valued (as changed) on the fewest nodes.
+    cum = tuple(itertools.accumulate(sorted(cap, reverse=True)))
+    # nodes_for(cap, k): the first running sum that holds k (at most every node).
+    fewest = [0] + [min(bisect.bisect_left(cum, k) + 1, len(cum)) for k in range(1, total + 1)]
+    option_costs = [
+        _option_costs(problem, view, j, min(view.high[j], total), cum, fewest) for j in subset
+    ]
+    base = np.asarray(problem.base)[subset]
+    fits = np.all(base <= np.asarray(cap), axis=1).tolist()
+    keep_nodes: list[int] = []
+    keep_gpus: list[int] = []
+    for i, j in enumerate(subset):
+        k = view.base_k[j]
+        n = sum(1 for x in view.base[j] if x)
+        ok = k > 0 and not view.out[j] and view.low[j] <= k <= view.high[j]
+        ok = ok and n <= view.max_nodes and fits[i]
+        keep_nodes.append(n if ok else 0)
+        keep_gpus.append(k if ok else 0)
+    keep_cost = problem.memo_costs(subset, keep_nodes, keep_gpus, False).tolist()
     by_job: dict[int, list[tuple[int, float]]] = {}
     for (job, count), value in (learned or {}).items():
         by_job.setdefault(job, []).append((count, value))
 
     budget = np.arange(total + 1)
     dp = np.zeros(total + 1)
-    choice = np.zeros((len(subset), total + 1), dtype=np.int64)
+    steps: list[tuple[IntArray, int]] = []
     keeps = np.zeros(len(subset), dtype=bool)
-    offset = 0
-    for i, (j, ks) in enumerate(zip(subset, options, strict=True)):
-        cs = change_cost[offset : offset + len(ks)].copy()
-        offset += len(ks)
-        if keepable[i]:
-            at = int(np.searchsorted(ks, base_k[i]))
+    for i, j in enumerate(subset):
+        cs = option_costs[i]
+        # The options are [0, low, low + 1, ..., top]: count c sits at c - low + 1.
+        size, low_j = len(cs), view.low[j]
+        edits: list[tuple[int, float]] = []
+        if keep_gpus[i] > 0:
+            at = keep_gpus[i] - low_j + 1
             if keep_cost[i] <= cs[at]:
-                cs[at] = keep_cost[i]
+                edits.append((at, keep_cost[i]))
                 keeps[i] = True
-        for count, value in by_job.get(int(j), ()):
-            at = int(np.searchsorted(ks, count))
-            if at < len(ks) and ks[at] == count:
-                cs[at] = max(cs[at], value)
-        src = budget[None, :] - ks[:, None]  # (len(ks), total + 1)
-        vals = np.where(src >= 0, dp[np.maximum(src, 0)], _INF) + cs[:, None]
-        arg = np.argmin(vals, axis=0)
+        if edits or j in by_job:
+            cs = cs.copy()
+            for at, value in edits:
+                cs[at] = value
+            for count, value in by_job.get(j, ()):
+                at = 0 if count == 0 else count - low_j + 1
+                if (count == 0 or count >= low_j) and at < size:
+                    cs[at] = max(cs[at], value)
+        src, valid = _dp_index(size, low_j, total)
+        vals = np.where(valid, dp[src], _INF)
+        vals += cs[:, None]
+        arg = vals.argmin(axis=0)
         dp = vals[arg, budget]
-        choice[i] = ks[arg]
+        steps.append((arg, low_j))
 
     left = total
     for i in range(len(subset) - 1, -1, -1):
-        counts[subset[i]] = choice[i, left]
-        left -= int(choice[i, left])
-    keep[subset] = keeps & (counts[subset] == base_k)
+        arg, low_j = steps[i]
+        at = int(arg[left])
+        count = 0 if at == 0 else low_j + at - 1
+        counts[subset[i]] = count
+        left -= count
+    keep[subset] = keeps & (counts[subset] == np.asarray(view.base_k)[subset])
     return counts, keep, float(dp[total])
 
 
-def _job_cost(problem: PolluxProblem, j: int, row: IntArray) -> float:
-    """Cost of job ``j`` holding ``row`` (GPUs per node)."""
-    k = int(row.sum())
-    n = int(np.count_nonzero(row))
-    changed = bool(np.any(row != problem.base[j])) or bool(problem.base_outside[j])
-    one = np.ones(1, dtype=np.int64)
-    return float(problem.costs(one * j, one * n, one * k, np.array([changed]))[0])
+def _option_costs(
+    problem: PolluxProblem,
+    view: ProblemView,
+    j: int,
+    top: int,
+    cum: tuple[int, ...],
+    fewest: list[int],
+) -> FloatArray:
+    """Job ``j``'s knapsack costs (changed, on the fewest nodes of the capacities
+    whose largest-first running sums are ``cum``; ``fewest[k]`` is that node count)
+    for 0, low, ..., top GPUs: ``problem.costs`` values, memoized per problem
+    (read-only: copy before editing)."""
+    key = ("options", j, top, cum)
+    found = problem.row_memo.get(key)
+    if isinstance(found, np.ndarray):
+        return found
+    memo = view.memo[j]
+    ks = [0, *range(view.low[j], top + 1)]
+    missing = [(j, fewest[k], k) for k in ks if (fewest[k], k) not in memo]
+    if missing:
+        problem.fill_costs(missing)
+    costs = np.array([memo[fewest[k], k][1] for k in ks], dtype=np.float64)
+    problem.row_memo[key] = costs
+    return costs
+
+
+@functools.lru_cache(maxsize=4096)
+def _dp_index(size: int, low: int, total: int) -> tuple[IntArray, BoolArray]:
+    """For the options [0, low, ..., low + size - 2] of one knapsack step: which dp
+    entry each (option, budget) reads (clamped at 0) and whether it exists."""
+    ks = np.concatenate(([0], np.arange(low, low + size - 1))).astype(np.int64)
+    src = np.arange(total + 1)[None, :] - ks[:, None]
+    return np.maximum(src, 0), src >= 0
+
+
+def _job_cost(problem: PolluxProblem, j: int, row: list[int]) -> float:
+    """Cost of job ``j`` holding ``row`` (GPUs per node): ``problem.costs`` of its
+    (nodes, GPUs, changed), through the problem's cost memo (same values)."""
+    view = problem_view(problem)
+    n = sum(1 for x in row if x)
+    changed = row != view.base[j] or view.out[j]
+    return view.memo[j][n, sum(row)][changed]
+
+
+def total_cost(problem: PolluxProblem, matrix: IntArray) -> float:
+    """``float(problem.matrix_cost(matrix).sum())``: the same per-job values (from the
+    search's row memo) summed by NumPy in the same order, so the same bits."""
+    return SearchState.costs_of(problem, matrix)
 
 
 def _pack_count(
     problem: PolluxProblem,
-    matrix: IntArray,
-    free: IntArray,
-    owner: IntArray,
+    matrix: list[list[int]],
+    free: list[int],
+    owner: list[int],
     j: int,
     want: int,
 ) -> None:
     """Give job ``j`` ``want`` GPUs on one node if possible; else the cheaper of the
     fewest nodes (not holding another distributed job) and the fullest single node."""
-    cfg = problem.config
-    low = int(_lower_bound(problem)[j])
-    fitting = np.flatnonzero(free >= want)
-    if len(fitting):
-        v = fitting[np.argmin(free[fitting])]
-        row = np.zeros_like(free)
+    view = problem_view(problem)
+    num_nodes = view.num_nodes
+    fitting = [v for v in range(num_nodes) if free[v] >= want]
+    if fitting:
+        v = min(fitting, key=lambda x: free[x])  # the first of the least free
+        row = [0] * num_nodes
         row[v] = want
         _place_row(matrix, free, owner, j, row)
         return
-    options: list[IntArray] = []
-    usable = (free > 0) & ((owner < 0) | (not cfg.interference_avoidance))
-    cand = list(np.flatnonzero(usable)[np.argsort(-free[usable], kind="stable")])
-    split = np.zeros_like(free)
-    need = want
-    while need > 0 and cand and np.count_nonzero(split) < cfg.max_nodes_per_job:
+    low = view.low[j]
+    options: list[list[int]] = []
+    usable = [v for v in range(num_nodes) if free[v] > 0 and (owner[v] < 0 or not view.avoid)]
+    cand = sorted(usable, key=lambda v: -free[v])  # stable: ties by node
+    split = [0] * num_nodes
+    need, used = want, 0
+    while need > 0 and cand and used < view.max_nodes:
         fits = [v for v in cand if free[v] >= need]
         if fits:
             v = min(fits, key=lambda x: (free[x], x))
@@ -421,12 +499,14 @@ def _pack_count(
             break
         v = cand.pop(0)
         split[v] = free[v]
-        need -= int(free[v])
-    if split.sum() >= low:
+        used += 1
+        need -= free[v]
+    if sum(split) >= low:
         options.append(split)
-    if free.max(initial=0) >= low:
-        single = np.zeros_like(free)
-        single[int(np.argmax(free))] = free.max()
+    most = max(free, default=0)
+    if most >= low:
+        single = [0] * num_nodes
+        single[free.index(most)] = most
         options.append(single)
     if options:
         row = min(options, key=lambda r: _job_cost(problem, j, r))
@@ -454,37 +534,51 @@ def pack_counts(
     Returns:
         (J, V) int array; a job that cannot get ``counts[j]`` gets fewer or none.
     """
-    matrix = np.zeros_like(problem.base) if start is None else start.copy()
-    free = problem.capacity - matrix.sum(axis=0)
-    owner = np.full(problem.num_nodes, -1, dtype=np.int64)
-    for d in np.flatnonzero(np.count_nonzero(matrix, axis=1) > 1):
-        owner[matrix[d] > 0] = d
     if regret is None:
         regret = _regret(problem, counts)
-    placed = matrix.sum(axis=1) > 0
-    for j in _pack_sequence(order, counts, keep, regret):
+    sequence = _pack_sequence(order, counts, keep, regret)
+    return _pack(problem, counts, keep, start, sequence)
+
+
+def _pack(
+    problem: PolluxProblem,
+    counts: IntArray,
+    keep: BoolArray,
+    start: IntArray | None,
+    sequence: tuple[int, ...],
+) -> IntArray:
+    """:func:`pack_counts` with the job sequence given."""
+    view = problem_view(problem)
+    num_nodes = view.num_nodes
+    matrix = [[0] * num_nodes for _ in range(view.num_jobs)] if start is None else start.tolist()
+    free = [c - sum(row[v] for row in matrix) for v, c in enumerate(view.cap)]
+    owner = _owners(matrix, num_nodes)
+    placed = [sum(row) > 0 for row in matrix]
+    wanted, kept = counts.tolist(), keep.tolist()
+    for j in sequence:
         if placed[j]:
             continue
-        if keep[j] and _row_allowed(problem, problem.base[j], free, owner, j):
-            _place_row(matrix, free, owner, j, problem.base[j])
-        elif counts[j] > 0:
-            _pack_count(problem, matrix, free, owner, j, int(counts[j]))
-    return matrix
+        if kept[j] and _row_allowed(view, view.base[j], free, owner, j):
+            _place_row(matrix, free, owner, j, view.base[j])
+        elif wanted[j] > 0:
+            _pack_count(problem, matrix, free, owner, j, wanted[j])
+    return _as_matrix(matrix, problem)
 
 
 def _pack_sequence(
     order: PackOrder, counts: IntArray, keep: BoolArray, regret: FloatArray
 ) -> tuple[int, ...]:
     """Job indices (those with a count or a kept row) in ``order``."""
-    todo = [j for j in range(len(counts)) if keep[j] or counts[j] > 0]
+    wanted, kept, lost = counts.tolist(), keep.tolist(), regret.tolist()
+    todo = [j for j in range(len(wanted)) if kept[j] or wanted[j] > 0]
 
     def key(j: int) -> tuple[bool, bool, float, float, int]:
-        idle = not regret[j] > 0
+        idle = not lost[j] > 0
         if order is PackOrder.KEEP_FIRST:
-            return (not keep[j], idle, -float(counts[j]), -float(regret[j]), j)
+            return (not kept[j], idle, -float(wanted[j]), -lost[j], j)
         if order is PackOrder.SIZE:
-            return (False, idle, -float(counts[j]), -float(regret[j]), j)
-        return (False, idle, -float(regret[j]), -float(counts[j]), j)
+            return (False, idle, -float(wanted[j]), -lost[j], j)
+        return (False, idle, -lost[j], -float(wanted[j]), j)
 
     return tuple(sorted(todo, key=key))
 
@@ -492,36 +586,49 @@ def _pack_sequence(
 def _regret(problem: PolluxProblem, counts: IntArray) -> FloatArray:
     """(J,) cost a job loses when it cannot have its count on the fewest nodes: the
     smaller of one node more and one GPU fewer (0 for jobs that lose nothing)."""
-    cap = problem.capacity
-    jobs = np.arange(problem.num_jobs)
-    changed = np.ones(problem.num_jobs, dtype=bool)
-    n = nodes_for(cap, counts)
-    here = problem.costs(jobs, n, counts, changed)
-    more = np.minimum(n + 1, np.minimum(counts, problem.num_nodes))
-    split = problem.costs(jobs, more, counts, changed)
-    fewer_k = counts - 1
-    fewer_k = np.where(fewer_k >= _lower_bound(problem), fewer_k, 0)
-    fewer = problem.costs(jobs, nodes_for(cap, fewer_k), fewer_k, changed)
+    view = problem_view(problem)
+    fewest = view.fewest_nodes
+    num_nodes = view.num_nodes
+    jobs = list(range(view.num_jobs))
+    wanted = counts.tolist()
+    fewer_k = [k - 1 if k - 1 >= view.low[j] else 0 for j, k in enumerate(wanted)]
+    n_here = [fewest[k] for k in wanted]
+    n_split = [min(n + 1, min(k, num_nodes)) for n, k in zip(n_here, wanted, strict=True)]
+    n_fewer = [fewest[k] for k in fewer_k]
+    problem.fill_costs(  # all three in one call
+        list(zip(jobs, n_here, wanted, strict=True))
+        + list(zip(jobs, n_split, wanted, strict=True))
+        + list(zip(jobs, n_fewer, fewer_k, strict=True))
+    )
+    here = problem.memo_costs(jobs, n_here, wanted, True)
+    split = problem.memo_costs(jobs, n_split, wanted, True)
+    fewer = problem.memo_costs(jobs, n_fewer, fewer_k, True)
     return np.maximum(np.minimum(split, fewer) - here, 0.0)
 
 
 def local_search(problem: PolluxProblem, start: IntArray) -> IntArray:
     """Best-improvement local search from a feasible ``start`` (not modified).
 
+    A pure function of ``(problem, start)``, memoized per problem: the packings of
+    successive rounds and neighbourhoods often repeat a start.
+
     Returns:
-        A feasible (J, V) matrix at least as good as ``start``.
+        A feasible (J, V) matrix at least as good as ``start`` (a new array).
     """
-    matrix = start.copy()
-    if matrix.size == 0:
-        return matrix
-    for _ in range(problem.config.max_search_moves):
-        total = float(problem.matrix_cost(matrix).sum())
-        move = best_move(problem, matrix)
-        if move is None or not move.gain < -_tolerance(total):
-            break
-        for job, node, change in move.cells:
-            matrix[job, node] += change
-    return matrix
+    if start.size == 0:
+        return start.copy()
+    key = ("local_search", start.tobytes())
+    done = problem.search_memo.get(key)
+    if done is None:
+        state = SearchState(problem, start)
+        for _ in range(problem.config.max_search_moves):
+            total = state.total()
+            move = state.best_move()
+            if move is None or not move.gain < -_tolerance(total):
+                break
+            state.apply(move.cells)
+        done = problem.search_memo[key] = state.matrix()
+    return done.copy()
 
 
 def tabu_search(problem: PolluxProblem, start: IntArray, lower: float) -> IntArray:
@@ -533,178 +640,36 @@ def tabu_search(problem: PolluxProblem, start: IntArray, lower: float) -> IntArr
         The best feasible (J, V) matrix seen (at least as good as ``start``).
     """
     cfg = problem.config
-    matrix = start.copy()
-    best, best_cost = matrix.copy(), float(problem.matrix_cost(matrix).sum())
-    if matrix.size == 0:
+    best = start.copy()
+    if best.size == 0:
         return best
-    touched = np.full(matrix.shape, -(cfg.tabu_tenure + 1), dtype=np.int64)
-    current = best_cost
+    state = SearchState(problem, start)
+    best_cost = current = state.total()
+    # The moves of the last tabu_tenure + 1 steps: a cell they touched is tabu.
+    recent: list[tuple[int, tuple[tuple[int, int, int], ...]]] = []
+    seen: set[tuple[object, ...]] = set()
     for step in range(cfg.tabu_moves):
         if best_cost <= lower + _tolerance(lower):
             break
-        tabu = step - touched <= cfg.tabu_tenure
-        move = best_move(problem, matrix, tabu, best_cost - current - _tolerance(best_cost))
+        recent = [(when, cells) for when, cells in recent if step - when <= cfg.tabu_tenure]
+        # Each step is a function of the matrix, the tabu window (cells and ages) and
+        # best_cost. Back in a state seen before, the search repeats its steps since
+        # then, none of which found a better matrix (best_cost would have dropped and
+        # the state would differ): the rest finds nothing new, so stop (same result).
+        key = (state.key(), tuple((step - when, cells) for when, cells in recent), best_cost)
+        if key in seen:
+            break
+        seen.add(key)
+        tabu = [0] * problem.num_jobs
+        for _, cells in recent:
+            for job, node, _ in cells:
+                tabu[job] |= 1 << node
+        move = state.best_move(tabu, best_cost - current - _tolerance(best_cost))
         if move is None:
             break
-        for job, node, change in move.cells:
-            matrix[job, node] += change
-            touched[job, node] = step
-        current = float(problem.matrix_cost(matrix).sum())
+        state.apply(move.cells)
+        recent.append((step, move.cells))
+        current = state.total()
         if current < best_cost - _tolerance(best_cost):
-            best, best_cost = matrix.copy(), current
+            best, best_cost = state.matrix(), current
     return best
-
-
-def best_move(
-    problem: PolluxProblem,
-    m: IntArray,
-    tabu: BoolArray | None = None,
-    aspiration: float = -_INF,
-) -> Move | None:
-    """The feasible move of lowest cost change from ``m`` (not modified).
-
-    Args:
-        problem: The round's problem.
-        m: A feasible (J, V) matrix.
-        tabu: (J, V) cells no move may change, unless its gain is below ``aspiration``.
-        aspiration: Gain below which a tabu move is allowed.
-
-    Returns:
-        The best move (ties: lower :class:`MoveKind`), or None when no move is feasible.
-    """
-    cfg = problem.config
-    base, cap = problem.base, problem.capacity
-    num_jobs, num_nodes = m.shape
-    low, high = _lower_bound(problem), problem.max_replicas
-    outside = problem.base_outside
-    jobs = np.arange(num_jobs)
-
-    k = m.sum(axis=1)
-    n = np.count_nonzero(m, axis=1)
-    free = cap - m.sum(axis=0)
-    on = m > 0
-    absdiff = np.abs(m - base)
-    diff = absdiff.sum(axis=1)
-    cost = problem.matrix_cost(m)
-
-    if cfg.interference_avoidance:
-        dist_cells = on & (n > 1)[:, None]
-        other = dist_cells.sum(axis=0)[None, :] - dist_cells  # other distributed jobs
-        conflict = np.any(on & (other > 0), axis=1)
-    else:
-        other = np.zeros_like(m)
-        conflict = np.zeros(num_jobs, dtype=bool)
-
-    def delta(jj: IntArray, nn: IntArray, kk: IntArray, dd: IntArray, ok: BoolArray) -> FloatArray:
-        """Cost change of jobs ``jj`` taking (nn, kk) with |row - base| sum ``dd``."""
-        nn = np.where(ok, nn, 0)
-        kk = np.where(ok, kk, 0)
-        changed = (dd > 0) | outside[jj]
-        new = problem.costs(jj, nn, kk, changed)
-        return np.where(ok, new - cost[jj], _INF)
-
-    def allowed(values: FloatArray, blocked: BoolArray | None) -> FloatArray:
-        if blocked is None:
-            return values
-        return np.where(blocked & ~(values < aspiration), _INF, values)
-
-    tb = tabu if tabu is not None else None
-    jj_full = np.broadcast_to(jobs[:, None], m.shape)
-    # Add one GPU of job j on node v (capacity checked by each move that adds).
-    k_add = np.broadcast_to((k + 1)[:, None], m.shape)
-    n_add = n[:, None] + (~on)
-    d_add = diff[:, None] - absdiff + np.abs(m + 1 - base)
-    ok_add = (k_add >= low[:, None]) & (k_add <= high[:, None]) & (n_add <= cfg.max_nodes_per_job)
-    ok_add &= (n_add == 1) | (~conflict[:, None] & (other == 0))
-    c_add = delta(jj_full, n_add, k_add, d_add, ok_add)
-    # Remove one GPU of job j from node v.
-    k_rem = np.broadcast_to((k - 1)[:, None], m.shape)
-    n_rem = n[:, None] - (m == 1)
-    d_rem = diff[:, None] - absdiff + np.abs(m - 1 - base)
-    ok_rem = on & ((k_rem == 0) | (k_rem >= low[:, None]))
-    c_rem = delta(jj_full, n_rem, k_rem, d_rem, ok_rem)
-
-    moves: list[Move] = []
-
-    grow = allowed(np.where(free[None, :] > 0, c_add, _INF), tb)
-    j, v = _argmin2(grow)
-    moves.append(Move(float(grow[j, v]), MoveKind.GROW, ((j, v, 1),)))
-
-    shrink = allowed(c_rem, tb)
-    j, v = _argmin2(shrink)
-    moves.append(Move(float(shrink[j, v]), MoveKind.SHRINK, ((j, v, -1),)))
-
-    cell_j, cell_v = np.nonzero(on)
-    if len(cell_j):
-        cells_idx = np.arange(len(cell_j))
-        cell_tabu = None if tb is None else tb[cell_j, cell_v]
-        # Transfer: job a gives one GPU on node v to job b.
-        transfer = c_rem[cell_j, cell_v][:, None] + c_add[:, cell_v].T  # (C, J)
-        transfer[cells_idx, cell_j] = _INF
-        blocked = None if tb is None or cell_tabu is None else cell_tabu[:, None] | tb[:, cell_v].T
-        transfer = allowed(transfer, blocked)
-        c, b = _argmin2(transfer)
-        src_j, src_v = int(cell_j[c]), int(cell_v[c])
-        moves.append(
-            Move(float(transfer[c, b]), MoveKind.TRANSFER, ((src_j, src_v, -1), (b, src_v, 1)))
-        )
-        # Move one GPU of job a from node v to node w.
-        a, src = cell_j, cell_v
-        leaves = (m[a, src] == 1).astype(np.int64)
-        n_mv = n[a][:, None] - leaves[:, None] + (~on[a])  # (C, V)
-        n_mv[cells_idx, src] = n[a]  # w == v is no move
-        d_mv = (
-            diff[a][:, None]
-            + (np.abs(m[a, src] - 1 - base[a, src]) - absdiff[a, src])[:, None]
-            + (np.abs(m[a] + 1 - base[a]) - absdiff[a])
-        )
-        ok_mv = np.ones_like(n_mv, dtype=bool)
-        ok_mv[cells_idx, src] = False
-        ok_mv &= n_mv <= cfg.max_nodes_per_job
-        ok_mv &= (n_mv == 1) | (~conflict[a][:, None] & (other[a] == 0))
-        aa = np.broadcast_to(a[:, None], n_mv.shape)
-        c_mv = delta(aa, n_mv, np.broadcast_to(k[a][:, None], n_mv.shape), d_mv, ok_mv)
-        mv_blocked = None if tb is None or cell_tabu is None else cell_tabu[:, None] | tb[a]
-        move = allowed(np.where(free[None, :] > 0, c_mv, _INF), mv_blocked)
-        c, w = _argmin2(move)
-        aj, av = int(a[c]), int(src[c])
-        moves.append(Move(float(move[c, w]), MoveKind.MOVE, ((aj, av, -1), (aj, w, 1))))
-        # Swap: job a's GPU on v goes to w and job b's GPU on w goes to v.
-        swap = c_mv[:, src].copy()  # [c1, c2] = a1 moves v1 -> v2
-        swap += swap.T  # + a2 moves v2 -> v1
-        same = (a[:, None] == a[None, :]) | (src[:, None] == src[None, :])
-        both_dist = (n_mv[:, src] > 1) & (n_mv[:, src] > 1).T
-        swap[same | (both_dist & cfg.interference_avoidance)] = _INF
-        if mv_blocked is not None:
-            into = mv_blocked[:, src]  # a1's cell on v1, or a1's cell on v2
-            swap = allowed(swap, into | into.T)
-        c1, c2 = _argmin2(swap)
-        a1, v1, a2, v2 = int(a[c1]), int(src[c1]), int(a[c2]), int(src[c2])
-        swap_cells = ((a1, v1, -1), (a1, v2, 1), (a2, v2, -1), (a2, v1, 1))
-        moves.append(Move(float(swap[c1, c2]), MoveKind.SWAP, swap_cells))
-
-    # Consolidate a multi-node job onto the best-fitting single node.
-    room = free[None, :] + m  # (J, V)
-    fits = (room >= k[:, None]) & (n > 1)[:, None] & (k[:, None] > 0)
-    if np.any(fits):
-        target = np.argmin(np.where(fits, room, np.iinfo(np.int64).max), axis=1)
-        can = np.any(fits, axis=1)
-        same_as_base = (base[jobs, target] == k) & (base.sum(axis=1) == k)
-        d_con = np.where(same_as_base, 0, 1)
-        c_con = delta(jobs, np.ones_like(k), k, d_con, can)
-        c_con = allowed(c_con, None if tb is None else np.any(tb & (on | (room > 0)), axis=1))
-        j = int(np.argmin(c_con))
-        to = int(target[j])
-        kj = int(k[j])
-        cells = tuple((j, int(v), -int(m[j, v])) for v in np.flatnonzero(m[j]) if v != to)
-        cells += ((j, to, kj - int(m[j, to])),)
-        moves.append(Move(float(c_con[j]), MoveKind.CONSOLIDATE, cells))
-
-    best = min(moves, key=lambda mv: (mv.gain, mv.kind))
-    return best if np.isfinite(best.gain) else None
-
-
-def _argmin2(a: FloatArray) -> tuple[int, int]:
-    """Row and column of the first minimum of a 2-D array."""
-    r, c = np.unravel_index(int(np.argmin(a)), a.shape)
-    return int(r), int(c)
