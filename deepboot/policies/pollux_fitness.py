@@ -192,8 +192,14 @@ class PolluxProblem:
 
     def _fair_goodput(self, fn: SpeedupFn) -> float:
         # Without a feasible batch at the fair share (the reference would divide by
-        # zero) fair_share_base assumes linear scaling up to it.
-        return fair_share_base(fn, self.fair_replicas)
+        # zero) fair_share_base assumes linear scaling up to it. Its queries go through
+        # the raw-speedup memo (the same values; most were asked in earlier rounds).
+        def memoized(n: npt.ArrayLike, k: npt.ArrayLike) -> FloatArray:
+            nodes, reps = np.asarray(n, dtype=np.int64), np.asarray(k, dtype=np.int64)
+            raw = raw_speedups(fn, nodes.ravel().tolist(), reps.ravel().tolist())
+            return np.array(raw, dtype=np.float64).reshape(reps.shape)
+
+        return fair_share_base(memoized, self.fair_replicas)
 
     def speedup(self, jobs: IntArray, nodes: IntArray, replicas: IntArray) -> FloatArray:
         """Speedup over the fair share, for index arrays of one shape (0 where K == 0).
