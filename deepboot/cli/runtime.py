@@ -337,9 +337,11 @@ def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:
         gt.add_row(g["pool"], str(g["node"]), g["gpu"], g["state"], g["holder"] or "")
     out.print(gt)
     jt = Table(title="jobs")
+    # Names and states never fold: they are what a user greps for.
+    width = max((len(j["name"]) for j in doc["jobs"]), default=3)
+    jt.add_column("job", no_wrap=True, min_width=width)
+    jt.add_column("state", no_wrap=True, min_width=9)
     for col in (
-        "job",
-        "state",
         "workers",
         "batch (local x accum)",
         "step",

@@ -92,7 +92,9 @@ class ElasticContext:
         worker: This worker's id ("node.index").
         first: The generation it starts in.
         args: The job file's ``[args]`` table.
-        collective_timeout: Seconds before a hung collective or rendezvous fails.
+        collective_timeout: Seconds before a hung collective fails.
+        join_timeout: Seconds the members of a new generation wait for each other
+            (default: max(120, 4 x collective_timeout); a joiner's start is slow).
         checkpoint_every: Rank 0 checkpoints every this many steps (0 = only at stops).
         seed: Seed of the data sampler's shuffles.
     """
@@ -105,11 +107,15 @@ class ElasticContext:
         collective_timeout: float = 60.0,
         checkpoint_every: int = 0,
         seed: int = 0,
+        join_timeout: float | None = None,
     ) -> None:
         self.worker = worker
         self.args: dict[str, Any] = dict(args or {})
         self.state: dict[str, Any] = {}
         self._timeout = collective_timeout
+        self._join_timeout = (
+            join_timeout if join_timeout is not None else max(120.0, 4 * collective_timeout)
+        )
         self._checkpoint_every = checkpoint_every
         self._seed = seed
         self._cond = threading.Condition()
@@ -134,6 +140,7 @@ class ElasticContext:
         self._digests: dict[int, tuple[str, str]] = {}
         self._restored_step = 0
         self._pending_number = 0
+        self._broken = 0
         self._error = ""
 
     # -- what the training function reads ------------------------------------------------
@@ -243,6 +250,7 @@ class ElasticContext:
                 grad_var=self._grad_var,
                 digests=dict(self._digests),
                 restored_step=self._restored_step,
+                broken=self._broken,
                 error=self._error,
             )
 
@@ -367,6 +375,7 @@ class ElasticContext:
         self.set_status(WorkerStatus.WAITING)
         broken = self._gen.number if self._gen else 0
         with self._cond:
+            self._broken = max(self._broken, broken)
             self._micro, self._loss_acc = 0, 0.0
             while self._offered.number <= broken:
                 self._cond.wait(1.0)
@@ -383,6 +392,8 @@ class ElasticContext:
                 return
             except _GroupBroken as exc:
                 self._destroy_group()
+                with self._cond:
+                    self._broken = max(self._broken, gen.number)
                 self.set_status(WorkerStatus.WAITING)
                 log.warning(
                     "worker %s: forming generation %d failed: %s", self.worker, gen.number, exc
@@ -398,8 +409,12 @@ class ElasticContext:
         before = state_digest(self._model)
         self._destroy_group()
         rank, world = gen.members.index(self.worker), len(gen.members)
+        if rank == 0 and gen.restore is Restore.CHECKPOINT:
+            # Before the rendezvous: the others must not wait on a collective meanwhile.
+            self._load_checkpoint(gen)
         try:
             store = dist.FileStore(gen.store_path, world)
+            self._arrive(store, world, gen)
             store.set_timeout(timedelta(seconds=self._timeout))
             dist.init_process_group(
                 "gloo",
@@ -410,8 +425,6 @@ class ElasticContext:
             )
             payload: list[Any] = [None]
             if rank == 0:
-                if gen.restore is Restore.CHECKPOINT:
-                    self._load_checkpoint(gen)
                 payload[0] = self._pack()
             dist.broadcast_object_list(payload, src=0)
         except Exception as exc:
@@ -426,6 +439,20 @@ class ElasticContext:
             self._digests[gen.number] = (before, after)
             self._status = WorkerStatus.RUNNING
         self._t_mark = time.perf_counter()
+
+    def _arrive(self, store: Any, world: int, gen: Generation) -> None:
+        """Wait until every member has reached the rendezvous (a joiner's process may
+        take long to start), or the generation is superseded, within the join timeout.
+        Only then the process group forms, under the (short) collective timeout."""
+        store.set_timeout(timedelta(seconds=self._join_timeout))
+        store.add("arrived", 1)
+        deadline = time.monotonic() + self._join_timeout
+        while int(store.add("arrived", 0)) < world:
+            if self._offered.number > gen.number:
+                raise _GroupBroken(f"superseded by generation {self._offered.number}")
+            if time.monotonic() > deadline:
+                raise _GroupBroken(f"not every member arrived within {self._join_timeout:g} s")
+            time.sleep(0.05)
 
     def _destroy_group(self) -> None:
         dist = _dist()
@@ -477,7 +504,7 @@ class ElasticContext:
 
     def _load_checkpoint(self, gen: Generation) -> None:
         """Load the job's checkpoint, once the generation that stopped has written it."""
-        deadline = time.monotonic() + self._timeout
+        deadline = time.monotonic() + self._join_timeout
         while True:
             try:
                 with open(gen.checkpoint_path, "rb") as f:

@@ -119,6 +119,8 @@ class WorkerReport:
         digests: generation -> (digest of the parameters before that generation
             formed, digest after): the test of an exact resize.
         restored_step: Step at which the last generation resumed.
+        broken: The newest generation that broke under this worker (a collective
+            failed, or not every member arrived to form it); 0 if none.
         error: The traceback of a FAILED worker.
     """
 
@@ -132,4 +134,5 @@ class WorkerReport:
     grad_var: float = float("nan")
     digests: dict[int, tuple[str, str]] = field(default_factory=dict)
     restored_step: int = 0
+    broken: int = 0
     error: str = ""

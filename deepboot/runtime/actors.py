@@ -47,7 +47,7 @@ class ActorName:
 class RayActors:
     """Worker actors on a connected Ray cluster (``ray.init`` done by the caller)."""
 
-    def __init__(self, report_timeout: float = 10.0) -> None:
+    def __init__(self, report_timeout: float = 0.5) -> None:
         import ray
 
         from deepboot.elastic.worker import ElasticWorker
@@ -55,6 +55,7 @@ class RayActors:
         self._ray = ray
         self._cls = ray.remote(ElasticWorker)
         self._handles: dict[str, Any] = {}
+        self._asked: dict[str, Any] = {}  # actor name -> its unanswered report request
         self._report_timeout = report_timeout
 
     def create(self, name: str, config: WorkerConfig, gpu: str, first: Generation) -> None:
@@ -85,21 +86,31 @@ class RayActors:
             log.warning("offer to %s: the actor is gone", name)
 
     def reports(self, names: list[str]) -> dict[str, WorkerReport | None]:
-        """Each actor's report; None for an actor that is dead or gone. An actor that
-        is not yet scheduled (its GPU still held) or slow to answer is left out."""
+        """Each actor's report; None for an actor that is dead or gone.
+
+        An actor that has not answered yet (not yet scheduled: its GPU is still held;
+        or busy starting) is left out, and its pending report request is reused by
+        the next call, so a slow actor never holds up the controller's loop for more
+        than the short wait below.
+        """
         ray = self._ray
-        refs: dict[Any, str] = {}
         out: dict[str, WorkerReport | None] = {}
+        asked: dict[Any, str] = {}
         for name in names:
-            try:
-                refs[self._handle(name).report.remote()] = name
-            except ValueError:
-                out[name] = None
-        if not refs:
+            ref = self._asked.get(name)
+            if ref is None:
+                try:
+                    ref = self._asked[name] = self._handle(name).report.remote()
+                except ValueError:
+                    out[name] = None
+                    continue
+            asked[ref] = name
+        if not asked:
             return out
-        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=self._report_timeout)
+        ready, _ = ray.wait(list(asked), num_returns=len(asked), timeout=self._report_timeout)
         for ref in ready:
-            name = refs[ref]
+            name = asked[ref]
+            del self._asked[name]
             try:
                 out[name] = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
@@ -112,6 +123,7 @@ class RayActors:
         with contextlib.suppress(ValueError):  # already gone
             self._ray.kill(self._handle(name), no_restart=True)
         self._handles.pop(name, None)
+        self._asked.pop(name, None)
 
     def list_workers(self) -> list[str]:
         """Names of every live worker actor in the namespace."""

@@ -413,6 +413,16 @@ class Controller:
         if not members:
             return False
         reps = [rec.reports.get(g) for g in members]
+        gen = rec.gen
+        assert gen is not None
+        if rec.transition is not None and any(
+            r is not None and r.broken >= gen.number for r in reps
+        ):
+            # The generation could not form (a member came too late, or a collective
+            # broke while forming): offer a fresh one to the same members.
+            log.warning("%s: generation %d did not form; offering another", rec.name, gen.number)
+            self._new_generation(rec, gen.members, how=rec.transition.how, joiners=(), retry=True)
+            return False
         if rec.transition is not None and all(
             r is not None
             and r.generation == rec.gen.number  # type: ignore[union-attr]
@@ -552,9 +562,20 @@ class Controller:
         rec.update(generation=stop.number)
 
     def _new_generation(
-        self, rec: JobRec, members: tuple[str, ...], how: str, joiners: tuple[str, ...]
+        self,
+        rec: JobRec,
+        members: tuple[str, ...],
+        how: str,
+        joiners: tuple[str, ...],
+        retry: bool = False,
     ) -> None:
+        """Offer the next generation of ``rec`` to its workers and start the joiners'.
+
+        ``retry``: the pending generation could not form; the new one continues the
+        same resize (its event reports the whole resize, from its first offer).
+        """
         prev = rec.gen
+        pending = rec.transition
         number = (prev.number if prev else rec.row.generation) + 1
         nodes = self._num_nodes(members)
         local_bsz, accum = rec.batch_for(nodes, len(members))
@@ -578,13 +599,18 @@ class Controller:
         # A file store must start empty: stale addresses make gloo connect to nothing.
         Path(gen.store_path).unlink(missing_ok=True)
         old = prev.members if prev and not prev.stop else ()
-        rec.transition = Transition(
-            how if not (how == "start" and rec.row.started) else "restart",
-            number,
-            self.clock(),
-            old or (prev.members if prev else ()),
-            rec.row.step,
-        )
+        if retry and pending is not None:
+            rec.transition = Transition(
+                pending.how, number, pending.started, pending.old, pending.steps_before
+            )
+        else:
+            rec.transition = Transition(
+                how if not (how == "start" and rec.row.started) else "restart",
+                number,
+                self.clock(),
+                old or (prev.members if prev else ()),
+                rec.row.step,
+            )
         rec.gen = gen
         rec.update(
             state=JobState.RUNNING,
@@ -592,7 +618,7 @@ class Controller:
             workers=members,
             local_bsz=local_bsz,
             accum=accum,
-            restarts=rec.row.restarts + (0 if how == "start" else 1),
+            restarts=rec.row.restarts + (0 if how == "start" or retry else 1),
         )
         # Durable intent before any actor starts: a restarted controller finds it.
         self.flush()

@@ -98,3 +98,21 @@ def test_restart_resize_restores_the_checkpoint_in_new_processes(tmp_path: Path)
         assert {r.step for r in done.values()} == {300}
     finally:
         stop_all(procs)
+
+
+def test_a_joiner_slower_than_the_collective_timeout_still_joins(tmp_path: Path) -> None:
+    """Members wait for each other for the join timeout, not the (short) collective
+    timeout: a joiner's process start may take long on a loaded machine."""
+    import time
+
+    g1 = gen(tmp_path, 1, ["1", "2", "3"])
+    early = [spawn("1", g1, steps=100), spawn("2", g1, steps=100)]
+    procs = list(early)
+    try:
+        time.sleep(20)  # longer than the harness's 15 s collective timeout
+        procs.append(spawn("3", g1, steps=100))
+        formed = wait_until(procs, _formed(1))
+        assert {r.broken for r in formed.values()} == {0}
+        assert len({r.digests[1][1] for r in formed.values()}) == 1
+    finally:
+        stop_all(procs)
