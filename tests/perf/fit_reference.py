@@ -1,5 +1,7 @@
-"""The throughput fit as it was before the speed-up (commit 76bf8f8), kept as the
-specification its faster form must match bit for bit (tests/perf/test_fit_equivalence.py).
+"""The throughput fit as it was before the speed-ups (commit 76bf8f8), kept as the
+specification its faster forms must match bit for bit (tests/perf/test_fit_equivalence.py):
+the batched NumPy solver of commits f1b3208-55d9045, then the compiled kernel
+(deepboot/perf/_fitkernel.py) that replaced it.
 
 The straightforward formulation: one NumPy call per quantity, a scalar
 Levenberg-Marquardt loop that makes every try one at a time. Test code only.
@@ -25,9 +27,7 @@ from deepboot.perf.fit import (
     LOWER,
     FitSettings,
     _Data,
-    _from_vars,
     _prepare,
-    _to_vars,
     _with_prior,
 )
 
@@ -35,6 +35,17 @@ FloatArray: TypeAlias = npt.NDArray[np.float64]
 _LOG_LOWER = detmath.log_scalar(LOWER)
 _AC, _BC, _AN, _BN, _AR, _BR, _G = range(7)
 _MAX_STEP = 2.0
+
+
+def _to_vars(p: list[float], free: list[int]) -> list[float]:
+    return [p[i] if i == _G else detmath.log_scalar(p[i]) for i in free]
+
+
+def _from_vars(p: list[float], x: list[float], free: list[int]) -> list[float]:
+    out = list(p)
+    for v, i in zip(x, free, strict=True):
+        out[i] = v if i == _G else detmath.exp_scalar(v)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,6 +149,13 @@ def banned_uses(path: Path) -> list[str]:
                 found.append(f"{where}: from {node.module}")
         elif isinstance(node, ast.Import):
             found += [f"{where}: import {a.name}" for a in node.names if a.name == "scipy"]
+        elif (
+            # numba's fast-math reassociates sums and contracts multiply-adds (FMA).
+            isinstance(node, ast.keyword)
+            and node.arg == "fastmath"
+            and not (isinstance(node.value, ast.Constant) and node.value.value is False)
+        ):
+            found.append(f"{where}: fastmath")
     return found
 
 
@@ -169,9 +176,12 @@ def test_the_guard_finds_what_it_bans(tmp_path: Path) -> None:
     src = PACKAGE / "perf" / "_guard_probe.py"
     sample = "import numpy as np\nimport math\nx = np.log(2.0) + math.exp(1.0) + 2.0 ** 0.5\n"
     sample += "y = np.ones(2) @ np.ones(2)\nfrom scipy.optimize import minimize\n"
+    sample += "import numba\nf = numba.njit(fastmath=True)(len)\n"
     try:
         src.write_text(sample)
         kinds = [u.split(": ", 1)[1] for u in banned_uses(src)]
     finally:
         src.unlink()
-    assert sorted(kinds) == sorted(["np.log", "math.exp", "**", "@", "from scipy.optimize"])
+    assert sorted(kinds) == sorted(
+        ["np.log", "math.exp", "**", "@", "from scipy.optimize", "fastmath"]
+    )

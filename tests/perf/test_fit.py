@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from deepboot.core.params import PerfParams
-from deepboot.perf.fit import DEFAULT_SETTINGS, _Data, _Problem, fit_perf_params
+from deepboot.perf._fitkernel import residuals_and_jacobian
+from deepboot.perf.fit import DEFAULT_SETTINGS, fit_perf_params
 from deepboot.perf.goodput import compute_time, step_time
 
 TRUE = PerfParams(
@@ -154,30 +157,29 @@ def test_jacobian_matches_finite_differences() -> None:
     n, k, m = design()
     comp, step = measure(TRUE, n, k, m)
     sync = np.flatnonzero(k > 1)
-    data = _Data(
-        m=m,
-        log_comp=np.log(comp),
-        log_step=np.log(step) + 0.01,
-        sync=sync,
-        inter=(n[sync] > 1).astype(np.float64),
-        retro=np.maximum(k[sync] - 2, 0).astype(np.float64),
-    )
-    free = list(range(7))
+    log_obs = np.concatenate((np.log(comp), np.log(step) + 0.01))
+    inter = (n[sync] > 1).astype(np.float64)
+    retro = np.maximum(k[sync] - 2, 0).astype(np.float64)
+    free = np.arange(7, dtype=np.int64)
     p = [0.05, 0.002, 0.2, 0.01, 0.03, 0.002, 1.7]
     center = [float(np.log(v)) for v in p[:6]] + [p[6]]
     center = [c + 0.1 for c in center]
-    prob = _Problem(data, DEFAULT_SETTINGS, free, center)
-    jac = prob.jacobian(prob.evaluate(p))
+    s = DEFAULT_SETTINGS
+    weights = (math.sqrt(s.reg_gamma), math.sqrt(s.reg_retro), math.sqrt(s.ridge))
 
-    def at(x: list[float]) -> np.ndarray:
-        q = [float(np.exp(v)) for v in x[:6]] + [x[6]]
-        return prob.residuals(prob.evaluate(q))
+    def at(x: list[float]) -> tuple[float, np.ndarray, np.ndarray]:
+        q = np.array([float(np.exp(v)) for v in x[:6]] + [x[6]])
+        return residuals_and_jacobian(
+            q, m, log_obs, sync, inter, retro, free, np.array(center), weights
+        )
 
     x0 = [float(np.log(v)) for v in p[:6]] + [p[6]]
+    loss, res, jac = at(x0)
+    assert loss == pytest.approx(float(np.sum(res * res)), rel=1e-12)
     h = 1e-6
     for col in range(7):
         up, down = list(x0), list(x0)
         up[col] += h
         down[col] -= h
-        numeric = (at(up) - at(down)) / (2 * h)
+        numeric = (at(up)[1] - at(down)[1]) / (2 * h)
         np.testing.assert_allclose(jac[:, col], numeric, rtol=1e-5, atol=1e-8, err_msg=str(col))
