@@ -146,6 +146,17 @@ class ElasticContext:
     # -- what the training function reads ------------------------------------------------
 
     @property
+    def device(self) -> Any:
+        """Where the model belongs: this worker's CUDA device when the machine has GPUs
+        (the index of the deepboot GPU it holds), else the CPU. Move the model there
+        before :meth:`register`."""
+        torch = _torch()
+        index = self.worker.rsplit(".", 1)[-1] if "." in self.worker else ""
+        if index.isdigit() and torch.cuda.is_available() and int(index) < torch.cuda.device_count():
+            return torch.device("cuda", int(index))
+        return torch.device("cpu")
+
+    @property
     def rank(self) -> int:
         return self._rank
 
@@ -183,6 +194,8 @@ class ElasticContext:
         Call once, after building the model and optimizer and before training.
         """
         self._model, self._optimizer = model, optimizer
+        if self.device.type == "cuda":
+            _torch().cuda.set_device(self.device)  # NCCL and broadcast_object_list use it
         self._form(self._offered)
         self._t_mark = time.perf_counter()
 
@@ -273,9 +286,11 @@ class ElasticContext:
         accum = self.accumulation_steps
         flat = torch.cat(grads) / accum
         local_sqr = float(flat.pow(2).sum())
-        extra = torch.tensor([self._loss_acc / accum, local_sqr], dtype=flat.dtype)
+        extra = torch.tensor(
+            [self._loss_acc / accum, local_sqr], dtype=flat.dtype, device=flat.device
+        )
         buf = torch.cat([flat, extra])
-        pending = torch.tensor([self._offered.number], dtype=torch.int64)
+        pending = torch.tensor([self._offered.number], dtype=torch.int64, device=flat.device)
         try:
             dist.all_reduce(buf, op=dist.ReduceOp.SUM)
             dist.all_reduce(pending, op=dist.ReduceOp.MAX)
@@ -417,7 +432,7 @@ class ElasticContext:
             self._arrive(store, world, gen)
             store.set_timeout(timedelta(seconds=self._timeout))
             dist.init_process_group(
-                "gloo",
+                "nccl" if self.device.type == "cuda" else "gloo",
                 store=store,
                 rank=rank,
                 world_size=world,

@@ -26,9 +26,11 @@ def train(ctx: ElasticContext) -> None:
     dim = int(args.get("dim", 16))
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(dim, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    model.to(ctx.device)  # this worker's GPU, or the CPU
     opt = torch.optim.SGD(model.parameters(), lr=float(args.get("lr", 0.05)), momentum=0.9)
     ctx.register(model, opt)
     x, y = _data(int(args.get("samples", 4096)), dim, seed=1)
+    x, y = x.to(ctx.device), y.to(ctx.device)
     threshold = float(args.get("loss_threshold", 0.01))
     step_delay = float(args.get("step_delay", 0.0))  # slows a tiny model to a visible pace
     while True:
