@@ -106,3 +106,43 @@ def controller_pid(state: Path) -> int | None:
 
 def kill(pid: int, sig: int) -> None:
     os.kill(pid, sig)
+
+
+def listening_sockets() -> list[tuple[str, int, set[int]]]:
+    """(local address, port, owning pids) of every listening TCP socket, read from
+    /proc (what ``ss -ltnp`` shows, without needing iproute2)."""
+    import ipaddress
+
+    owners: dict[str, set[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry.name}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{entry.name}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                owners.setdefault(target[8:-1], set()).add(int(entry.name))
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] != "0A":  # TCP_LISTEN
+                continue
+            hex_addr, hex_port = fields[1].split(":")
+            raw = bytes.fromhex(hex_addr)
+            # /proc prints each 32-bit word in host (little-endian) order.
+            words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+            ip = ipaddress.ip_address(words)
+            mapped = getattr(ip, "ipv4_mapped", None)  # ::ffff:127.0.0.1 is loopback too
+            out.append((str(mapped or ip), int(hex_port, 16), owners.get(fields[9], set())))
+    return out
