@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from deepboot.core.params import BatchLimits, GradParams, PerfParams
 from deepboot.perf import detmath
+from deepboot.perf._goodputkernel import throughput_rows
 
 ArrayLike: TypeAlias = npt.ArrayLike
 FloatArray: TypeAlias = npt.NDArray[np.float64]
@@ -312,14 +313,25 @@ class _CandidateTable:
         if not done.all():
             todo = ~done
             r, i = rows[todo], inter[todo]
-            m = self.atomic[r]
-            t_grad = perf.alpha_c + perf.beta_c * m
-            # sync_time: only whether N > 1 (and K) matter.
-            retro = self.retro[r]
-            intra = np.where(self.multi[r], perf.alpha_r + perf.beta_r * retro, 0.0)
-            t_sync = np.where(i > 0, perf.alpha_n + perf.beta_n * retro, intra)[:, None]
-            step = combine_times(t_grad, np.broadcast_to(t_sync, t_grad.shape), perf.gamma)
-            memo.rows[i, r] = self.total[r] / (step + self.accum[r] * t_grad)
+            # The NumPy formulation, element by element, compiled (sync_time: only
+            # whether N > 1, and K, matter); tests/perf/test_goodputkernel.py.
+            out = np.empty((r.size, NUM_CANDIDATES))
+            params = np.array(
+                [
+                    perf.alpha_c,
+                    perf.beta_c,
+                    perf.alpha_n,
+                    perf.beta_n,
+                    perf.alpha_r,
+                    perf.beta_r,
+                    perf.gamma,
+                ],
+                dtype=np.float64,
+            )
+            throughput_rows(
+                params, self.atomic, self.accum, self.total, self.retro, self.multi, r, i, out
+            )
+            memo.rows[i, r] = out
             memo.done[i, r] = True
         return memo.rows[inter, rows]
 
