@@ -60,7 +60,7 @@ def job(state: Path, name: str) -> dict[str, Any]:
     return next(j for j in status(state)["jobs"] if j["name"] == name)
 
 
-def wait_for(what: str, ok: Callable[[], Any], timeout: float = 180.0, every: float = 0.5) -> Any:
+def wait_for(what: str, ok: Callable[[], Any], timeout: float = 600.0, every: float = 0.5) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = ok()

@@ -14,6 +14,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from tests.runtime.cluster_helpers import (  # noqa: E402
     events,
     job,
     listening_sockets,
+    status,
     wait_for,
     worker_pids,
     write_job,
@@ -66,6 +68,26 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         cli(state, "down", check=False)
         left = {p for p in cluster_pids(record) if alive(p)}
         assert not left, f"'deepboot down' left processes running: {left}"
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_jobs(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Cancel what a test leaves running (a failed one), so the next starts clean."""
+    yield
+    if "cluster" not in request.fixturenames:
+        return
+    state = request.getfixturevalue("cluster")
+    left = [
+        j["name"] for j in status(state)["jobs"] if j["state"] in ("submitted", "queued", "running")
+    ]
+    for name in left:
+        cli(state, "cancel", name, check=False)
+    if left:
+        wait_for(
+            "the leftover jobs' GPUs",
+            lambda: not any(g["holder"] for g in status(state)["gpus"]),
+            180,
+        )
 
 
 def _assert_exact_resizes(state: Path, name: str) -> list[dict]:
@@ -128,8 +150,8 @@ def test_first_job_shrinks_for_the_second_and_grows_back(cluster: Path, tmp_path
         lambda: job(cluster, "long-a")["num_workers"] == 4 and job(cluster, "long-a")["step"] > 30,
     )
     cli(cluster, "submit", str(b))
-    wait_for("short-b to finish", lambda: job(cluster, "short-b")["state"] == "finished", 300)
-    wait_for("long-a to finish", lambda: job(cluster, "long-a")["state"] == "finished", 300)
+    wait_for("short-b to finish", lambda: job(cluster, "short-b")["state"] == "finished", 900)
+    wait_for("long-a to finish", lambda: job(cluster, "long-a")["state"] == "finished", 900)
     resizes = _assert_exact_resizes(cluster, "long-a")
     _assert_exact_resizes(cluster, "short-b")
     sizes = [len(r["to"]) for r in resizes]
@@ -163,7 +185,7 @@ def test_a_killed_worker_does_not_lose_the_job(cluster: Path, tmp_path: Path) ->
     )
     victim = worker_pids(cluster, "fault-c")[-1]
     os.kill(victim, signal.SIGKILL)
-    wait_for("fault-c to finish", lambda: job(cluster, "fault-c")["state"] == "finished", 300)
+    wait_for("fault-c to finish", lambda: job(cluster, "fault-c")["state"] == "finished", 900)
     log = events(cluster, "fault-c")
     failed = [e for e in log if e.kind is LogKind.WORKER_FAILED]
     assert failed, "the controller never noticed the dead worker"
@@ -189,14 +211,27 @@ def test_sigkilled_controller_comes_back_and_finishes_the_jobs(
     out = cli(cluster, "up").stdout
     assert "restarted the controller" in out
     assert controller_pid(cluster) not in (None, old)
-    wait_for("survive-d to finish", lambda: job(cluster, "survive-d")["state"] == "finished", 300)
+    wait_for(
+        "the new controller to reconcile",
+        lambda: (
+            [e for e in events(cluster) if e.kind is LogKind.CONTROLLER_STARTED][-1].seq
+            > [e for e in events(cluster) if e.kind is LogKind.SUBMITTED][-1].seq
+        ),
+    )
+    # It kept the running workers' processes: no new worker group.
+    alive_after = {p for p in worker_pids(cluster, "survive-d") if alive(p)}
+    assert alive_after == workers_before
+    # Never two live worker groups: never more worker processes than the job may hold.
+    most = 0
+    while job(cluster, "survive-d")["state"] != "finished":
+        live = [p for p in worker_pids(cluster, "survive-d") if alive(p)]
+        most = max(most, len(live))
+        assert len(live) <= 4, live
+        time.sleep(0.5)
+    assert most >= 1
     log = events(cluster, "survive-d")
     starts = [e for e in events(cluster) if e.kind is LogKind.CONTROLLER_STARTED]
     assert "survive-d" in starts[-1].detail["recovered"]
-    # Never two live worker groups: at most max_workers worker processes were alive
-    # at once, and the recovered job kept its workers' processes.
-    assert len(workers_before) <= 4
-    assert set(worker_pids(cluster, "survive-d")) == workers_before, "new workers were started"
     assert [e for e in log if e.kind is LogKind.FINISHED]
     reconciled = [e for e in events(cluster) if e.kind is LogKind.RECONCILED][-1]
     assert not [n for n in reconciled.detail["killed"] if "|survive-d|" in n]
@@ -212,7 +247,7 @@ def test_cancel_frees_the_gpus_and_logs_tell_the_story(cluster: Path, tmp_path: 
     wait_for("cancel-e cancelled", lambda: job(cluster, "cancel-e")["state"] == "cancelled")
     gpus = json.loads(cli(cluster, "status", "--json").stdout)["gpus"]
     assert not [g for g in gpus if g["holder"] == "cancel-e"]
-    wait_for("its workers to exit", lambda: not [p for p in pids if alive(p)], 60)
+    wait_for("its workers to exit", lambda: not [p for p in pids if alive(p)], 180)
     logs = cli(cluster, "logs", "cancel-e").stdout
     assert "] worker pid " in logs and "-- events of cancel-e --" in logs
     assert " cancelled " in logs or logs.rstrip().endswith("cancelled {}")
@@ -240,8 +275,8 @@ def test_without_afe_resizes_checkpoint_and_restart(cluster: Path, tmp_path: Pat
         ),
     )
     cli(cluster, "submit", str(g))
-    wait_for("restart-g to finish", lambda: job(cluster, "restart-g")["state"] == "finished", 300)
-    wait_for("restart-f to finish", lambda: job(cluster, "restart-f")["state"] == "finished", 300)
+    wait_for("restart-g to finish", lambda: job(cluster, "restart-g")["state"] == "finished", 900)
+    wait_for("restart-f to finish", lambda: job(cluster, "restart-f")["state"] == "finished", 900)
     resizes = _assert_exact_resizes(cluster, "restart-f")
     assert resizes and all(r["how"] == "restart" for r in resizes)
     assert all(r["steps_lost"] == 0 for r in resizes)  # the checkpoint is taken at the boundary
