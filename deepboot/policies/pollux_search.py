@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import bisect
 import enum
+import functools
 import itertools
 from collections.abc import Mapping
 
 import numpy as np
 
 from deepboot.policies.pollux_fitness import BoolArray, FloatArray, IntArray, PolluxProblem
-from deepboot.policies.pollux_knapsack import knapsack
 from deepboot.policies.pollux_moves import Move, MoveKind
 from deepboot.policies.pollux_state import ProblemView, SearchState, problem_view
 
@@ -376,8 +376,9 @@ def dp_counts(
     for (job, count), value in (learned or {}).items():
         by_job.setdefault(job, []).append((count, value))
 
-    steps: list[FloatArray] = []
-    lows: list[int] = []
+    budget = np.arange(total + 1)
+    dp = np.zeros(total + 1)
+    steps: list[tuple[IntArray, int]] = []
     keeps = np.zeros(len(subset), dtype=bool)
     for i, j in enumerate(subset):
         cs = option_costs[i]
@@ -397,15 +398,18 @@ def dp_counts(
                 at = 0 if count == 0 else count - low_j + 1
                 if (count == 0 or count >= low_j) and at < size:
                     cs[at] = max(cs[at], value)
-        steps.append(cs)
-        lows.append(low_j)
+        src, valid = _dp_index(size, low_j, total)
+        vals = np.where(valid, dp[src], _INF)
+        vals += cs[:, None]
+        arg = vals.argmin(axis=0)
+        dp = vals[arg, budget]
+        steps.append((arg, low_j))
 
-    args, dp = knapsack(steps, lows, total)
-    picks = args.tolist()
     left = total
     for i in range(len(subset) - 1, -1, -1):
-        at = picks[i][left]
-        count = 0 if at == 0 else lows[i] + at - 1
+        arg, low_j = steps[i]
+        at = int(arg[left])
+        count = 0 if at == 0 else low_j + at - 1
         counts[subset[i]] = count
         left -= count
     keep[subset] = keeps & (counts[subset] == np.asarray(view.base_k)[subset])
@@ -436,6 +440,15 @@ def _option_costs(
     costs = np.array([memo[fewest[k], k][1] for k in ks], dtype=np.float64)
     problem.row_memo[key] = costs
     return costs
+
+
+@functools.lru_cache(maxsize=4096)
+def _dp_index(size: int, low: int, total: int) -> tuple[IntArray, BoolArray]:
+    """For the options [0, low, ..., low + size - 2] of one knapsack step: which dp
+    entry each (option, budget) reads (clamped at 0) and whether it exists."""
+    ks = np.concatenate(([0], np.arange(low, low + size - 1))).astype(np.int64)
+    src = np.arange(total + 1)[None, :] - ks[:, None]
+    return np.maximum(src, 0), src >= 0
 
 
 def _job_cost(problem: PolluxProblem, j: int, row: list[int]) -> float:
