@@ -1,0 +1,94 @@
+"""`deepboot up --address`: attach to a Ray cluster someone else started, run a job on
+it, and `deepboot down` leaves that cluster running."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+pytest.importorskip("torch")
+
+from deepboot.runtime.raycluster import ClusterRecord, cluster_pids, kill_pids  # noqa: E402
+from tests.runtime.cluster_helpers import alive, cli, job, wait_for, write_job  # noqa: E402
+
+pytestmark = pytest.mark.runtime
+
+
+def test_attach_runs_a_job_and_down_leaves_the_cluster(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text(secrets.token_hex(32))
+    os.chmod(token, 0o600)
+    temp_dir = f"/tmp/deepboot-attach-{secrets.token_hex(4)}"
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    resources = {
+        "deepboot_node_0": 1000,
+        "deepboot_pool_training": 1000,
+        "deepboot_gpu_0_0": 1,
+        "deepboot_gpu_0_1": 1,
+    }
+    # The user's own cluster: a plain `ray start`, as docs/runtime.md shows.
+    started = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ray.scripts.scripts",
+            "start",
+            "--head",
+            "--port=0",
+            f"--temp-dir={temp_dir}",
+            "--include-dashboard=false",
+            "--num-cpus=3",
+            f"--resources={json.dumps(resources)}",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert started.returncode == 0, started.stderr
+    found = re.search(r"--address='([^']+)'", started.stdout + started.stderr)
+    assert found, started.stdout
+    address = found.group(1)
+    theirs = ClusterRecord("local", address, temp_dir, (), "")
+    state = tmp_path / "state"
+    try:
+        out = cli(
+            state,
+            "up",
+            "--address",
+            address,
+            "--ray-token",
+            str(token),
+            "--interval",
+            "2",
+            "--poll",
+            "0.3",
+            "--collective-timeout",
+            "15",
+        ).stdout
+        assert "attached" in out and "2 GPUs" in out
+        cli(state, "submit", str(write_job(tmp_path, "attached-a", 0.004, 0.02, max_workers=2)))
+        wait_for("attached-a to finish", lambda: job(state, "attached-a")["state"] == "finished")
+        ray_pids = {p for p in cluster_pids(theirs) if alive(p)}
+        assert "killed deepboot's workers" in cli(state, "down").stdout
+        # Their Ray cluster is still up: 'down' stopped only what 'up' started.
+        assert ray_pids and all(alive(p) for p in ray_pids)
+    finally:
+        cli(state, "down", check=False)
+        kill_pids(cluster_pids(theirs))
+        shutil.rmtree(temp_dir, ignore_errors=True)
