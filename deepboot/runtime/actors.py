@@ -20,11 +20,12 @@ from deepboot.runtime.world import parse_gpu
 
 log = logging.getLogger(__name__)
 
-_PREFIX = "w|"
+WORKER_PREFIX = "w|"
+"""Start of every worker actor's name (see :func:`actor_name`)."""
 
 
 def actor_name(job: str, gpu: str, incarnation: int) -> str:
-    return f"{_PREFIX}{job}|{gpu}|{incarnation}"
+    return f"{WORKER_PREFIX}{job}|{gpu}|{incarnation}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,10 +36,10 @@ class ActorName:
 
     @classmethod
     def parse(cls, name: str) -> ActorName | None:
-        if not name.startswith(_PREFIX):
+        if not name.startswith(WORKER_PREFIX):
             return None
         try:
-            job, gpu, inc = name[len(_PREFIX) :].rsplit("|", 2)
+            job, gpu, inc = name[len(WORKER_PREFIX) :].rsplit("|", 2)
             return cls(job, gpu, int(inc))
         except ValueError:
             return None
@@ -132,6 +133,6 @@ class RayActors:
         names = [
             a["name"]
             for a in list_named_actors(all_namespaces=True)
-            if a.get("namespace") == NAMESPACE and a["name"].startswith(_PREFIX)
+            if a.get("namespace") == NAMESPACE and a["name"].startswith(WORKER_PREFIX)
         ]
         return sorted(names)

@@ -48,7 +48,7 @@ from deepboot.policies import registry
 from deepboot.runtime.actors import ActorName, RayActors, actor_name
 from deepboot.runtime.raycluster import ClusterRecord, ray_env
 from deepboot.runtime.statedir import StateDir
-from deepboot.runtime.store import JobState, JobStore, LogKind
+from deepboot.runtime.store import JobRow, JobState, JobStore, LogKind
 from deepboot.runtime.world import (
     GpuRec,
     JobRec,
@@ -210,6 +210,9 @@ class Controller:
             )
             self.store.set_meta(db, "heartbeat", repr(self.clock()))
             self.store.set_meta(db, "controller_pid", str(os.getpid()))
+        # An ended job's last row is written: stop rewriting it every iteration.
+        for name in [n for n, j in self.jobs.items() if j.row.state.ended]:
+            del self.jobs[name]
 
     # -- start-up and reconciliation ----------------------------------------------------------
 
@@ -325,8 +328,9 @@ class Controller:
         dt, self._last = max(now - self._last, 0.0), now
         events: list[Event] = []
         events += self.poll(dt)
-        events += self.take_submissions()
-        events += self.take_cancellations()
+        rows = self.store.jobs()  # one read of the store per iteration
+        events += self.take_submissions(rows)
+        events += self.take_cancellations(rows)
         if now >= self._next_tick:
             events.append(Event(EventKind.TICK))
             self._next_tick = now + self.settings.interval
@@ -334,9 +338,9 @@ class Controller:
             run_event(self.loop, event, self.backend, self.rng)
         self.flush()
 
-    def take_submissions(self) -> list[Event]:
+    def take_submissions(self, rows: list[JobRow]) -> list[Event]:
         events = []
-        for row in self.store.jobs():
+        for row in rows:
             if row.state is JobState.SUBMITTED and row.name not in self.jobs:
                 rec = JobRec(row)
                 rec.update(state=JobState.QUEUED)
@@ -346,9 +350,9 @@ class Controller:
                 self.jobs[row.name].update(state=JobState.QUEUED)
         return events
 
-    def take_cancellations(self) -> list[Event]:
+    def take_cancellations(self, rows: list[JobRow]) -> list[Event]:
         events = []
-        cancelled = {r.name for r in self.store.jobs() if r.cancel and not r.state.ended}
+        cancelled = {r.name for r in rows if r.cancel and not r.state.ended}
         for name in sorted(cancelled):
             rec = self.jobs.get(name)
             if rec is None:

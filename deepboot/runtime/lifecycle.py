@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from deepboot.core.cluster import ClusterSpec
-from deepboot.core.errors import ConfigError, DeepbootError
+from deepboot.core.errors import ConfigError
 from deepboot.policies import registry
 from deepboot.runtime import raycluster
 from deepboot.runtime.controller import ControllerSettings, settings_file
@@ -104,10 +104,9 @@ def controller_alive(state: StateDir) -> int | None:
         pid = int(state.controller_pid.read_text())
     except (FileNotFoundError, ValueError):
         return None
+    if not raycluster.process_alive(pid):
+        return None
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return None
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return None
@@ -151,20 +150,13 @@ def down(state: StateDir) -> str:
 
 
 def _kill_attached_workers(record: ClusterRecord) -> None:
-    code = (
-        "import ray\n"
-        f"ray.init(address={record.address!r}, logging_level='ERROR')\n"
+    from deepboot.runtime.actors import WORKER_PREFIX
+
+    ns = raycluster.NAMESPACE
+    raycluster.run_on_ray(
+        record,
         "from ray.util import list_named_actors\n"
         "for a in list_named_actors(all_namespaces=True):\n"
-        f"    if a.get('namespace') == {raycluster.NAMESPACE!r} and a['name'].startswith('w|'):\n"
-        f"        ray.kill(ray.get_actor(a['name'], namespace={raycluster.NAMESPACE!r}))\n"
+        f"    if a.get('namespace') == {ns!r} and a['name'].startswith({WORKER_PREFIX!r}):\n"
+        f"        ray.kill(ray.get_actor(a['name'], namespace={ns!r}))",
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        env=ray_env(record),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if proc.returncode != 0:
-        raise DeepbootError(f"could not reach {record.address}: {proc.stderr.strip()[-500:]}")

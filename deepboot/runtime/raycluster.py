@@ -265,18 +265,9 @@ def attach(state: StateDir, address: str, token_file: Path | None) -> ClusterRec
     if state.cluster_file.exists():
         raise ConfigError(f"a cluster is already up in {state.root} (run 'deepboot down' first)")
     tok = str(token_file.resolve()) if token_file else ""
-    code = (
-        f"import json, ray; ray.init(address={address!r}, logging_level='ERROR'); "
-        "print('NODES=' + json.dumps(ray.nodes()))"
-    )
-    env = ray_env(ClusterRecord("attached", address, "", (), tok), token_file)
-    proc = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
-    )
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("NODES=")), None)
-    if proc.returncode != 0 or line is None:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
-        raise DeepbootError(f"cannot reach the Ray cluster at {address}:\n{tail}")
+    probe = ClusterRecord("attached", address, "", (), tok)
+    out = run_on_ray(probe, "import json\nprint('NODES=' + json.dumps(ray.nodes()))")
+    line = next((ln for ln in out.splitlines() if ln.startswith("NODES=")), "NODES=[]")
     cluster = cluster_from_ray_nodes(json.loads(line[len("NODES=") :]))
     record = ClusterRecord(
         mode="attached",
@@ -287,6 +278,28 @@ def attach(state: StateDir, address: str, token_file: Path | None) -> ClusterRec
     )
     record.save(state)
     return record
+
+
+def run_on_ray(record: ClusterRecord, body: str) -> str:
+    """Run ``body`` in a fresh Python process connected to ``record``'s cluster (with
+    the environment of :func:`ray_env`, ``ray`` imported and initialized); returns
+    what it printed. A fresh process because Ray reads its settings at import.
+
+    Raises:
+        DeepbootError: the process failed (cannot reach the cluster, or ``body`` raised).
+    """
+    code = f"import ray\nray.init(address={record.address!r}, logging_level='ERROR')\n{body}\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=ray_env(record),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+        raise DeepbootError(f"cannot reach the Ray cluster at {record.address}:\n{tail}")
+    return proc.stdout
 
 
 # -- stopping ----------------------------------------------------------------------------
@@ -337,18 +350,19 @@ def kill_pids(pids: Iterable[int], grace: float = 5.0) -> None:
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while pending and time.monotonic() < deadline:
-        pending = {p for p in pending if Path(f"/proc/{p}").exists() and not _zombie(p)}
+        pending = {p for p in pending if process_alive(p)}
         time.sleep(0.1)
     for pid in pending:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
 
-def _zombie(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
-        return True
+        return False
 
 
 def stop_local(record: ClusterRecord) -> int:

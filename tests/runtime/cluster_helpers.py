@@ -92,11 +92,9 @@ def worker_pids(state: Path, job_name: str) -> list[int]:
 
 
 def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    from deepboot.runtime.raycluster import process_alive
+
+    return process_alive(pid)
 
 
 def controller_pid(state: Path) -> int | None:
