@@ -15,7 +15,7 @@ from typing import NoReturn
 from rich.console import Console
 
 from deepboot import __version__
-from deepboot.cli import commands, compare, limits, runtime
+from deepboot.cli import commands, compare, limits, load, runtime
 from deepboot.cli.params import add_interval_and_seed, add_shared_cluster_flags
 from deepboot.core.errors import DeepbootError
 
@@ -242,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     compare.add_parser(sub)
     runtime.add_parsers(sub, _Formatter)
+    load.add_parser(sub, _Formatter)
     return parser
 
 

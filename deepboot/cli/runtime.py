@@ -1,4 +1,4 @@
-"""The runtime's commands: up, down, submit, status, logs, cancel.
+"""The runtime's commands: up, down, submit, serve, status, logs, cancel.
 
 Ray and torch are imported only by the processes that need them (the controller and
 the workers), so ``submit``, ``status``, ``logs`` and ``cancel`` are quick.
@@ -31,9 +31,16 @@ examples:
   # attach to an existing Ray cluster whose nodes carry deepboot's resources
   deepboot up --address 10.0.0.1:6379 --ray-token /etc/deepboot/ray-token
 
+  # serve requests on every interface (then every request needs the bearer token
+  # of STATE_DIR/http-token: curl -H "Authorization: Bearer $(cat .deepboot/http-token)")
+  deepboot up --inference-nodes 2 --http-host 0.0.0.0
+
 The local cluster listens on loopback only, with Ray's token authentication on (the
-token is STATE_DIR/ray-token, readable by its owner only). Policies: the ones that
-need nothing a real cluster does not know (deepboot, pollux, tiresias, fifo, ...);
+token is STATE_DIR/ray-token, readable by its owner only). The controller's HTTP
+endpoint (requests, job and service submissions, /metrics) is on 127.0.0.1:8470
+unless --http-host/--http-port say otherwise; STATE_DIR/http.json records it.
+Policies: the ones that need nothing a real cluster does not know (deepboot, pollux,
+tiresias, fifo, ...);
 optimus, afs and lyra read each job's remaining work and are refused."""
 
 _SUBMIT_EPILOG = """\
@@ -49,6 +56,23 @@ example job file (paths are relative to it):
   loss_threshold = 0.01
 
 See examples/runtime/ and docs/runtime.md for the training function's API."""
+
+
+_SERVE_EPILOG = """\
+example service file (paths are relative to it):
+  name = "echo"
+  model = "tiny-mlp"
+  handler = "echo_service.py:load"   # factory(device, **args) -> handler(body) -> answer
+  concurrency = 1                    # requests in flight per replica
+  max_replicas = 4                   # 0: no cap
+  queue_bound = 64                   # waiting requests, then 503 + Retry-After
+  request_timeout_s = 30
+  [args]
+  hidden = 64
+
+then: curl -X POST -H 'X-Request-Id: r1' -d '{"x": [1, 2]}' \\
+        http://127.0.0.1:8470/v1/echo/infer
+See examples/runtime/ and docs/runtime.md."""
 
 
 def _state_flag(p: argparse.ArgumentParser) -> None:
@@ -102,6 +126,23 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     )
     up.add_argument("--seed", type=int, default=0, help="seed of the policy's randomness")
     up.add_argument(
+        "--protect-factor",
+        type=float,
+        default=1.0,
+        metavar="P",
+        help="scales an idle replica's protect time (30-120 s at 1, DeepBoot's P) before "
+        "its GPU may be lent; e.g. 0.05 for a demo",
+    )
+    up.add_argument(
+        "--http-host",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address of the HTTP endpoint; anything but loopback requires the bearer token",
+    )
+    up.add_argument(
+        "--http-port", type=int, default=8470, metavar="PORT", help="its port (0: any free one)"
+    )
+    up.add_argument(
         "--param",
         action="append",
         default=[],
@@ -132,6 +173,18 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     )
     submit.add_argument("job_file", metavar="JOB.toml")
     submit.set_defaults(func=cmd_submit)
+
+    serve = _command(
+        sub,
+        formatter,
+        "serve",
+        help="register an inference service (TOML)",
+        description="Validate a service file and register the service; requests to "
+        "POST /v1/<service>/infer then start replicas on inference GPUs (ATS-I).",
+        epilog=_SERVE_EPILOG,
+    )
+    serve.add_argument("service_file", metavar="SERVICE.toml")
+    serve.set_defaults(func=cmd_serve)
 
     status = _command(
         sub,
@@ -181,6 +234,10 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
 
     for name in ("interval", "poll", "collective_timeout"):
         _positive(name.replace("_", "-"), getattr(args, name), integer=False)
+    if not (math.isfinite(args.protect_factor) and 0 <= args.protect_factor <= 100):
+        raise ConfigError(f"--protect-factor must be in [0, 100], got {args.protect_factor}")
+    if not 0 <= args.http_port <= 65535:
+        raise ConfigError(f"--http-port must be in [0, 65535], got {args.http_port}")
     cluster = None
     if not args.address:
         _positive("training-nodes", args.training_nodes)
@@ -200,6 +257,9 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
         lending=not args.no_lending,
         seed=args.seed,
         params=split_pairs(args.param),
+        protect_factor=args.protect_factor,
+        http_host=args.http_host,
+        http_port=args.http_port,
     )
     state = StateDir.at(args.state_dir)
     restarting = state.cluster_file.exists()
@@ -224,6 +284,10 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
         f"{gpus} GPUs, policy {settings.policy}, {'AFE' if settings.afe else 'restart'} "
         f"resizes; state in {state.root} ({time.monotonic() - started:.0f} s)"
     )
+    if state.http_file.exists():
+        info = json.loads(state.http_file.read_text())
+        auth = " (bearer token: STATE_DIR/http-token)" if info.get("auth") else ""
+        out.print(f"HTTP endpoint: {info.get('url')}{auth}")
     return 0
 
 
@@ -254,6 +318,55 @@ def cmd_submit(args: argparse.Namespace, out: Console, err: Console) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from deepboot.runtime.servicespec import load_service
+
+    spec = load_service(args.service_file)
+    store = _store(args)
+    fresh = store.register_service(spec)
+    state = StateDir.at(args.state_dir)
+    url = _wait_until_served(state, spec.name)
+    where = (
+        f" at {url}/v1/{spec.name}/infer" if url else " (the controller takes it up when it runs)"
+    )
+    cap = spec.max_replicas or "no cap"
+    out.print(
+        f"{'registered' if fresh else 'already registered:'} service {spec.name} "
+        f"({spec.concurrency} in flight per replica, replicas {cap}){where}"
+    )
+    return 0
+
+
+def _wait_until_served(state: StateDir, service: str, timeout: float = 30.0) -> str:
+    """The endpoint's URL once the running controller serves ``service`` ("" when no
+    controller runs)."""
+    import urllib.error
+    import urllib.request
+
+    from deepboot.runtime.lifecycle import controller_alive
+
+    if controller_alive(state) is None or not state.http_file.exists():
+        return ""
+    info = json.loads(state.http_file.read_text())
+    url = str(info.get("url", ""))
+    req = urllib.request.Request(url + "/v1/services")
+    if info.get("auth"):
+        req.add_header("Authorization", f"Bearer {state.http_token.read_text().strip()}")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                if any(s.get("service") == service for s in json.loads(r.read())):
+                    return url
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise ConfigError(
+        f"registered {service!r}, but the controller at {url} did not take it up within "
+        f"{timeout:g} s; see {state.logs / 'controller.log'}"
+    )
+
+
 def cmd_cancel(args: argparse.Namespace, out: Console, err: Console) -> int:
     row = _store(args).request_cancel(args.job)
     if row.state.ended:
@@ -277,6 +390,14 @@ def status_document(state: StateDir) -> dict[str, Any]:
         raise ConfigError(f"no deepboot state in {state.root} (run 'deepboot up' first)")
     store = JobStore(state.db)
     heartbeat = store.meta("heartbeat")
+    gpus = store.gpus()
+    lent: dict[str, list[str]] = {}
+    for g in gpus:
+        if g.state == "lent" and g.holder:
+            lent.setdefault(g.holder, []).append(g.gpu)
+    endpoint = None
+    if state.http_file.exists():
+        endpoint = json.loads(state.http_file.read_text()).get("url")
     doc: dict[str, Any] = {
         "cluster": {
             "up": record is not None,
@@ -284,10 +405,35 @@ def status_document(state: StateDir) -> dict[str, Any]:
             "address": record.address if record else None,
             "controller_pid": controller_alive(state),
             "heartbeat_age_s": round(time.time() - float(heartbeat), 3) if heartbeat else None,
+            "endpoint": endpoint,
         },
         "gpus": [
-            {"gpu": g, "node": n, "index": i, "pool": p, "state": s, "holder": h or None}
-            for g, n, i, p, s, h in store.gpus()
+            {
+                "gpu": g.gpu,
+                "node": g.node,
+                "index": g.idx,
+                "pool": g.pool,
+                "state": g.state,
+                "holder": g.holder or None,
+                "service": g.service or None,
+            }
+            for g in gpus
+        ],
+        "services": [
+            {
+                "name": r.spec.name,
+                "model": r.spec.model,
+                "concurrency": r.spec.concurrency,
+                "max_replicas": r.spec.max_replicas,
+                "queue_bound": r.spec.queue_bound,
+                "cold_start_s": r.cold_start,
+                "replicas": [
+                    {"gpu": g.gpu, "state": g.state, "hits": g.hits}
+                    for g in gpus
+                    if g.service == r.spec.name
+                ],
+            }
+            for r in store.services()
         ],
         "jobs": [
             {
@@ -295,6 +441,7 @@ def status_document(state: StateDir) -> dict[str, Any]:
                 "state": r.state.value,
                 "workers": list(r.workers),
                 "num_workers": len(r.workers),
+                "lent_gpus": sorted(lent.get(r.name, [])),
                 "min_workers": r.spec.min_workers,
                 "max_workers": r.spec.max_workers,
                 "batch_size": r.local_bsz * r.accum * len(r.workers) if r.workers else None,
@@ -330,12 +477,31 @@ def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:
         f", heartbeat {c['heartbeat_age_s']:.1f} s ago" if c["heartbeat_age_s"] is not None else ""
     )
     out.print(f"cluster: {c['mode'] or 'down'} {c['address'] or ''} - {ctl}{age}")
+    if c["endpoint"]:
+        out.print(f"endpoint: {c['endpoint']}")
     gt = Table(title="GPUs")
     for col in ("pool", "node", "GPU", "state", "held by"):
         gt.add_column(col)
     for g in doc["gpus"]:
-        gt.add_row(g["pool"], str(g["node"]), g["gpu"], g["state"], g["holder"] or "")
+        holder = g["holder"] or (f"replica of {g['service']}" if g["service"] else "")
+        gt.add_row(g["pool"], str(g["node"]), g["gpu"], g["state"], holder)
     out.print(gt)
+    if doc["services"]:
+        st = Table(title="services")
+        for col in (
+            "service",
+            "model",
+            "replicas (GPU: state)",
+            "in flight / replica",
+            "cold start",
+        ):
+            st.add_column(col)
+        for sv in doc["services"]:
+            reps = ", ".join(f"{r['gpu']}: {r['state']}" for r in sv["replicas"]) or "none"
+            cold = f"{sv['cold_start_s']:.2f} s" if sv["cold_start_s"] is not None else ""
+            cap = f" (max {sv['max_replicas']})" if sv["max_replicas"] else ""
+            st.add_row(sv["name"], sv["model"], reps + cap, str(sv["concurrency"]), cold)
+        out.print(st)
     jt = Table(title="jobs")
     # Names and states never fold: they are what a user greps for.
     width = max((len(j["name"]) for j in doc["jobs"]), default=3)
@@ -343,6 +509,7 @@ def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:
     jt.add_column("state", no_wrap=True, min_width=9)
     for col in (
         "workers",
+        "lent GPUs",
         "batch (local x accum)",
         "step",
         "loss",
@@ -362,6 +529,7 @@ def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:
             j["name"],
             j["state"],
             workers,
+            ", ".join(j["lent_gpus"]),
             batch,
             str(j["step"]),
             loss,

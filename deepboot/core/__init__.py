@@ -15,6 +15,7 @@ from deepboot.core.jobs import InferenceTaskSpec, TrainingJobSpec, Workload
 from deepboot.core.modes import JobMode
 from deepboot.core.params import BatchLimits, GradParams, PerfParams
 from deepboot.core.placement import EMPTY, Allocation, Placement, freeze_allocation, gpus_used
+from deepboot.core.service import ServiceSpec
 from deepboot.core.state import ClusterState, InferenceState, JobView
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "PerfParams",
     "Placement",
     "Pool",
+    "ServiceSpec",
     "TRANSITIONS",
     "TrainingJobSpec",
     "UnknownPolicyError",

@@ -244,7 +244,9 @@ class ElasticContext:
     def offer(self, gen: Generation) -> None:
         """(Controller, via the actor) Make ``gen`` the next generation to form."""
         with self._cond:
-            if gen.number > self._offered.number or self._gen is None:
+            # Only ever forward: the actor runs calls concurrently, so two offers may
+            # arrive out of order (a resize offered while the worker still starts).
+            if gen.number > self._offered.number:
                 self._offered = gen
             self._cond.notify_all()
 

@@ -1,4 +1,5 @@
-"""The Ray side of the runtime: create, reach, find and kill elastic workers.
+"""The Ray side of the runtime: create, reach, find and kill elastic workers and
+inference replicas (:mod:`deepboot.runtime.replica`).
 
 Each worker is a detached, named actor (it outlives the controller) in the
 ``deepboot`` namespace, holding exactly one GPU resource (``deepboot_gpu_<n>_<i>``),
@@ -55,6 +56,7 @@ class RayActors:
 
         self._ray = ray
         self._cls = ray.remote(ElasticWorker)
+        self._replica_cls: Any = None
         self._handles: dict[str, Any] = {}
         self._asked: dict[str, Any] = {}  # actor name -> its unanswered report request
         self._report_timeout = report_timeout
@@ -73,6 +75,31 @@ class RayActors:
             max_concurrency=4,
         ).remote(config, gpu, first)
         self._handles[name] = handle
+
+    def create_replica(self, name: str, spec: dict[str, Any], gpu: str, log_path: str) -> Any:
+        """Start replica ``name`` of a service on ``gpu`` (queued by Ray until the GPU's
+        resource is free); returns its handle. It takes ``concurrency`` requests at
+        once, plus one call of the router's (load)."""
+        from deepboot.runtime.replica import ServiceReplica
+
+        if self._replica_cls is None:
+            self._replica_cls = self._ray.remote(ServiceReplica)
+        node, index = parse_gpu(gpu)
+        handle = self._replica_cls.options(
+            name=name,
+            namespace=NAMESPACE,
+            lifetime="detached",
+            num_cpus=0,
+            resources={gpu_resource(node, index): 1},
+            max_restarts=0,
+            max_concurrency=int(spec.get("concurrency", 1)) + 1,
+        ).remote(spec, gpu, log_path)
+        self._handles[name] = handle
+        return handle
+
+    def handle(self, name: str) -> Any:
+        """The handle of a named actor (worker or replica)."""
+        return self._handle(name)
 
     def _handle(self, name: str) -> Any:
         h = self._handles.get(name)
@@ -128,11 +155,15 @@ class RayActors:
 
     def list_workers(self) -> list[str]:
         """Names of every live worker actor in the namespace."""
+        return self.list_named(WORKER_PREFIX)
+
+    def list_named(self, prefix: str) -> list[str]:
+        """Names of every live actor of the namespace that start with ``prefix``."""
         from ray.util import list_named_actors
 
         names = [
             a["name"]
             for a in list_named_actors(all_namespaces=True)
-            if a.get("namespace") == NAMESPACE and a["name"].startswith(WORKER_PREFIX)
+            if a.get("namespace") == NAMESPACE and a["name"].startswith(prefix)
         ]
         return sorted(names)

@@ -7,20 +7,30 @@ deepboot.runtime.controller --state-dir DIR`` runs it by hand). Each iteration:
    that died shrinks its job (the survivors re-form from their own state), a
    generation whose members have all formed completes its resize, a job whose
    workers are all done finishes;
-2. take new submissions and cancellations from the store;
+2. take new submissions, cancellations and services from the store;
 3. run the control loop (``scheduler.control``) for each event and for the
    periodic tick, through :class:`RayBackend`, which turns every job's new GPU set
-   into a new generation of workers (AFE by default, restart with ``afe=False``);
+   into a new generation of workers (AFE by default, restart with ``afe=False``)
+   and every replica operation into a replica actor started, woken or killed;
 4. write jobs, GPUs and the event log to the store, in one transaction.
 
-It holds no scheduling logic: which job gets which GPU is the control loop's.
-After a SIGKILL, a new controller rebuilds its picture from the store and from the
-worker actors still alive (they are detached), kills strays, and goes on.
+Between polls it waits for the router (:mod:`deepboot.runtime.router`, the HTTP
+endpoint in a thread of this process): a request that found no free replica is an
+INFERENCE_ARRIVAL handled at once (ATS-I may reclaim a lent GPU: the job shrinks by
+AFE), an emptied replica an INFERENCE_DONE (RUNNING -> PROTECT), and protect times
+expire on their own timers (PROTECT -> SLEEP, lendable at the next round).
+
+It holds no scheduling logic: which job or replica gets which GPU is the control
+loop's. After a SIGKILL, a new controller rebuilds its picture from the store and from
+the worker and replica actors still alive (they are detached), kills strays, and goes
+on.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import heapq
 import json
 import logging
 import math
@@ -37,6 +47,7 @@ import numpy as np
 
 from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.gpu import GpuId, GpuState
+from deepboot.core.service import ServiceSpec
 from deepboot.elastic.protocol import (
     Generation,
     Restore,
@@ -44,11 +55,15 @@ from deepboot.elastic.protocol import (
     WorkerReport,
     WorkerStatus,
 )
-from deepboot.policies import registry
+from deepboot.policies import inference, registry
+from deepboot.policies.lifecycle import LifecycleConfig, protect_time
+from deepboot.runtime import router as rt
 from deepboot.runtime.actors import ActorName, RayActors, actor_name
+from deepboot.runtime.metrics import Metrics
 from deepboot.runtime.raycluster import ClusterRecord, ray_env
+from deepboot.runtime.replica import REPLICA_PREFIX, parse_replica_name, replica_name
 from deepboot.runtime.statedir import StateDir
-from deepboot.runtime.store import JobRow, JobState, JobStore, LogKind
+from deepboot.runtime.store import GpuRow, JobRow, JobState, JobStore, LogKind
 from deepboot.runtime.world import (
     GpuRec,
     JobRec,
@@ -58,10 +73,28 @@ from deepboot.runtime.world import (
     gpu_name,
     parse_gpu,
 )
-from deepboot.scheduler.control import ControlLoop, LoopSettings, Snapshot, Step, run_event
+from deepboot.scheduler.control import (
+    RETRY,
+    ControlLoop,
+    LoopSettings,
+    PendingTask,
+    Snapshot,
+    Step,
+    run_event,
+)
 from deepboot.scheduler.events import Event, EventKind
+from deepboot.scheduler.inference import InferenceScheduler
 from deepboot.scheduler.loop import Scheduler
-from deepboot.scheduler.operations import Bind, EvictReplica, Lend, Release
+from deepboot.scheduler.operations import (
+    Bind,
+    EvictReplica,
+    Lend,
+    ProtectReplica,
+    Reclaim,
+    Release,
+    SleepReplica,
+    StartReplica,
+)
 
 log = logging.getLogger("deepboot.controller")
 
@@ -79,6 +112,12 @@ class ControllerSettings:
         lending: Training may borrow idle inference-pool GPUs.
         seed: Seed of the policies' randomness.
         params: The training policy's parameters (as ``deepboot policies`` lists).
+        inference_policy: Where a request's new replica goes (ATS-I by default).
+        protect_factor: Scales idle replicas' protect time (DeepBoot's P; the
+            reference's 30-120 s at 1).
+        http_host: Address of the HTTP endpoint (requests, submissions, metrics);
+            anything but loopback requires the bearer token.
+        http_port: Its port (0: any free one; see STATE_DIR/http.json).
     """
 
     policy: str = "deepboot"
@@ -89,6 +128,10 @@ class ControllerSettings:
     lending: bool = True
     seed: int = 0
     params: dict[str, str] = field(default_factory=dict)
+    inference_policy: str = "ats-i"
+    protect_factor: float = 1.0
+    http_host: str = "127.0.0.1"
+    http_port: int = 8470
 
     def save(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
@@ -105,11 +148,11 @@ def settings_file(state: StateDir) -> Path:
 
 
 class RayBackend:
-    """The control loop's second world: jobs and GPUs on a Ray cluster.
+    """The control loop's second world: jobs, GPUs and replicas on a Ray cluster.
 
     ``snapshot`` reports the world as the loop sees it; ``apply`` records the GPU
-    operations and hands every job whose GPU set changed to the controller, which
-    starts its next generation.
+    operations, starts, wakes and kills replicas, and hands every job whose GPU set
+    changed to the controller, which starts its next generation.
     """
 
     def __init__(self, ctl: Controller) -> None:
@@ -123,7 +166,8 @@ class RayBackend:
             if j.active
         )
         gpus = tuple(ctl.gpus[g].view() for g in sorted(ctl.gpus))
-        return Snapshot(ctl.clock(), ctl.cluster, jobs, gpus)
+        waiting = tuple(PendingTask(t, s) for t, s in ctl.waiting.items())
+        return Snapshot(ctl.clock(), ctl.cluster, jobs, gpus, waiting, services=ctl.specs)
 
     def apply(self, step: Step) -> None:
         ctl = self.ctl
@@ -135,14 +179,23 @@ class RayBackend:
                 rec.job = op.job
                 touched.append(op.job)
                 ctl.log_gpu(op.gpu, "bind" if isinstance(op, Bind) else "lend", op.job)
-            elif isinstance(op, Release):
+            elif isinstance(op, Release | Reclaim):
                 rec = ctl.gpus[op.gpu]
                 rec.state, rec.job = GpuState.FREE, None
                 touched.append(op.job)
-                ctl.log_gpu(op.gpu, "release", op.job)
+                ctl.log_gpu(op.gpu, "release" if isinstance(op, Release) else "reclaim", op.job)
             elif isinstance(op, EvictReplica):
-                ctl.gpus[op.gpu].state = GpuState.FREE
+                ctl.evict_replica(op.gpu)
+            elif isinstance(op, StartReplica):
+                ctl.start_replica(op)
+            elif isinstance(op, ProtectReplica):
+                ctl.protect_replica(op)
+            elif isinstance(op, SleepReplica):
+                ctl.sleep_replica(op.gpu)
             # Start/Resize/Preempt restate the GPU operations above at the job level.
+        for u in step.unplaced:
+            if u.inference and u.name in ctl.arrived:
+                ctl.waiting.setdefault(u.name, ctl.arrived[u.name])
         for job in dict.fromkeys(touched):
             ctl.retarget(ctl.jobs[job])
 
@@ -175,12 +228,24 @@ class Controller:
         self.jobs: dict[str, JobRec] = {}
         self.rng = np.random.default_rng(settings.seed)
         policy = registry.create(settings.policy, **settings.params)
+        self.lifecycle = LifecycleConfig(factor=settings.protect_factor)
         self.loop = ControlLoop(
             Scheduler(policy),
-            None,
-            LoopSettings(interval=settings.interval, lending=settings.lending),
+            InferenceScheduler(inference.create(settings.inference_policy)),
+            LoopSettings(
+                interval=settings.interval, lending=settings.lending, lifecycle=self.lifecycle
+            ),
         )
         self.backend = RayBackend(self)
+        self.metrics = Metrics()
+        self.inbox = rt.Inbox()
+        self.router: rt.Router | None = None
+        self.specs: dict[str, ServiceSpec] = {}
+        self.arrived: dict[str, str] = {}  # request id -> service, until placed or withdrawn
+        self.waiting: dict[str, str] = {}  # the arrivals the loop could not place, in order
+        self._timers: list[tuple[float, GpuId, int]] = []  # (protect end, GPU, version)
+        self._adopt: list[GpuRec] = []  # replicas recovered, for the router once it runs
+        self._cold_starts: list[tuple[str, float]] = []
         self._pending_log: list[tuple[LogKind, str, dict[str, Any]]] = []
         self._next_tick = 0.0
         self._last = clock()
@@ -190,6 +255,7 @@ class Controller:
 
     def note(self, kind: LogKind, job: str = "", **detail: Any) -> None:
         self._pending_log.append((kind, job, detail))
+        self.metrics.count(kind, detail)
 
     def log_gpu(self, gpu: GpuId, op: str, job: str) -> None:
         self.note(LogKind.GPU, job, gpu=gpu_name(gpu), op=op)
@@ -204,12 +270,31 @@ class Controller:
             self.store.save_gpus(
                 db,
                 [
-                    (gpu_name(g), g[0], g[1], r.pool.value, r.state.value, r.job or "")
+                    GpuRow(
+                        gpu_name(g),
+                        g[0],
+                        g[1],
+                        r.pool.value,
+                        r.state.value,
+                        r.job or "",
+                        r.service or "",
+                        r.replica or "",
+                        r.hits,
+                        r.protect_until,
+                    )
                     for g, r in sorted(self.gpus.items())
                 ],
             )
+            for service, seconds in self._cold_starts:
+                self.store.set_cold_start(db, service, seconds)
+            self._cold_starts.clear()
             self.store.set_meta(db, "heartbeat", repr(self.clock()))
             self.store.set_meta(db, "controller_pid", str(os.getpid()))
+        self.metrics.set_world(
+            ((r.pool, r.state, r.job, r.service) for r in self.gpus.values()),
+            (j.row.state.value for j in self.jobs.values()),
+            self.specs,
+        )
         # An ended job's last row is written: stop rewriting it every iteration.
         for name in [n for n, j in self.jobs.items() if j.row.state.ended]:
             del self.jobs[name]
@@ -226,6 +311,8 @@ class Controller:
         generation of the survivors (or goes back to the queue, to restore its
         checkpoint, when none survived).
         """
+        self.metrics.replay(self.store.events())
+        self.take_services()
         rows = {r.name: r for r in self.store.jobs()}
         live = [n for n in self.actors.list_workers() if ActorName.parse(n)]
         by_job: dict[str, dict[str, str]] = {}
@@ -300,6 +387,7 @@ class Controller:
                 rec.gen = None
                 rec.update(state=JobState.QUEUED, workers=())
             recovered.append(row.name)
+        self._recover_replicas(kept, killed)
         self.note(LogKind.RECONCILED, kept=sorted(kept), killed=sorted(killed))
         self.note(
             LogKind.CONTROLLER_STARTED,
@@ -309,25 +397,144 @@ class Controller:
         )
         self.flush()
 
+    def _recover_replicas(self, kept: list[str], killed: list[str]) -> None:
+        """Keep each live replica actor the store records on its GPU (a replica that
+        was RUNNING is idle now: the requests it served died with the old router, so
+        it goes to PROTECT); kill the others."""
+        stored = {r.gpu: r for r in self.store.gpus()}
+        now = self.clock()
+        for name in self.actors.list_named(REPLICA_PREFIX):
+            parsed = parse_replica_name(name)
+            row = stored.get(parsed[1]) if parsed else None
+            gpu = parse_gpu(row.gpu) if row else None
+            ok = (
+                row is not None
+                and gpu in self.gpus
+                and row.replica == name
+                and row.service in self.specs
+                and row.state in ("running", "protect", "sleep")
+                and self.gpus[gpu].job is None
+            )
+            if not ok:
+                self.actors.kill(name)
+                killed.append(name)
+                continue
+            assert row is not None and gpu is not None
+            rec = self.gpus[gpu]
+            rec.service, rec.replica, rec.hits = row.service, name, row.hits
+            if row.state == "sleep":
+                rec.state = GpuState.SLEEP
+            else:
+                self.protect_replica(
+                    ProtectReplica(gpu, now + protect_time(row.hits, self.lifecycle)), log=False
+                )
+            self._adopt.append(rec)
+            kept.append(name)
+
     # -- the loop ---------------------------------------------------------------------------
+
+    def start_router(self) -> None:
+        """Serve HTTP (requests, submissions, metrics) and record where."""
+        s = self.settings
+        auth = not rt.is_loopback(s.http_host)
+        token = self.state.ensure_http_token().read_text().strip() if auth else ""
+        port = s.http_port
+        if port == 0 and self.state.http_file.exists():
+            # A restarted controller keeps its address, so clients reconnect.
+            with contextlib.suppress(ValueError, OSError, KeyError):
+                port = int(json.loads(self.state.http_file.read_text())["port"])
+        router = rt.Router(
+            self.inbox,
+            self.metrics,
+            s.http_host,
+            port,
+            token,
+            auth,
+            submit=self._http_submit,
+            register=self._http_register,
+        )
+        try:
+            router.start()
+        except OSError:
+            if port == s.http_port:
+                raise
+            router = rt.Router(
+                self.inbox, self.metrics, s.http_host, 0, token, auth,
+                submit=self._http_submit, register=self._http_register,
+            )  # fmt: skip
+            router.start()
+        self.router = router
+        router.set_services(self.specs)
+        for rec in self._adopt:
+            assert rec.replica is not None and rec.service is not None
+            router.adopt_replica(
+                gpu_name(rec.gpu), rec.service, rec.replica, self.actors.handle(rec.replica)
+            )
+        self._adopt.clear()
+        router.write_address(self.state.http_file)
+        log.info("HTTP endpoint at %s (auth %s)", router.url, "on" if auth else "off")
+
+    def _http_submit(self, raw: dict[str, Any]) -> str:
+        from deepboot.runtime.jobspec import parse_job
+
+        # A relative entry file is resolved against the state directory's parent
+        # (where 'deepboot up' ran); clients should send absolute paths.
+        spec = parse_job(raw, "POST /v1/jobs", self.state.root.parent)
+        store = JobStore(self.state.db)
+        try:
+            store.submit(spec)
+        finally:
+            store.close()
+        self.inbox.wake.set()
+        return spec.name
+
+    def _http_register(self, raw: dict[str, Any]) -> str:
+        from deepboot.runtime.servicespec import parse_service
+
+        raw = {k: v for k, v in raw.items() if v is not None}  # to_json's unset cold start
+        spec = parse_service(raw, "POST /v1/services", self.state.root.parent)
+        store = JobStore(self.state.db)
+        try:
+            store.register_service(spec)
+        finally:
+            store.close()
+        self.inbox.wake.set()
+        return spec.name
 
     def run(self, until: Callable[[], bool] | None = None) -> None:
         """Iterate until SIGTERM/SIGINT (or ``until()`` is true)."""
         self.recover()
+        self.start_router()
         signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
-        while not self._stop and not (until and until()):
-            started = time.monotonic()
-            self.iteration()
-            time.sleep(max(self.settings.poll - (time.monotonic() - started), 0.05))
+        next_poll = 0.0
+        try:
+            while not self._stop and not (until and until()):
+                self.handle_messages()
+                self.expire_protects()
+                if time.monotonic() >= next_poll:
+                    next_poll = time.monotonic() + self.settings.poll
+                    self.iteration()
+                elif self._pending_log:
+                    self.flush()
+                wait = next_poll - time.monotonic()
+                if self._timers:
+                    wait = min(wait, self._timers[0][0] - self.clock())
+                self.inbox.wake.wait(min(max(wait, 0.005), self.settings.poll))
+                self.inbox.wake.clear()
+        finally:
+            if self.router is not None:
+                self.router.stop()
 
     def request_stop(self) -> None:
         self._stop = True
+        self.inbox.wake.set()
 
     def iteration(self) -> None:
         now = self.clock()
         dt, self._last = max(now - self._last, 0.0), now
         events: list[Event] = []
         events += self.poll(dt)
+        self.take_services()
         rows = self.store.jobs()  # one read of the store per iteration
         events += self.take_submissions(rows)
         events += self.take_cancellations(rows)
@@ -337,6 +544,125 @@ class Controller:
         for event in events:
             run_event(self.loop, event, self.backend, self.rng)
         self.flush()
+
+    # -- services and replicas ---------------------------------------------------------------
+
+    def take_services(self) -> None:
+        """Services registered since the last look (``deepboot serve``, POST /v1/services)."""
+        fresh = {
+            r.spec.name: r.spec for r in self.store.services() if r.spec.name not in self.specs
+        }
+        if not fresh:
+            return
+        self.specs = {**self.specs, **fresh}
+        if self.router is not None:
+            self.router.set_services(self.specs)
+
+    def handle_messages(self) -> None:
+        """Act on what the router reported (arrivals, idle and dead replicas)."""
+        for msg in self.inbox.drain():
+            if isinstance(msg, rt.Arrival):
+                if msg.task in self.arrived or msg.service not in self.specs:
+                    continue
+                self.arrived[msg.task] = msg.service
+                event = Event(EventKind.INFERENCE_ARRIVAL, job=msg.task, service=msg.service)
+                run_event(self.loop, event, self.backend, self.rng)
+            elif isinstance(msg, rt.Withdraw):
+                self.arrived.pop(msg.task, None)
+                self.waiting.pop(msg.task, None)
+            elif isinstance(msg, rt.Idle):
+                rec = self.gpus[parse_gpu(msg.gpu)]
+                if rec.replica == msg.replica and rec.state is GpuState.RUNNING:
+                    event = Event(EventKind.INFERENCE_DONE, gpu=rec.gpu)
+                    run_event(self.loop, event, self.backend, self.rng)
+            elif isinstance(msg, rt.Ready):
+                rec = self.gpus[parse_gpu(msg.gpu)]
+                if rec.replica == msg.replica and rec.service:
+                    self._cold_starts.append((rec.service, round(msg.load_seconds, 3)))
+                    self.note(
+                        LogKind.REPLICA,
+                        gpu=msg.gpu,
+                        service=rec.service,
+                        op="ready",
+                        seconds=round(msg.seconds, 3),
+                        load_seconds=round(msg.load_seconds, 3),
+                    )
+            elif isinstance(msg, rt.Died):
+                rec = self.gpus[parse_gpu(msg.gpu)]
+                if rec.replica != msg.replica:
+                    continue
+                log.warning("replica %s died: %s", msg.replica, msg.error)
+                self.actors.kill(msg.replica)
+                self.note(
+                    LogKind.REPLICA, gpu=msg.gpu, service=rec.service, op="died",
+                    error=msg.error[-2000:],
+                )  # fmt: skip
+                rec.unload()
+                run_event(self.loop, RETRY, self.backend, self.rng)
+        if self._pending_log:
+            self.flush()
+
+    def expire_protects(self) -> None:
+        now = self.clock()
+        while self._timers and self._timers[0][0] <= now:
+            _, gpu, version = heapq.heappop(self._timers)
+            rec = self.gpus[gpu]
+            if rec.version == version and rec.state is GpuState.PROTECT:
+                event = Event(EventKind.PROTECT_EXPIRED, gpu=gpu)
+                run_event(self.loop, event, self.backend, self.rng)
+
+    def start_replica(self, op: StartReplica) -> None:
+        rec = self.gpus[op.gpu]
+        self.arrived.pop(op.task, None)
+        self.waiting.pop(op.task, None)
+        warm = not op.cold and rec.replica is not None and rec.service == op.service
+        if not warm and rec.replica is not None:
+            self.evict_replica(op.gpu)
+        rec.state, rec.hits, rec.protect_until = GpuState.RUNNING, op.hits, None
+        rec.version += 1
+        gpu = gpu_name(op.gpu)
+        if warm:
+            assert rec.replica is not None
+            if self.router is not None:
+                handle = self.actors.handle(rec.replica)
+                self.router.start_replica(gpu, op.service, rec.replica, handle, cold=False)
+            self.note(LogKind.REPLICA, gpu=gpu, service=op.service, op="start", cold=False)
+            return
+        spec = self.specs[op.service]
+        name = replica_name(op.service, gpu, self._next_incarnation(f"replica:{op.service}"))
+        handle = self.actors.create_replica(
+            name, spec.to_json(), gpu, str(self.state.logs / f"service-{op.service}.log")
+        )
+        rec.service, rec.replica = op.service, name
+        self.note(LogKind.REPLICA, gpu=gpu, service=op.service, op="start", cold=True)
+        if self.router is not None:
+            self.router.start_replica(gpu, op.service, name, handle, cold=True)
+
+    def protect_replica(self, op: ProtectReplica, log: bool = True) -> None:
+        rec = self.gpus[op.gpu]
+        rec.state, rec.protect_until = GpuState.PROTECT, op.until
+        rec.version += 1
+        heapq.heappush(self._timers, (op.until, op.gpu, rec.version))
+        if log:
+            self.note(
+                LogKind.REPLICA, gpu=gpu_name(op.gpu), service=rec.service, op="protect",
+                until=round(op.until, 3),
+            )  # fmt: skip
+
+    def sleep_replica(self, gpu: GpuId) -> None:
+        rec = self.gpus[gpu]
+        rec.state, rec.hits, rec.protect_until = GpuState.SLEEP, 0, None
+        rec.version += 1
+        self.note(LogKind.REPLICA, gpu=gpu_name(gpu), service=rec.service, op="sleep")
+
+    def evict_replica(self, gpu: GpuId) -> None:
+        rec = self.gpus[gpu]
+        if rec.replica is not None:
+            self.actors.kill(rec.replica)
+            if self.router is not None:
+                self.router.stop_replica(gpu_name(gpu))
+            self.note(LogKind.REPLICA, gpu=gpu_name(gpu), service=rec.service, op="evict")
+        rec.unload()
 
     def take_submissions(self, rows: list[JobRow]) -> list[Event]:
         events = []
@@ -607,6 +933,11 @@ class Controller:
             rec.transition = Transition(
                 pending.how, number, pending.started, pending.old, pending.steps_before
             )
+        elif pending is not None and prev is not None and not prev.stop:
+            # The pending generation never formed (a reclaim came mid-resize): this one
+            # replaces it, and the event reports the resize from the last formed group.
+            kind = pending.how if pending.how in ("start", "restart") else how
+            rec.transition = Transition(kind, number, self.clock(), pending.old, rec.row.step)
         else:
             rec.transition = Transition(
                 how if not (how == "start" and rec.row.started) else "restart",
@@ -626,6 +957,12 @@ class Controller:
         )
         # Durable intent before any actor starts: a restarted controller finds it.
         self.flush()
+        if prev is not None and not prev.stop:
+            # Workers told to leave by an earlier, unformed generation may have heard
+            # of this one from their peers: offer it, so they leave now rather than
+            # after a collective timeout. (Not after a stop: they checkpoint first.)
+            for name in rec.leaving:
+                self.actors.offer(name, gen)
         for g, name in list(rec.actors.items()):
             self.actors.offer(name, gen)
             if g not in members:
@@ -645,8 +982,8 @@ class Controller:
             self.actors.create(name, config, g, gen)
             rec.actors[g] = name
 
-    def _next_incarnation(self, rec: JobRec) -> int:
-        key = f"incarnation:{rec.name}"
+    def _next_incarnation(self, rec: JobRec | str) -> int:
+        key = f"incarnation:{rec.name}" if isinstance(rec, JobRec) else rec
         value = int(self.store.meta(key, "0")) + 1
         with self.store.transaction() as db:
             self.store.set_meta(db, key, str(value))
@@ -681,7 +1018,7 @@ def main(argv: list[str] | None = None) -> int:
         log_to_driver=False,
     )
     ctl = Controller(state, settings, record.cluster, RayActors())
-    state.controller_pid.write_text(str(os.getpid()))
+    state.write_controller_pid(os.getpid())
     try:
         ctl.run()
     finally:

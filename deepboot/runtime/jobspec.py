@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from deepboot.core.errors import InputError
 from deepboot.core.params import BatchLimits
+from deepboot.runtime.specfile import int_key, read_toml, resolve_callable
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _KNOWN = {
@@ -91,15 +91,6 @@ class JobSpec:
         return cls(**json.loads(text))
 
 
-def _int(path: str, raw: dict[str, Any], key: str, default: int, lo: int, hi: int) -> int:
-    value = raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(path, 0, key, f"must be an integer, got {value!r}")
-    if not lo <= value <= hi:
-        raise InputError(path, 0, key, f"must be in [{lo}, {hi}], got {value}")
-    return value
-
-
 def load_job(path: str | Path) -> JobSpec:
     """Read and validate a job file.
 
@@ -107,17 +98,22 @@ def load_job(path: str | Path) -> JobSpec:
         InputError: unreadable file, bad TOML (with its line), unknown or missing
             key, or a value out of range; the message names the file and the key.
     """
-    p = Path(path)
-    where = str(p)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise InputError(where, 0, "", f"cannot read the job file: {exc.strerror}") from None
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        line = int(m.group(1)) if (m := re.search(r"line (\d+)", str(exc))) else 0
-        raise InputError(where, line, "", f"not valid TOML: {exc}") from None
+    raw, where, base = read_toml(path, "job")
+    return parse_job(raw, where, base)
+
+
+def parse_job(raw: dict[str, Any], where: str, base: Path) -> JobSpec:
+    """Validate a job's keys (a job file's table, or a JSON body of POST /v1/jobs).
+
+    Args:
+        raw: The keys, as in a job file.
+        where: What to name in errors (the file, or the endpoint).
+        base: Directory a relative ``entry`` file is resolved against.
+
+    Raises:
+        InputError: unknown or missing key, or a value out of range (names ``where``
+            and the key).
+    """
     unknown = sorted(set(raw) - _KNOWN)
     if unknown:
         raise InputError(where, 0, unknown[0], f"unknown key (known: {', '.join(sorted(_KNOWN))})")
@@ -129,19 +125,19 @@ def load_job(path: str | Path) -> JobSpec:
     name = raw["name"]
     if not _NAME.match(name):
         raise InputError(where, 0, "name", f"{name!r}: use letters, digits and _.- (<= 63)")
-    entry = _resolve_entry(where, p, raw["entry"])
-    lo = _int(where, raw, "min_workers", 1, 1, MAX_WORKERS)
-    hi = _int(where, raw, "max_workers", max(lo, 4), 1, MAX_WORKERS)
+    entry = resolve_callable(where, base, "entry", raw["entry"], "function")
+    lo = int_key(where, raw, "min_workers", 1, 1, MAX_WORKERS)
+    hi = int_key(where, raw, "max_workers", max(lo, 4), 1, MAX_WORKERS)
     if hi < lo:
         raise InputError(where, 0, "max_workers", f"must be >= min_workers ({lo}), got {hi}")
-    bsz = _int(where, raw, "batch_size", 32, 1, 1 << 24)
-    max_bsz = _int(where, raw, "max_batch_size", max(bsz, 512), 1, 1 << 24)
+    bsz = int_key(where, raw, "batch_size", 32, 1, 1 << 24)
+    max_bsz = int_key(where, raw, "max_batch_size", max(bsz, 512), 1, 1 << 24)
     if max_bsz < bsz:
         raise InputError(
             where, 0, "max_batch_size", f"must be >= batch_size ({bsz}), got {max_bsz}"
         )
-    min_local = _int(where, raw, "min_local_batch_size", 1, 1, 1 << 20)
-    max_local = _int(where, raw, "max_local_batch_size", max(min_local, 128), 1, 1 << 20)
+    min_local = int_key(where, raw, "min_local_batch_size", 1, 1, 1 << 20)
+    max_local = int_key(where, raw, "max_local_batch_size", max(min_local, 128), 1, 1 << 20)
     if max_local < min_local:
         raise InputError(
             where,
@@ -161,20 +157,6 @@ def load_job(path: str | Path) -> JobSpec:
         max_batch_size=max_bsz,
         min_local_batch_size=min_local,
         max_local_batch_size=max_local,
-        checkpoint_every=_int(where, raw, "checkpoint_every", 50, 0, 1 << 30),
+        checkpoint_every=int_key(where, raw, "checkpoint_every", 50, 0, 1 << 30),
         args=args,
     )
-
-
-def _resolve_entry(where: str, job_file: Path, entry: str) -> str:
-    target, sep, func = entry.rpartition(":")
-    if not sep or not target or not func.isidentifier():
-        raise InputError(
-            where, 0, "entry", f"{entry!r}: use 'file.py:function' or 'module:function'"
-        )
-    if target.endswith(".py"):
-        file = (job_file.parent / target).resolve()
-        if not file.is_file():
-            raise InputError(where, 0, "entry", f"{file} does not exist")
-        return f"{file}:{func}"
-    return entry

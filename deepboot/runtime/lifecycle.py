@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -66,6 +67,7 @@ def up(
         if controller_alive(state) is not None:
             raise ConfigError(f"deepboot is already up in {state.root}")
         start_controller(state, record)
+        wait_for_endpoint(state)
         return record
     if address:
         record = raycluster.attach(state, address, token_file)
@@ -75,10 +77,39 @@ def up(
     settings.save(settings_file(state))
     try:
         start_controller(state, record)
+        wait_for_endpoint(state)
     except BaseException:
         down(state)
         raise
     return record
+
+
+def wait_for_endpoint(state: StateDir, timeout: float = 120.0) -> dict[str, object]:
+    """Wait until the controller just started serves HTTP; returns ``http.json``.
+
+    Raises:
+        ConfigError: the controller died first, or did not listen within ``timeout``
+            (the message ends with its log's last lines).
+    """
+    pid = int(state.controller_pid.read_text())
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = _endpoint(state)
+        if info is not None and info.get("pid") == pid:
+            return info
+        if not raycluster.process_alive(pid):
+            break
+        time.sleep(0.2)
+    tail = "\n".join((state.logs / "controller.log").read_text().splitlines()[-15:])
+    raise ConfigError(f"the controller did not start its HTTP endpoint; its log ends:\n{tail}")
+
+
+def _endpoint(state: StateDir) -> dict[str, object] | None:
+    try:
+        info = json.loads(state.http_file.read_text())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
 
 
 def start_controller(state: StateDir, record: ClusterRecord) -> int:
@@ -94,7 +125,7 @@ def start_controller(state: StateDir, record: ClusterRecord) -> int:
         cwd=str(state.root),
     )
     log_file.close()
-    state.controller_pid.write_text(str(proc.pid))
+    state.write_controller_pid(proc.pid)
     return proc.pid
 
 
@@ -131,7 +162,7 @@ def down(state: StateDir) -> str:
     """Stop the controller and what ``up`` started; returns what was done, in words.
 
     A local cluster's Ray processes (and so every worker) are stopped; on an attached
-    cluster only deepboot's own worker actors are killed. The store and the logs stay.
+    cluster only deepboot's own worker and replica actors are killed. The store and the logs stay.
     """
     if not state.cluster_file.exists():
         raise raycluster.RuntimeNotUpError(f"no cluster is up in {state.root}")
@@ -151,12 +182,14 @@ def down(state: StateDir) -> str:
 
 def _kill_attached_workers(record: ClusterRecord) -> None:
     from deepboot.runtime.actors import WORKER_PREFIX
+    from deepboot.runtime.replica import REPLICA_PREFIX
 
     ns = raycluster.NAMESPACE
+    prefixes = (WORKER_PREFIX, REPLICA_PREFIX)
     raycluster.run_on_ray(
         record,
         "from ray.util import list_named_actors\n"
         "for a in list_named_actors(all_namespaces=True):\n"
-        f"    if a.get('namespace') == {ns!r} and a['name'].startswith({WORKER_PREFIX!r}):\n"
+        f"    if a.get('namespace') == {ns!r} and a['name'].startswith({prefixes!r}):\n"
         f"        ray.kill(ray.get_actor(a['name'], namespace={ns!r}))",
     )

@@ -7,6 +7,8 @@ Layout (created on first use, owner-only, mode 0700)::
       ray-token           Ray's authentication token (mode 0600)
       deepboot.db         the job store (SQLite, WAL; see store)
       controller.pid      the running controller's pid
+      http.json           where the controller's HTTP endpoint listens (see router)
+      http-token          the bearer token of that endpoint (mode 0600)
       logs/controller.log the controller's log
       logs/<job>.log      one job's workers' output
       checkpoints/<job>/  a job's checkpoints (restart resizes, failures)
@@ -49,6 +51,15 @@ class StateDir:
         return self.root / "ray-token"
 
     @property
+    def http_file(self) -> Path:
+        """``{"url", "host", "port", "auth"}`` of the controller's HTTP endpoint."""
+        return self.root / "http.json"
+
+    @property
+    def http_token(self) -> Path:
+        return self.root / "http-token"
+
+    @property
     def db(self) -> Path:
         return self.root / "deepboot.db"
 
@@ -74,10 +85,22 @@ class StateDir:
     def job_checkpoint(self, job: str) -> Path:
         return self.checkpoints / job / "latest.pt"
 
+    def write_controller_pid(self, pid: int) -> None:
+        """Record the controller's pid, atomically (others read the file meanwhile)."""
+        tmp = self.controller_pid.with_suffix(".tmp")
+        tmp.write_text(str(pid))
+        os.replace(tmp, self.controller_pid)
+
     def ensure_token(self) -> Path:
         """The Ray token file, created (256 random bits, mode 0600) if missing."""
+        return self._secret(self.token_file)
+
+    def ensure_http_token(self) -> Path:
+        """The HTTP bearer token file, created (256 random bits, mode 0600) if missing."""
+        return self._secret(self.http_token)
+
+    def _secret(self, path: Path) -> Path:
         self.ensure()
-        path = self.token_file
         if not path.exists():
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:

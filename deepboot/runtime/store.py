@@ -1,14 +1,18 @@
 """The runtime's durable job store: SQLite in WAL mode, in the state directory.
 
-Three tables (and ``meta``, a key-value table):
+Four tables (and ``meta``, a key-value table):
 
 ``jobs``: one row per submitted job; the controller keeps it current (see
 :class:`JobRow` for the columns). ``deepboot submit`` inserts rows in state
 ``submitted``; ``deepboot cancel`` sets ``cancel = 1``; only the controller changes
 anything else.
 
-``gpus``: the controller's view of every GPU (node, index, pool, state, holder),
-rewritten each loop iteration, for ``deepboot status``.
+``gpus``: the controller's view of every GPU (node, index, pool, state, holder; for
+an inference replica its service, actor name, warm hits and protect end), rewritten
+each loop iteration, for ``deepboot status`` and a restarted controller.
+
+``services``: one row per registered inference service (``deepboot serve``): its
+spec (JSON) and the cold start measured on its first replica.
 
 ``events``: the append-only event log; never updated or deleted. Columns:
 
@@ -34,9 +38,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from deepboot.core.errors import ConfigError
+from deepboot.core.service import ServiceSpec
 from deepboot.runtime.jobspec import JobSpec
 
 
@@ -70,6 +75,9 @@ class LogKind(enum.Enum):
     failed: {error}
     cancelled: {}
     reconciled: {kept: [actor names], killed: [actor names]}
+    service_registered: {service, model, concurrency, max_replicas}
+    replica: {gpu, service, op: start|ready|protect|sleep|evict|died, cold (start),
+              seconds (ready: the cold start), error (died)}
     """
 
     CONTROLLER_STARTED = "controller_started"
@@ -83,6 +91,8 @@ class LogKind(enum.Enum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     RECONCILED = "reconciled"
+    SERVICE_REGISTERED = "service_registered"
+    REPLICA = "replica"
 
 
 _SCHEMA = """
@@ -121,12 +131,25 @@ CREATE TABLE IF NOT EXISTS gpus (
     state TEXT NOT NULL,
     holder TEXT NOT NULL DEFAULT ''
 );
+CREATE TABLE IF NOT EXISTS services (
+    name TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,
+    registered REAL NOT NULL,
+    cold_start REAL
+);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TRIGGER IF NOT EXISTS events_append_only_u BEFORE UPDATE ON events
 BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS events_append_only_d BEFORE DELETE ON events
 BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
 """
+
+_GPU_REPLICA_COLUMNS = (
+    ("service", "TEXT NOT NULL DEFAULT ''"),
+    ("replica", "TEXT NOT NULL DEFAULT ''"),
+    ("hits", "INTEGER NOT NULL DEFAULT 0"),
+    ("protect_until", "REAL"),
+)
 
 _JOB_COLUMNS = (
     "name", "spec", "state", "submitted", "started", "finished", "generation", "workers",
@@ -183,6 +206,31 @@ class EventRow:
     detail: dict[str, Any]
 
 
+class GpuRow(NamedTuple):
+    """One row of ``gpus``."""
+
+    gpu: str
+    node: int
+    idx: int
+    pool: str
+    state: str
+    holder: str = ""
+    service: str = ""
+    replica: str = ""
+    hits: int = 0
+    protect_until: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceRow:
+    """One row of ``services``: the spec, when it was registered, its measured cold
+    start (None until a replica has started)."""
+
+    spec: ServiceSpec
+    registered: float
+    cold_start: float | None
+
+
 class JobStore:
     """A connection to the store (one per process; not shared across threads)."""
 
@@ -192,6 +240,10 @@ class JobStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(gpus)")}
+        for column, decl in _GPU_REPLICA_COLUMNS:
+            if column not in have:  # a store written before services existed
+                self._db.execute(f"ALTER TABLE gpus ADD COLUMN {column} {decl}")
 
     def close(self) -> None:
         self._db.close()
@@ -313,20 +365,68 @@ class JobStore:
 
     # -- gpus and meta -------------------------------------------------------------------
 
-    def save_gpus(
-        self, db: sqlite3.Connection, rows: Sequence[tuple[str, int, int, str, str, str]]
-    ) -> None:
+    def save_gpus(self, db: sqlite3.Connection, rows: Sequence[GpuRow]) -> None:
         db.execute("DELETE FROM gpus")
         db.executemany(
-            "INSERT INTO gpus (gpu, node, idx, pool, state, holder) VALUES (?, ?, ?, ?, ?, ?)",
-            rows,
+            "INSERT INTO gpus (gpu, node, idx, pool, state, holder, service, replica, hits, "
+            "protect_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [tuple(r) for r in rows],
         )
 
-    def gpus(self) -> list[tuple[str, int, int, str, str, str]]:
-        return list(
-            self._db.execute(
-                "SELECT gpu, node, idx, pool, state, holder FROM gpus ORDER BY node, idx"
+    def gpus(self) -> list[GpuRow]:
+        return [
+            GpuRow(*r)
+            for r in self._db.execute(
+                "SELECT gpu, node, idx, pool, state, holder, service, replica, hits, "
+                "protect_until FROM gpus ORDER BY node, idx"
             ).fetchall()
+        ]
+
+    # -- services ------------------------------------------------------------------------
+
+    def register_service(self, spec: ServiceSpec, now: float | None = None) -> bool:
+        """Register ``spec``; False when the same spec is registered already.
+
+        Raises:
+            ConfigError: another service of that name is registered (names are unique).
+        """
+        now = time.time() if now is None else now
+        text = json.dumps(spec.to_json(), sort_keys=True)
+        with self.transaction() as db:
+            row = db.execute("SELECT spec FROM services WHERE name = ?", (spec.name,)).fetchone()
+            if row is not None:
+                if row[0] == text:
+                    return False
+                raise ConfigError(f"a different service named {spec.name!r} is registered already")
+            db.execute(
+                "INSERT INTO services (name, spec, registered) VALUES (?, ?, ?)",
+                (spec.name, text, now),
+            )
+            self._append(
+                db,
+                now,
+                LogKind.SERVICE_REGISTERED,
+                "",
+                {
+                    "service": spec.name,
+                    "model": spec.model,
+                    "concurrency": spec.concurrency,
+                    "max_replicas": spec.max_replicas,
+                },
+            )
+        return True
+
+    def services(self) -> list[ServiceRow]:
+        rows = self._db.execute(
+            "SELECT name, spec, registered, cold_start FROM services ORDER BY registered, name"
+        ).fetchall()
+        return [ServiceRow(ServiceSpec.from_json(json.loads(s)), t, c) for _, s, t, c in rows]
+
+    def set_cold_start(self, db: sqlite3.Connection, service: str, seconds: float) -> None:
+        """Record the first measured cold start of ``service`` (later ones are logged)."""
+        db.execute(
+            "UPDATE services SET cold_start = ? WHERE name = ? AND cold_start IS NULL",
+            (seconds, service),
         )
 
     def set_meta(self, db: sqlite3.Connection, key: str, value: str) -> None:

@@ -38,15 +38,43 @@ def parse_gpu(name: str) -> GpuId:
 
 @dataclass
 class GpuRec:
-    """One GPU: its pool, state and holder (a training job in part 1)."""
+    """One GPU: its pool, state, and holder (a training job, or a service's replica).
+
+    Attributes:
+        service: The service whose replica is loaded (RUNNING/PROTECT/SLEEP).
+        replica: That replica's actor name.
+        hits: The replica's warm-reuse count.
+        protect_until: When PROTECT ends (PROTECT only).
+        version: Bumped at every replica change, so a stale protect timer is ignored.
+    """
 
     gpu: GpuId
     pool: Pool
     state: GpuState = GpuState.FREE
     job: str | None = None
+    service: str | None = None
+    replica: str | None = None
+    hits: int = 0
+    protect_until: float | None = None
+    version: int = 0
 
     def view(self) -> GpuView:
-        return GpuView(self.gpu[0], self.gpu[1], self.pool, self.state, job=self.job)
+        return GpuView(
+            self.gpu[0],
+            self.gpu[1],
+            self.pool,
+            self.state,
+            service=self.service,
+            hits=self.hits,
+            job=self.job,
+            protect_until=self.protect_until,
+        )
+
+    def unload(self) -> None:
+        """No replica here any more (-> FREE)."""
+        self.state, self.service, self.replica = GpuState.FREE, None, None
+        self.hits, self.protect_until = 0, None
+        self.version += 1
 
 
 @dataclass

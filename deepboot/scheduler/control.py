@@ -9,7 +9,9 @@ the simulator and the runtime alike:
   the queued inference tasks.
 * **INFERENCE_ARRIVAL**: the inference policy (ATS-I or a variant) places the task, or
   it is left waiting with a reason; a placement may ``Reclaim`` lent GPUs (the job
-  shrinks: ``Resize``) or evict another service's SLEEP replica.
+  shrinks: ``Resize``) or evict another service's SLEEP replica. A cold start is
+  refused (the task waits) while its service has ``max_replicas`` replicas loaded
+  (``Snapshot.services``); warm reuse always goes ahead.
 * **INFERENCE_DONE**: the replica goes RUNNING -> PROTECT (-> SLEEP at once when its
   protect time is 0), then a retry.
 * **PROTECT_EXPIRED**: PROTECT -> SLEEP, then a retry.
@@ -39,6 +41,7 @@ from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.errors import InvalidDecisionError
 from deepboot.core.gpu import GpuId, GpuState, GpuView
 from deepboot.core.placement import EMPTY, Placement
+from deepboot.core.service import ServiceSpec
 from deepboot.core.state import ClusterState, InferenceState, JobView
 from deepboot.policies.inference import InferencePlacement, PlaceAction
 from deepboot.policies.lending import LendReserveConfig, ServiceLoad, reserved_gpus
@@ -75,6 +78,14 @@ def _no_loads() -> Mapping[str, ServiceLoad]:
     return MappingProxyType({})
 
 
+def _no_services() -> Mapping[str, ServiceSpec]:
+    return MappingProxyType({})
+
+
+_LOADED = frozenset({GpuState.RUNNING, GpuState.PROTECT, GpuState.SLEEP})
+"""States of a GPU that holds a loaded replica."""
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """What the world reports before a step; never mutated.
@@ -86,6 +97,9 @@ class Snapshot:
         gpus: Every GPU, sorted by (node_id, index).
         waiting: Queued inference tasks, oldest first.
         loads: Recent load per service (for the lending reserve; TICK only).
+        services: The services' specs, by name: a placement that would cold-start a
+            replica of a service with ``max_replicas`` loaded already is refused (a
+            service missing here has no cap).
     """
 
     now: float
@@ -94,6 +108,7 @@ class Snapshot:
     gpus: tuple[GpuView, ...]
     waiting: tuple[PendingTask, ...] = ()
     loads: Mapping[str, ServiceLoad] = field(default_factory=_no_loads)
+    services: Mapping[str, ServiceSpec] = field(default_factory=_no_services)
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +288,8 @@ class ControlLoop:
         placement = self.inference.place(state, service, rng)
         if placement is None:
             return None
+        if not placement.action.warm and _at_cap(service, snap):
+            return None  # no new replica; warm reuse stays allowed
         return placement_ops(placement, task, service, snap)
 
     def _replica_done(self, event: Event, snap: Snapshot) -> Step:
@@ -335,6 +352,16 @@ def run_event(
 
 
 # -- pure helpers ------------------------------------------------------------------------
+
+
+def _at_cap(service: str, snap: Snapshot) -> bool:
+    """Whether ``service`` already has its ``max_replicas`` replicas loaded (False
+    when it has no cap: then nothing is counted)."""
+    spec = snap.services.get(service)
+    if spec is None or not spec.max_replicas:
+        return False
+    loaded = sum(1 for g in snap.gpus if g.service == service and g.state in _LOADED)
+    return loaded >= spec.max_replicas
 
 
 def _retry_cursor(snap: Snapshot) -> Retry | None:

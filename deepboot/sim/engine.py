@@ -48,6 +48,7 @@ from deepboot.core.gpu import GpuState
 from deepboot.core.jobs import Workload
 from deepboot.core.modes import JobMode
 from deepboot.core.placement import Placement
+from deepboot.core.service import ServiceSpec
 from deepboot.core.state import JobView
 from deepboot.perf.application import Application
 from deepboot.policies.inference import InferencePolicy
@@ -66,7 +67,7 @@ from deepboot.sim.config import SimConfig
 from deepboot.sim.gpus import GpuBoard
 from deepboot.sim.job import GroundTruth, JobCheckpoint, SimJob
 from deepboot.sim.metrics import TimelinePoint
-from deepboot.sim.serving import Serving
+from deepboot.sim.serving import Serving, service_specs
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +273,8 @@ class Simulation:
                 config.inference_policy, config.inference_params
             )
             inference = InferenceScheduler(policy)
-            self.serving = Serving(workload.inference)
+            services = service_specs(workload.inference, config.cold_start_of)
+            self.serving = Serving(workload.inference, services)
         self.loop = ControlLoop(
             scheduler,
             inference,
@@ -284,6 +286,9 @@ class Simulation:
             ),
         )
         self._track = self.serving is not None and self._lending
+        self._services: Mapping[str, ServiceSpec] = (
+            MappingProxyType({}) if self.serving is None else self.serving.services
+        )
 
     def _check_schedulable(self, scheduler: Scheduler) -> None:
         """Refuse a job whose smallest size exceeds every GPU its policy may give it.
@@ -506,10 +511,18 @@ class Simulation:
                 else {}
             )
             return Snapshot(
-                now, self.cluster, jobs, self.board.views(), waiting, MappingProxyType(loads)
+                now,
+                self.cluster,
+                jobs,
+                self.board.views(),
+                waiting,
+                MappingProxyType(loads),
+                self._services,
             )
         jobs = self._job_views() if serving is not None else ()
-        return Snapshot(now, self.cluster, jobs, self.board.views(), waiting)
+        return Snapshot(
+            now, self.cluster, jobs, self.board.views(), waiting, services=self._services
+        )
 
     def apply(self, step: Step) -> None:
         """Carry out a step's operations in order (see :mod:`deepboot.scheduler.operations`)."""
@@ -543,8 +556,9 @@ class Simulation:
                 gpu.service = op.service
                 gpu.hits = op.hits
                 board.touch(gpu)
-                model = serving.tasks[op.task].spec.model
-                start = now + (self.config.cold_start_of(model) if op.cold else 0.0)
+                cold_start = serving.services[op.service].cold_start_s
+                assert cold_start is not None  # set for every service (service_specs)
+                start = now + (cold_start if op.cold else 0.0)
                 task = serving.started(op.task, op.gpu, op.cold, start)
                 self._task_waits.pop(op.task, None)
                 assert task.end is not None

@@ -1,24 +1,54 @@
 """Inference tasks in the simulator: what happened to each, the queue, recent load.
 
-The simulator's record of the inference side, and nothing more: where each task runs
-and when it starts and ends, the FIFO queue of tasks that found no GPU, and each
-service's recent arrivals and run times (for the lending reserve). Where a task goes,
-and every replica's lifecycle, is decided by the control loop
-(:mod:`deepboot.scheduler.control`); the engine applies its operations and tells this
-ledger.
+The simulator's record of the inference side, and nothing more: each service's spec
+(:func:`service_specs`), where each task runs and when it starts and ends, the FIFO
+queue of tasks that found no GPU, and each service's recent arrivals and run times
+(for the lending reserve). Where a task goes, and every replica's lifecycle, is
+decided by the control loop (:mod:`deepboot.scheduler.control`); the engine applies
+its operations and tells this ledger.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 
+from deepboot.core.errors import ConfigError
 from deepboot.core.gpu import GpuId
 from deepboot.core.jobs import InferenceTaskSpec
+from deepboot.core.service import ServiceSpec
 from deepboot.policies.lending import ServiceLoad
 from deepboot.scheduler.control import PendingTask
 from deepboot.scheduler.events import Event, EventKind
 from deepboot.sim.metrics import InferenceRecord
+
+
+def service_specs(
+    tasks: Sequence[InferenceTaskSpec], cold_start_of: Callable[[str], float]
+) -> Mapping[str, ServiceSpec]:
+    """One spec per service of ``tasks``, in order of first arrival: its model, and
+    the cold start of that model (``cold_start_of``); no replica cap.
+
+    Raises:
+        ConfigError: a service's tasks name two models, or a service id is not a valid
+            service name (letters, digits, ``_.-``; at most 63 characters).
+    """
+    specs: dict[str, ServiceSpec] = {}
+    for t in tasks:
+        spec = specs.get(t.service)
+        if spec is None:
+            try:
+                spec = ServiceSpec(t.service, t.model, cold_start_s=cold_start_of(t.model))
+            except ConfigError as exc:
+                raise ConfigError(f"inference task {t.name!r}: {exc}") from None
+            specs[t.service] = spec
+        elif spec.model != t.model:
+            raise ConfigError(
+                f"inference task {t.name!r}: service {t.service!r} runs model "
+                f"{spec.model!r}, not {t.model!r}"
+            )
+    return MappingProxyType(specs)
 
 
 class SimTask:
@@ -62,14 +92,19 @@ class Serving:
 
     Args:
         tasks: Every inference task, in arrival order.
+        services: Every service of ``tasks``, by name (see :func:`service_specs`).
 
     Attributes:
+        services: Service name -> spec (read-only).
         tasks: Name -> task.
         reclaim_times: Time of every GPU taken back from training.
         finished: Tasks whose end has been handled.
     """
 
-    def __init__(self, tasks: Sequence[InferenceTaskSpec]) -> None:
+    def __init__(
+        self, tasks: Sequence[InferenceTaskSpec], services: Mapping[str, ServiceSpec]
+    ) -> None:
+        self.services = services
         self.tasks: dict[str, SimTask] = {t.name: SimTask(t) for t in tasks}
         self._order = [self.tasks[t.name] for t in tasks]
         self._waiting: dict[str, SimTask] = {}

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from deepboot.runtime.store import EventRow, JobStore
+from deepboot.runtime.store import EventRow, JobStore, LogKind
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_CODE = REPO / "examples" / "runtime" / "regression.py"
@@ -144,3 +144,21 @@ def listening_sockets() -> list[tuple[str, int, set[int]]]:
             mapped = getattr(ip, "ipv4_mapped", None)  # ::ffff:127.0.0.1 is loopback too
             out.append((str(mapped or ip), int(hex_port, 16), owners.get(fields[9], set())))
     return out
+
+
+def assert_exact_resizes(state: Path, name: str) -> list[dict[str, Any]]:
+    """Every generation of ``name`` starts from one state on every rank, and the
+    survivors of a resize keep theirs bit for bit. Returns the resize details."""
+    resizes = []
+    for ev in events(state, name):
+        if ev.kind not in (LogKind.STARTED, LogKind.RESIZED):
+            continue
+        digests = ev.detail["digests"]
+        assert len({after for _, after in digests.values()}) == 1, ev.detail
+        if ev.kind is LogKind.RESIZED:
+            resizes.append(ev.detail)
+            if ev.detail["how"] == "afe":
+                for gpu in set(ev.detail["from"]) & set(ev.detail["to"]):
+                    before, after = digests[gpu]
+                    assert before == after, (gpu, ev.detail)
+    return resizes

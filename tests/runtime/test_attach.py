@@ -80,6 +80,8 @@ def test_attach_runs_a_job_and_down_leaves_the_cluster(tmp_path: Path) -> None:
             "0.3",
             "--collective-timeout",
             "15",
+            "--http-port",
+            "0",
         ).stdout
         assert "attached" in out and "2 GPUs" in out
         cli(state, "submit", str(write_job(tmp_path, "attached-a", 0.004, 0.02, max_workers=2)))

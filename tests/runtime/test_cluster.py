@@ -28,6 +28,7 @@ from deepboot.runtime.statedir import StateDir  # noqa: E402
 from deepboot.runtime.store import LogKind  # noqa: E402
 from tests.runtime.cluster_helpers import (  # noqa: E402
     alive,
+    assert_exact_resizes,
     cli,
     controller_pid,
     events,
@@ -60,6 +61,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         "15",
         "--param",
         "restart_delay=2",
+        "--http-port",
+        "0",
     )
     record = ClusterRecord.load(StateDir.at(state))
     try:
@@ -88,24 +91,6 @@ def _no_leftover_jobs(request: pytest.FixtureRequest) -> Iterator[None]:
             lambda: not any(g["holder"] for g in status(state)["gpus"]),
             180,
         )
-
-
-def _assert_exact_resizes(state: Path, name: str) -> list[dict]:
-    """Every generation of ``name`` starts from one state on every rank, and the
-    survivors of a resize keep theirs bit for bit. Returns the resize details."""
-    resizes = []
-    for ev in events(state, name):
-        if ev.kind not in (LogKind.STARTED, LogKind.RESIZED):
-            continue
-        digests = ev.detail["digests"]
-        assert len({after for _, after in digests.values()}) == 1, ev.detail
-        if ev.kind is LogKind.RESIZED:
-            resizes.append(ev.detail)
-            if ev.detail["how"] == "afe":
-                for gpu in set(ev.detail["from"]) & set(ev.detail["to"]):
-                    before, after = digests[gpu]
-                    assert before == after, (gpu, ev.detail)
-    return resizes
 
 
 def test_every_socket_is_on_loopback_and_ray_wants_the_token(cluster: Path) -> None:
@@ -152,8 +137,8 @@ def test_first_job_shrinks_for_the_second_and_grows_back(cluster: Path, tmp_path
     cli(cluster, "submit", str(b))
     wait_for("short-b to finish", lambda: job(cluster, "short-b")["state"] == "finished", 900)
     wait_for("long-a to finish", lambda: job(cluster, "long-a")["state"] == "finished", 900)
-    resizes = _assert_exact_resizes(cluster, "long-a")
-    _assert_exact_resizes(cluster, "short-b")
+    resizes = assert_exact_resizes(cluster, "long-a")
+    assert_exact_resizes(cluster, "short-b")
     sizes = [len(r["to"]) for r in resizes]
     b_events = events(cluster, "short-b")
     b_start = next(e for e in b_events if e.kind is LogKind.STARTED)
@@ -191,7 +176,7 @@ def test_a_killed_worker_does_not_lose_the_job(cluster: Path, tmp_path: Path) ->
     assert failed, "the controller never noticed the dead worker"
     recovery = [e for e in log if e.kind is LogKind.RESIZED and e.detail["how"] == "failure"]
     assert recovery and all(r.detail["steps_lost"] <= 1 for r in recovery)
-    _assert_exact_resizes(cluster, "fault-c")
+    assert_exact_resizes(cluster, "fault-c")
     [done] = [e for e in log if e.kind is LogKind.FINISHED]
     assert done.detail["loss"] < 0.0006
 
@@ -277,7 +262,7 @@ def test_without_afe_resizes_checkpoint_and_restart(cluster: Path, tmp_path: Pat
     cli(cluster, "submit", str(g))
     wait_for("restart-g to finish", lambda: job(cluster, "restart-g")["state"] == "finished", 900)
     wait_for("restart-f to finish", lambda: job(cluster, "restart-f")["state"] == "finished", 900)
-    resizes = _assert_exact_resizes(cluster, "restart-f")
+    resizes = assert_exact_resizes(cluster, "restart-f")
     assert resizes and all(r["how"] == "restart" for r in resizes)
     assert all(r["steps_lost"] == 0 for r in resizes)  # the checkpoint is taken at the boundary
     # Every restart starts new processes: more worker pids than GPUs.

@@ -26,6 +26,7 @@ from deepboot.core import (
     PerfParams,
     Placement,
     Pool,
+    ServiceSpec,
 )
 from deepboot.policies.inference import AtsIPolicy
 from deepboot.policies.lifecycle import LifecycleConfig
@@ -214,6 +215,51 @@ def test_an_arrival_with_no_idle_gpu_waits() -> None:
     cluster, views = gpus("T:a", "R:s2 L:a")
     step = loop(lending=False).step(arrive(), snap(cluster, views, job("a", (0,))), RNG)
     assert step == Step(unplaced=(Unplaced("t1", WaitReason.NO_IDLE_GPU, inference=True),))
+
+
+def capped(cap: int, **services: int) -> dict[str, ServiceSpec]:
+    """Specs of s1 (capped at ``cap``) and of each ``name=cap`` given."""
+    caps = {"s1": cap, **services}
+    return {name: ServiceSpec(name, "bert", max_replicas=n) for name, n in caps.items()}
+
+
+def test_a_service_at_its_replica_cap_gets_no_new_replica() -> None:
+    cluster, views = gpus("F", "R:s1 R:s1 F S:s2")
+    s = dataclasses.replace(snap(cluster, views), services=capped(2))
+    step = loop().step(arrive(), s, RNG)
+    assert step == Step(unplaced=(Unplaced("t1", WaitReason.NO_IDLE_GPU, inference=True),))
+    # Below the cap (or uncapped, or unknown to the snapshot), the FREE GPU is used.
+    cold = StartReplica((1, 2), "s1", "t1", cold=True, hits=0)
+    for services in (capped(3), capped(0), {}):
+        s = dataclasses.replace(snap(cluster, views), services=services)
+        assert loop().step(arrive(), s, RNG).ops == (cold,)
+    # The cap is per service: another service still cold-starts.
+    s = dataclasses.replace(snap(cluster, views), services=capped(2, s3=1))
+    assert loop().step(arrive("t2", "s3"), s, RNG).ops == (
+        StartReplica((1, 2), "s3", "t2", cold=True, hits=0),
+    )
+
+
+def test_a_service_at_its_replica_cap_still_reuses_an_idle_replica() -> None:
+    cluster, views = gpus("F", "R:s1 P:s1/1 F")
+    s = dataclasses.replace(snap(cluster, views), services=capped(2))
+    assert loop().step(arrive(), s, RNG).ops == (StartReplica((1, 1), "s1", "t1", False, 2),)
+    cluster, views = gpus("F", "R:s1 S:s1 F")
+    s = dataclasses.replace(snap(cluster, views), services=capped(2))
+    assert loop().step(arrive(), s, RNG).ops == (StartReplica((1, 1), "s1", "t1", False, 0),)
+
+
+def test_a_retry_leaves_a_capped_service_waiting_and_places_the_others() -> None:
+    cluster, views = gpus("T:a", "R:s1 F")
+    s = dataclasses.replace(
+        snap(cluster, views, job("a", (0,)), waiting="t1:s1 t2:s1 t3:s2"), services=capped(1)
+    )
+    step = loop(lending=False).step(Event(EventKind.RETRY), s, RNG, Retry())
+    assert step.ops == (StartReplica((1, 1), "s2", "t3", True, 0),)
+    assert step.unplaced == (
+        Unplaced("t1", WaitReason.NO_IDLE_GPU, True),
+        Unplaced("t2", WaitReason.BEHIND_SAME_SERVICE, True),
+    )
 
 
 def test_a_finished_task_protects_its_replica_then_retries() -> None:

@@ -1,0 +1,147 @@
+"""The controller's Prometheus metrics (served at ``/metrics`` by the router).
+
+Named in the style of Kueue's borrowing and lending metrics (``kueue_cluster_queue_
+borrowing_limit``, ``kueue_admitted_workloads_total``, ...): a ``deepboot_`` prefix,
+``_total`` on counters, units in the name, labels for pool, state, service, kind.
+
+==============================================  =========  ===========================
+name                                            type       labels
+==============================================  =========  ===========================
+deepboot_gpus                                   gauge      pool, state
+deepboot_borrowed_gpus                          gauge      job (lent GPUs it holds)
+deepboot_gpus_lent_total                        counter    (GPU lends to training)
+deepboot_gpus_reclaimed_total                   counter    (lent GPUs taken back)
+deepboot_job_resizes_total                      counter    kind: afe|restart|failure
+deepboot_jobs                                   gauge      state
+deepboot_service_replicas                       gauge      service, state
+deepboot_replica_cold_starts_total              counter    service
+deepboot_service_pending_requests               gauge      service (queue length)
+deepboot_inference_requests_total               counter    service, code
+deepboot_inference_request_duration_seconds     histogram  service (arrival to answer)
+==============================================  =========  ===========================
+
+The GPU, job and resize counters are rebuilt from the event log when a controller
+starts, so they always equal the log's counts (a scrape's counters match
+``deepboot logs``); the request metrics count this controller's life only.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as _Tally
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from deepboot.core.cluster import Pool
+from deepboot.core.gpu import GpuState
+from deepboot.runtime.store import EventRow, LogKind
+
+RESIZE_KINDS = ("afe", "restart", "failure")
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class Metrics:
+    """One registry of the metrics above (not the process-global one)."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.gpus = Gauge("deepboot_gpus", "GPUs by pool and state", ["pool", "state"], registry=r)
+        self.borrowed = Gauge(
+            "deepboot_borrowed_gpus",
+            "Inference-pool GPUs a training job holds",
+            ["job"],
+            registry=r,
+        )
+        self.lent = Counter(
+            "deepboot_gpus_lent", "Inference-pool GPUs lent to training jobs", registry=r
+        )
+        self.reclaimed = Counter(
+            "deepboot_gpus_reclaimed", "Lent GPUs taken back by inference", registry=r
+        )
+        self.resizes = Counter(
+            "deepboot_job_resizes", "Training-job resizes by kind", ["kind"], registry=r
+        )
+        self.jobs = Gauge("deepboot_jobs", "Training jobs by state", ["state"], registry=r)
+        self.replicas = Gauge(
+            "deepboot_service_replicas", "Replicas by service and state", ["service", "state"],
+            registry=r,
+        )  # fmt: skip
+        self.cold_starts = Counter(
+            "deepboot_replica_cold_starts", "Replicas started cold", ["service"], registry=r
+        )
+        self.pending = Gauge(
+            "deepboot_service_pending_requests", "Requests waiting for a replica", ["service"],
+            registry=r,
+        )  # fmt: skip
+        self.requests = Counter(
+            "deepboot_inference_requests", "Answered requests by status code",
+            ["service", "code"], registry=r,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "deepboot_inference_request_duration_seconds",
+            "Seconds from a request's arrival to its answer",
+            ["service"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        for kind in RESIZE_KINDS:
+            self.resizes.labels(kind)  # present at 0 from the start
+
+    def replay(self, events: Iterable[EventRow]) -> None:
+        """Count the event log's lends, reclaims, resizes and cold starts (at start-up)."""
+        for e in events:
+            self.count(e.kind, e.detail)
+
+    def count(self, kind: LogKind, detail: Mapping[str, Any]) -> None:
+        """Count one event-log entry (the controller calls it for every entry it
+        writes, :meth:`replay` for those of earlier controllers)."""
+        if kind is LogKind.GPU:
+            if detail.get("op") == "lend":
+                self.lent.inc()
+            elif detail.get("op") == "reclaim":
+                self.reclaimed.inc()
+        elif kind is LogKind.RESIZED:
+            self.resizes.labels(str(detail.get("how"))).inc()
+        elif kind is LogKind.REPLICA and detail.get("op") == "start" and detail.get("cold"):
+            self.cold_starts.labels(str(detail.get("service"))).inc()
+
+    def set_world(
+        self,
+        gpus: Iterable[tuple[Pool, GpuState, str | None, str | None]],
+        jobs: Iterable[str],
+        services: Iterable[str],
+    ) -> None:
+        """Gauges from the controller's picture: (pool, state, job, service) per GPU,
+        each active job's state, and every registered service."""
+        by_state: _Tally[tuple[str, str]] = _Tally()
+        borrowed: _Tally[str] = _Tally()
+        replicas: _Tally[tuple[str, str]] = _Tally()
+        for pool, state, job, service in gpus:
+            by_state[(pool.value, state.name.lower())] += 1
+            if state is GpuState.LENT and job:
+                borrowed[job] += 1
+            if service and state in (GpuState.RUNNING, GpuState.PROTECT, GpuState.SLEEP):
+                replicas[(service, state.name.lower())] += 1
+        for pool in Pool:
+            for state in GpuState:
+                self.gpus.labels(pool.value, state.name.lower()).set(
+                    by_state[(pool.value, state.name.lower())]
+                )
+        self.borrowed.clear()
+        for job, n in borrowed.items():
+            self.borrowed.labels(job).set(n)
+        self.replicas.clear()
+        for service in services:
+            for state in (GpuState.RUNNING, GpuState.PROTECT, GpuState.SLEEP):
+                self.replicas.labels(service, state.name.lower()).set(
+                    replicas[(service, state.name.lower())]
+                )
+        self.jobs.clear()
+        for job_state, n in _Tally(jobs).items():
+            self.jobs.labels(job_state).set(n)
+
+    def exposition(self) -> bytes:
+        """The text exposition format (what ``/metrics`` answers)."""
+        return generate_latest(self.registry)

@@ -1,0 +1,66 @@
+"""What job files and service files share: reading TOML, integer keys, and the
+"file.py:function" / "package.module:function" references to user code.
+
+Every error is an :class:`~deepboot.core.errors.InputError` naming the file (or the
+endpoint a spec came through) and the key; TOML syntax errors carry the line.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from deepboot.core.errors import InputError
+
+
+def read_toml(path: str | Path, what: str) -> tuple[dict[str, Any], str, Path]:
+    """The table of a TOML file, the name to put in errors, and the file's directory.
+
+    Args:
+        path: The file.
+        what: What it is, for the message of an unreadable file ("job", "service").
+    """
+    p = Path(path)
+    where = str(p)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise InputError(where, 0, "", f"cannot read the {what} file: {exc.strerror}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line = int(m.group(1)) if (m := re.search(r"line (\d+)", str(exc))) else 0
+        raise InputError(where, line, "", f"not valid TOML: {exc}") from None
+    return raw, where, p.parent
+
+
+def int_key(where: str, raw: dict[str, Any], key: str, default: int, lo: int, hi: int) -> int:
+    """``raw[key]`` (or ``default``): an integer in [lo, hi]."""
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(where, 0, key, f"must be an integer, got {value!r}")
+    if not lo <= value <= hi:
+        raise InputError(where, 0, key, f"must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def resolve_callable(where: str, base: Path, key: str, ref: str, noun: str) -> str:
+    """A reference to user code, "file.py:function" (made absolute against ``base``;
+    the file must exist) or "package.module:function".
+
+    Args:
+        noun: What the function is called in messages ("function", "factory").
+    """
+    target, sep, func = ref.rpartition(":")
+    if not sep or not target or not func.isidentifier():
+        raise InputError(where, 0, key, f"{ref!r}: use 'file.py:{noun}' or 'module:{noun}'")
+    if target.endswith(".py"):
+        file = (base / target).resolve()
+        if not file.is_file():
+            raise InputError(where, 0, key, f"{file} does not exist")
+        return f"{file}:{func}"
+    if not all(part.isidentifier() for part in target.split(".")):
+        raise InputError(where, 0, key, f"{ref!r}: {target!r} is neither a .py file nor a module")
+    return ref

@@ -1,0 +1,50 @@
+"""The example regression job, held open by a file: it trains until its loss is below
+``loss_threshold`` *and* it has passed the step written in the file ``gate``.
+
+The serving test needs the job alive through a lull, a spike and a second lull whose
+lengths depend on the machine's speed; the gate lets the test decide when the job may
+finish, while the loss threshold stays fixed (the job still has to reach it). The
+test writes a step well ahead of the job's current one, so every rank has read the
+file before that step and all of them stop at the same step.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from deepboot.elastic import ElasticContext
+
+
+def train(ctx: ElasticContext) -> None:
+    args = ctx.args
+    dim = 16
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(dim, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    model.to(ctx.device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    ctx.register(model, opt)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4096, dim, generator=g)
+    y = torch.tanh(x @ torch.randn(dim, 1, generator=g)) + 0.01 * torch.randn(4096, 1, generator=g)
+    threshold = float(args["loss_threshold"])
+    gate = str(args["gate"])
+    # Simulated GPU time, proportional to the local batch as on a real GPU, so that
+    # more workers (a smaller local batch each) make steps faster.
+    per_sample = float(args.get("sample_delay", 0.001))
+    until: int | None = None
+    while True:
+        idx = ctx.next_batch(len(x))
+        loss = torch.nn.functional.mse_loss(model(x[idx]), y[idx])
+        loss.backward()
+        time.sleep(per_sample * len(idx))
+        mean = ctx.step(loss.item())
+        if until is None and os.path.exists(gate):
+            with open(gate) as f:
+                text = f.read().strip()
+            until = int(text) if text else None
+        if mean is not None and until is not None and ctx.steps >= until and mean < threshold:
+            print(f"finished: loss {mean:.6f} < {threshold} at step {ctx.steps}")
+            return

@@ -1,0 +1,440 @@
+"""The load generator: rate profiles, send times, and real runs against a small
+aiohttp server started here (loopback, port 0)."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import math
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deepboot.core.errors import InputError
+from deepboot.runtime.loadgen import (
+    CSV_COLUMNS,
+    MAX_REQUESTS,
+    RateProfile,
+    request_id,
+    run_load,
+    send_times,
+)
+from tests.cli_helpers import assert_one_line_error, run_cli
+
+aiohttp = pytest.importorskip("aiohttp")
+from aiohttp import web  # noqa: E402
+
+TOKEN = "s3cret"
+SLOW = 7  # the request with this index sleeps past the client's timeout
+
+
+def _profile(tmp_path: Path, text: str, name: str = "p.csv") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------------ profiles
+
+
+def test_profile_is_piecewise_constant_and_the_last_row_ends_it(tmp_path: Path) -> None:
+    path = _profile(tmp_path, "\ufefftime_s, rps\n\n0,2\n 10 , 20\n\n20,0\n")
+    profile = RateProfile.load(path)
+    assert profile.times == (0.0, 10.0, 20.0)
+    assert profile.rates == (2.0, 20.0)
+    assert profile.duration == 20.0
+    assert profile.expected_requests() == 220.0
+
+
+def test_shipped_example_profile_loads() -> None:
+    path = Path(__file__).parents[2] / "examples" / "runtime" / "lull-spike-lull.csv"
+    profile = RateProfile.load(path)
+    assert profile.duration == 75.0
+    assert len(send_times(profile)) == 870
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column", "words"),
+    [
+        ("", 1, "header", "empty"),
+        ("time,rps\n0,1\n1,0\n", 1, "time", "unknown header"),
+        ("time_s,rps,x\n0,1\n1,0\n", 1, "x", "unknown header"),
+        ("time_s\n0\n", 1, "rps", "unknown header"),
+        ("time_s,rps\n", 1, "time_s", "at least two rows"),
+        ("time_s,rps\n0,0\n", 2, "time_s", "at least two rows"),
+        ("time_s,rps\n0,2\n5\n", 3, "rps", "missing"),
+        ("time_s,rps\n0,2,3\n5,0\n", 2, "rps", "extra"),
+        ("time_s,rps\nx,2\n5,0\n", 2, "time_s", "not a number"),
+        ("time_s,rps\n0,\n5,0\n", 2, "rps", "is empty"),
+        ("time_s,rps\n0,nan\n5,0\n", 2, "rps", "not a finite number"),
+        ("time_s,rps\n0,inf\n5,0\n", 2, "rps", "not a finite number"),
+        ("time_s,rps\n0,-1\n5,0\n", 2, "rps", "must be >= 0"),
+        ("time_s,rps\n0,1e9\n5,0\n", 2, "rps", "exceeds the limit"),
+        ("time_s,rps\n0,1\n1e12,0\n", 3, "time_s", "exceeds the limit"),
+        ("time_s,rps\n-1,1\n5,0\n", 2, "time_s", "must be >= 0"),
+        ("time_s,rps\n1,2\n5,0\n", 2, "time_s", "must be at time 0"),
+        ("time_s,rps\n0,2\n5,3\n5,0\n", 4, "time_s", "strictly increase"),
+        ("time_s,rps\n0,2\n5,3\n4,0\n", 4, "time_s", "strictly increase"),
+        ("time_s,rps\n0,2\n5,3\n", 3, "rps", "must be 0"),
+    ],
+)
+def test_bad_profile_names_file_line_and_column(
+    tmp_path: Path, text: str, line: int, column: str, words: str
+) -> None:
+    path = _profile(tmp_path, text)
+    with pytest.raises(InputError) as info:
+        RateProfile.load(path)
+    err = info.value
+    assert (err.path, err.line, err.field) == (str(path), line, column), str(err)
+    assert words in err.message
+    assert str(err).startswith(f"{path}:{line}: field '{column}':")
+
+
+def test_profile_asking_for_too_many_requests_is_refused(tmp_path: Path) -> None:
+    path = _profile(tmp_path, f"time_s,rps\n0,100000\n{MAX_REQUESTS // 100000 + 1},0\n")
+    with pytest.raises(InputError, match="requests; at most"):
+        RateProfile.load(path)
+
+
+def test_unreadable_profiles_are_input_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="file not found"):
+        RateProfile.load(tmp_path / "missing.csv")
+    with pytest.raises(InputError, match="is a directory"):
+        RateProfile.load(tmp_path)
+    binary = tmp_path / "b.csv"
+    binary.write_bytes(b"time_s,rps\n0,\xff\n")
+    with pytest.raises(InputError, match="UTF-8"):
+        RateProfile.load(binary)
+
+
+# ------------------------------------------------------------------ send times
+
+
+def test_even_send_times_two_then_twenty_rps() -> None:
+    times = send_times(RateProfile((0.0, 10.0, 20.0), (2.0, 20.0)))
+    assert len(times) == 220
+    first, second = np.array(times[:20]), np.array(times[20:])
+    assert first[0] == 0.0 and second[0] == pytest.approx(10.0)
+    assert np.allclose(np.diff(first), 0.5)
+    assert np.allclose(np.diff(second), 0.05)
+    assert times[-1] == pytest.approx(19.95)
+
+
+def test_even_send_times_carry_the_fraction_across_pieces_and_lulls() -> None:
+    # 1.5 requests in [0, 1), a lull, 1.5 in [2, 3): 3 in all; the third is half a
+    # request's spacing into the second busy piece.
+    times = send_times(RateProfile((0.0, 1.0, 2.0, 3.0), (1.5, 0.0, 1.5)))
+    assert times == pytest.approx([0.0, 2 / 3, 2 + 1 / 3])
+    # a leading lull sends nothing before the first busy piece
+    assert send_times(RateProfile((0.0, 5.0, 6.0), (0.0, 2.0))) == pytest.approx([5.0, 5.5])
+
+
+def test_even_send_times_count_is_the_rounded_up_integral() -> None:
+    gen = np.random.default_rng(1)
+    for _ in range(50):
+        n = int(gen.integers(1, 8))
+        times = (0.0, *np.cumsum(gen.uniform(0.01, 5, size=n)).tolist())
+        rates = tuple(gen.choice([0.0, 0.3, 1.0, 7.0, 33.3], size=n).tolist())
+        profile = RateProfile(times, rates)
+        got = send_times(profile)
+        assert len(got) == math.ceil(profile.expected_requests() - 1e-9)
+        assert got == sorted(got) and all(0 <= t < profile.duration for t in got)
+
+
+def test_poisson_send_times_are_seeded() -> None:
+    profile = RateProfile((0.0, 10.0, 20.0, 30.0), (100.0, 0.0, 300.0))
+    a = send_times(profile, np.random.default_rng(3))
+    b = send_times(profile, np.random.default_rng(3))
+    c = send_times(profile, np.random.default_rng(4))
+    assert a == b and a != c
+    assert a == sorted(a)
+    assert not any(10 <= t < 20 for t in a)  # the lull
+    assert all(0 <= t < 30 for t in a)
+    assert abs(len(a) - 4000) < 5 * math.sqrt(4000)
+
+
+# ------------------------------------------------------------------ real runs
+
+
+class _Server:
+    """An aiohttp server in a thread: 200 to even request numbers, 503 (Retry-After)
+    to odd ones, 404 to services other than 'svc', 401 without the bearer token; the
+    request numbered SLOW answers only after 2 s."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.runner: web.AppRunner | None = None
+        self.port = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return web.json_response({"error": "unauthorized"}, status=401)
+        if request.match_info["service"] != "svc":
+            return web.json_response({"error": "unknown service"}, status=404)
+        rid = request.headers["X-Request-Id"]
+        self.ids.append(rid)
+        body = await request.json()
+        n = int(rid.rsplit("-", 1)[1])
+        if n == SLOW:
+            await asyncio.sleep(2.0)
+        if n % 2:
+            return web.json_response({"error": "full"}, status=503, headers={"Retry-After": "1"})
+        return web.json_response({"id": rid, "echo": body})
+
+    async def _start(self) -> int:
+        app = web.Application()
+        app.router.add_post("/v1/{service}/infer", self._handle)
+        self.runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port: int = self.runner.addresses[0][1]
+        return port
+
+    def stop(self) -> None:
+        assert self.runner is not None
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture
+def server() -> Iterator[_Server]:
+    s = _Server()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames or ()) == CSV_COLUMNS
+        return list(reader)
+
+
+def _expected_status(i: int) -> int:
+    return 0 if i == SLOW else (503 if i % 2 else 200)
+
+
+# 50 rps for 0.5 s: 25 requests
+_SHORT = RateProfile((0.0, 0.5), (50.0,))
+
+
+def test_run_load_records_every_request_once(server: _Server, tmp_path: Path) -> None:
+    out = tmp_path / "requests.csv"
+    times = send_times(_SHORT)
+    seen: list[tuple[int, int, int]] = []
+    summary = asyncio.run(
+        run_load(
+            server.url,
+            "svc",
+            times,
+            TOKEN,
+            out,
+            {"x": [1, 2]},
+            timeout_s=0.5,
+            progress=lambda s, a, t: seen.append((s, a, t)),
+        )
+    )
+    rows = _read(out)
+    assert [r["id"] for r in rows] == [request_id("svc", i) for i in range(25)]
+    assert sorted(server.ids) == [r["id"] for r in rows]  # each sent exactly once
+    for i, row in enumerate(rows):
+        assert int(row["status"]) == _expected_status(i), row
+        send, answer = float(row["send_s"]), float(row["answer_s"])
+        assert send >= times[i] - 1e-3 and answer >= send
+        assert float(row["latency_s"]) == pytest.approx(answer - send, abs=2e-6)
+    assert rows[SLOW]["error"] == "timeout" and 0.45 < float(rows[SLOW]["latency_s"]) < 1.5
+    assert summary.sent == 25
+    assert summary.by_status == {0: 1, 200: 13, 503: 11}
+    assert summary.errors == {"timeout": 1}
+    assert summary.p50_s is not None and summary.max_s is not None
+    assert 0 < summary.p50_s <= summary.max_s < 0.5
+    assert seen[-1] == (25, 25, 25)
+    # sent on time, without waiting for the slow answer
+    assert float(rows[SLOW + 1]["send_s"]) < float(rows[SLOW]["answer_s"])
+
+
+def test_run_load_without_token_records_401(server: _Server, tmp_path: Path) -> None:
+    out = tmp_path / "r.csv"
+    summary = asyncio.run(run_load(server.url, "svc", [0.0, 0.01, 0.02], None, out, {}, 2.0))
+    assert [r["status"] for r in _read(out)] == ["401"] * 3
+    assert summary.by_status == {401: 3} and summary.p50_s is None
+    assert server.ids == []
+
+
+def test_run_load_unknown_service_and_connection_refused(server: _Server, tmp_path: Path) -> None:
+    out = tmp_path / "r.csv"
+    asyncio.run(run_load(server.url, "other", [0.0], TOKEN, out, {}, 2.0))
+    assert _read(out)[0]["status"] == "404"
+    # a port nothing listens on: status 0 with the connection error
+    dead = "http://127.0.0.1:1"
+    summary = asyncio.run(run_load(dead, "svc", [0.0, 0.01], TOKEN, out, {}, 2.0))
+    rows = _read(out)
+    assert [r["status"] for r in rows] == ["0", "0"]
+    assert all(r["error"] and r["error"] != "timeout" for r in rows)
+    assert summary.by_status == {0: 2}
+
+
+def _state(tmp_path: Path, url: str, auth: bool = True) -> Path:
+    state = tmp_path / "state"
+    state.mkdir()
+    host, port = url.rsplit(":", 1)
+    (state / "http.json").write_text(
+        json.dumps({"url": url, "host": host[7:], "port": int(port), "auth": auth})
+    )
+    (state / "http-token").write_text(TOKEN + "\n")
+    return state
+
+
+def test_cli_load_end_to_end(
+    server: _Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = _state(tmp_path, server.url)
+    profile = _profile(tmp_path, "time_s,rps\n0,50\n0.5,0\n")
+    out = tmp_path / "out.csv"
+    code, stdout, stderr = run_cli(
+        capsys,
+        "load",
+        "svc",
+        "--rate-profile",
+        str(profile),
+        "--out",
+        str(out),
+        "--state-dir",
+        str(state),
+        "--timeout",
+        "0.5",
+        "--body",
+        '{"prompt": "hi"}',
+    )
+    assert code == 0, stderr
+    rows = _read(out)
+    assert [r["id"] for r in rows] == [request_id("svc", i) for i in range(25)]
+    assert [int(r["status"]) for r in rows] == [_expected_status(i) for i in range(25)]
+    assert "503" in stdout and "200" in stdout and "p50" in stdout and str(out) in stdout
+
+    # --url without --token-file sends no token: every request is a 401, still exit 0
+    code, stdout, stderr = run_cli(
+        capsys,
+        "load",
+        "svc",
+        "--rate-profile",
+        str(profile),
+        "--out",
+        str(out),
+        "--url",
+        server.url,
+    )
+    assert code == 0, stderr
+    assert {r["status"] for r in _read(out)} == {"401"}
+
+
+def test_cli_load_poisson_with_token_file(
+    server: _Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = tmp_path / "tok"
+    token.write_text(TOKEN)
+    profile = _profile(tmp_path, "time_s,rps\n0,40\n0.3,0\n")
+    out = tmp_path / "out.csv"
+    argv = ["load", "svc", "--rate-profile", str(profile), "--out", str(out)]
+    argv += ["--url", server.url, "--token-file", str(token), "--poisson", "--seed", "5"]
+    argv += ["--timeout", "0.3"]
+    code, _, stderr = run_cli(capsys, *argv)
+    assert code == 0, stderr
+    expected = send_times(RateProfile((0.0, 0.3), (40.0,)), np.random.default_rng(5))
+    rows = _read(out)
+    assert len(rows) == len(expected)
+    assert all(r["status"] in ("200", "503", "0") for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--timeout", "0"], ["--timeout must be"]),
+        (["--timeout", "nan"], ["--timeout must be"]),
+        (["--max-connections", "0"], ["--max-connections must be"]),
+        (["--seed", "3"], ["--seed", "--poisson"]),
+        (["--poisson", "--seed", "-1"], ["--seed must be"]),
+        (["--body", "{nope"], ["--body is not valid JSON"]),
+        (["--url", "localhost:80"], ["--url must look like"]),
+        (["--out", ""], ["--out is empty"]),
+    ],
+)
+def test_cli_load_bad_arguments_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], words: list[str]
+) -> None:
+    profile = _profile(tmp_path, "time_s,rps\n0,1\n1,0\n")
+    argv = ["load", "svc", "--rate-profile", str(profile), "--url", "http://127.0.0.1:1"]
+    code, _, err = run_cli(capsys, *argv, *extra)
+    assert code == 2
+    assert_one_line_error(err, *words)
+
+
+def test_cli_load_input_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = _profile(tmp_path, "time_s,rps\n0,2\n5,3\n")
+    state = tmp_path / "nostate"
+    code, _, err = run_cli(
+        capsys, "load", "svc", "--rate-profile", str(bad), "--state-dir", str(state)
+    )
+    assert code == 2
+    assert_one_line_error(err, "no HTTP endpoint", "deepboot up")
+
+    state = _state(tmp_path, "http://127.0.0.1:1")
+    code, _, err = run_cli(
+        capsys, "load", "svc", "--rate-profile", str(bad), "--state-dir", str(state)
+    )
+    assert code == 2
+    assert_one_line_error(err, f"{bad}:3: field 'rps':", "must be 0")
+
+    good = _profile(tmp_path, "time_s,rps\n0,1\n1,0\n", "good.csv")
+    code, _, err = run_cli(
+        capsys, "load", "bad name", "--rate-profile", str(good), "--state-dir", str(state)
+    )
+    assert code == 2
+    assert_one_line_error(err, "service name")
+
+    code, _, err = run_cli(
+        capsys,
+        "load",
+        "svc",
+        "--rate-profile",
+        str(good),
+        "--state-dir",
+        str(state),
+        "--out",
+        str(good),
+    )
+    assert code == 2
+    assert_one_line_error(err, "would overwrite an input")
+
+    (state / "http.json").write_text("{not json")
+    code, _, err = run_cli(
+        capsys, "load", "svc", "--rate-profile", str(good), "--state-dir", str(state)
+    )
+    assert code == 2
+    assert_one_line_error(err, "http.json")
+
+    (state / "http.json").write_text(json.dumps({"url": "http://127.0.0.1:1", "auth": True}))
+    (state / "http-token").write_text("")
+    code, _, err = run_cli(
+        capsys, "load", "svc", "--rate-profile", str(good), "--state-dir", str(state)
+    )
+    assert code == 2
+    assert_one_line_error(err, "http-token", "empty")

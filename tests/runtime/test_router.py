@@ -1,0 +1,192 @@
+"""The router's HTTP side without Ray: auth, the bounded queue, timeouts, submissions.
+
+A real aiohttp server on a real socket, in its own thread, as in the controller; no
+replica ever starts here (that needs Ray: tests/runtime/test_serving.py), so every
+request waits in the queue as an arrival for the controller.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deepboot.core.service import ServiceSpec
+from deepboot.runtime import router as rt
+from deepboot.runtime.controller import Controller, ControllerSettings
+from deepboot.runtime.metrics import Metrics
+from deepboot.runtime.statedir import StateDir
+from deepboot.runtime.store import JobStore
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "runtime"
+
+
+def _call(
+    url: str, method: str = "GET", body: Any = None, token: str = "", rid: str = ""
+) -> tuple[int, dict[str, str], Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    if rid:
+        req.add_header("X-Request-Id", rid)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            raw = r.read()
+            return r.status, dict(r.headers), _decode(raw)
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), _decode(e.read())
+
+
+def _decode(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode()
+
+
+def _outward_address() -> str:
+    """An address of this machine that is not loopback (where one exists)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # TEST-NET: nothing is sent
+            addr = str(s.getsockname()[0])
+        except OSError:
+            addr = ""
+    return addr if addr and not rt.is_loopback(addr) else ""
+
+
+@pytest.fixture
+def router() -> Iterator[rt.Router]:
+    r = rt.Router(rt.Inbox(), Metrics())
+    r.start()
+    r.set_services({"svc": ServiceSpec("svc", "m", queue_bound=2, request_timeout_s=0.6)})
+    time.sleep(0.05)
+    try:
+        yield r
+    finally:
+        r.stop()
+
+
+def test_loopback_needs_no_token(router: rt.Router) -> None:
+    assert router.host == "127.0.0.1" and not router.auth
+    code, _, body = _call(router.url + "/healthz")
+    assert (code, body) == (200, {"ok": True})
+    code, headers, text = _call(router.url + "/metrics")
+    assert code == 200 and "deepboot_gpus_lent_total" in text
+    code, _, body = _call(router.url + "/v1/nope/infer", "POST", {}, rid="x1")
+    assert code == 404 and body["id"] == "x1"
+
+
+def test_full_queue_answers_503_and_waiting_too_long_too(router: rt.Router) -> None:
+    results: dict[str, tuple[int, dict[str, str], Any]] = {}
+
+    def send(rid: str) -> None:
+        results[rid] = _call(router.url + "/v1/svc/infer", "POST", {"x": 1}, rid=rid)
+
+    waiting = [threading.Thread(target=send, args=(f"w{i}",)) for i in range(2)]
+    for t in waiting:
+        t.start()
+    time.sleep(0.2)  # both queued (no replica will ever come)
+    started = time.monotonic()
+    send("over")
+    assert time.monotonic() - started < 0.5, "a full queue must answer at once"
+    code, headers, body = results["over"]
+    assert code == 503 and int(headers["Retry-After"]) >= 1 and body["error"] == "queue full"
+    for t in waiting:
+        t.join(10)
+    for rid in ("w0", "w1"):
+        code, headers, body = results[rid]
+        assert code == 503 and "Retry-After" in headers and body["id"] == rid
+    # The controller heard of both arrivals, and of their withdrawal.
+    msgs = router.inbox.drain()
+    arrivals = {m.task for m in msgs if isinstance(m, rt.Arrival)}
+    withdrawn = {m.task for m in msgs if isinstance(m, rt.Withdraw)}
+    assert arrivals == withdrawn == {"w0", "w1"}
+    code, _, text = _call(router.url + "/metrics")
+    assert 'deepboot_inference_requests_total{code="503",service="svc"} 3.0' in text
+
+
+def test_a_duplicate_id_in_progress_is_refused(router: rt.Router) -> None:
+    out: list[int] = []
+    t = threading.Thread(
+        target=lambda: out.append(_call(router.url + "/v1/svc/infer", "POST", {}, rid="d")[0])
+    )
+    t.start()
+    time.sleep(0.2)
+    code, _, body = _call(router.url + "/v1/svc/infer", "POST", {}, rid="d")
+    assert code == 409
+    t.join(10)
+    assert out == [503]
+
+
+def test_bad_body_is_a_400(router: rt.Router) -> None:
+    req = urllib.request.Request(router.url + "/v1/svc/infer", data=b"{not json", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        urllib.request.urlopen(req, timeout=10)
+    assert exc.value.code == 400
+
+
+def _controller(tmp_path: Path, host: str) -> Controller:
+    from deepboot.core.cluster import ClusterSpec
+
+    state = StateDir.at(tmp_path / "state").ensure()
+    settings = ControllerSettings(http_host=host, http_port=0)
+    return Controller(state, settings, ClusterSpec.parse("2x2", 1), actors=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("where", ["loopback", "outward"])
+def test_controller_requires_the_token_off_loopback(tmp_path: Path, where: str) -> None:
+    host = "127.0.0.1" if where == "loopback" else (_outward_address() or "0.0.0.0")
+    ctl = _controller(tmp_path, host)
+    ctl.start_router()
+    assert ctl.router is not None
+    try:
+        info = json.loads(ctl.state.http_file.read_text())
+        assert info["auth"] is (where == "outward")
+        url = info["url"]
+        if host == "0.0.0.0":
+            url = url.replace("0.0.0.0", "127.0.0.1")
+        job = {
+            "name": "j1",
+            "entry": f"{EXAMPLES / 'regression.py'}:train",
+            "max_workers": 2,
+        }
+        service = json.loads(
+            json.dumps(
+                ServiceSpec("s1", "m", handler=f"{EXAMPLES / 'echo_service.py'}:load").to_json()
+            )
+        )
+        if where == "outward":
+            token = ctl.state.http_token.read_text().strip()
+            assert (ctl.state.http_token.stat().st_mode & 0o777) == 0o600
+            for path, body in (("/v1/jobs", job), ("/v1/services", service)):
+                code, headers, _ = _call(url + path, "POST", body)
+                assert code == 401 and headers["WWW-Authenticate"].startswith("Bearer")
+                code, _, _ = _call(url + path, "POST", body, token="wrong" + token)
+                assert code == 401
+            for path in ("/v1/s1/infer", "/metrics", "/healthz"):
+                code, _, _ = _call(url + path, "POST" if "infer" in path else "GET", {})
+                assert code == 401
+        else:
+            token = ""
+        code, _, body = _call(url + "/v1/jobs", "POST", job, token=token)
+        assert (code, body) == (201, {"name": "j1"})
+        code, _, body = _call(url + "/v1/services", "POST", service, token=token)
+        assert (code, body) == (201, {"name": "s1"})
+        code, _, body = _call(url + "/v1/jobs", "POST", {"name": "j2"}, token=token)
+        assert code == 400 and "entry" in body["error"]
+        store = JobStore(ctl.state.db)
+        assert [r.name for r in store.jobs()] == ["j1"]
+        assert [r.spec.name for r in store.services()] == ["s1"]
+        store.close()
+    finally:
+        ctl.router.stop()
