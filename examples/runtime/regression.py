@@ -33,12 +33,15 @@ def train(ctx: ElasticContext) -> None:
     x, y = x.to(ctx.device), y.to(ctx.device)
     threshold = float(args.get("loss_threshold", 0.01))
     step_delay = float(args.get("step_delay", 0.0))  # slows a tiny model to a visible pace
+    # Simulated GPU time per sample: a step then takes longer with a larger local
+    # batch, as on a real GPU, so more workers make steps faster.
+    sample_delay = float(args.get("sample_delay", 0.0))
     while True:
         idx = ctx.next_batch(len(x))
         loss = torch.nn.functional.mse_loss(model(x[idx]), y[idx])
         loss.backward()
-        if step_delay:
-            time.sleep(step_delay)
+        if step_delay or sample_delay:
+            time.sleep(step_delay + sample_delay * len(idx))
         mean = ctx.step(loss.item())
         if mean is None:
             continue

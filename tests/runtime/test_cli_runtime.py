@@ -79,3 +79,34 @@ def test_submit_status_cancel_without_a_cluster_use_the_store(
     assert code == 0 and "cancelling a" in out
     code, _, err = _run(capsys, "submit", str(job), "--state-dir", str(state))
     assert code == 2 and "exists already" in err
+
+
+def test_serve_bad_service_file_names_the_file_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    svc = tmp_path / "svc.toml"
+    svc.write_text('name = "a"\nmodel = "m"\nhandler = "mod:f"\nconcurrency = 0\n')
+    code, _, err = _run(capsys, "serve", str(svc), "--state-dir", str(tmp_path / "s"))
+    assert code == 2
+    assert err.count("\n") == 1
+    assert err.startswith(f"deepboot: error: {svc}: field 'concurrency': ")
+
+
+def test_serve_registers_a_service_in_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from deepboot.runtime.statedir import StateDir
+    from deepboot.runtime.store import JobStore
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "runtime" / "echo.toml"
+    state = StateDir.at(tmp_path / "s").ensure()
+    JobStore(state.db).close()
+    code, out, _ = _run(capsys, "serve", str(example), "--state-dir", str(state.root))
+    assert code == 0 and "registered service echo" in out
+    code, out, _ = _run(capsys, "serve", str(example), "--state-dir", str(state.root))
+    assert code == 0 and "already registered" in out
+    store = JobStore(state.db)
+    [row] = store.services()
+    assert row.spec.name == "echo" and row.spec.max_replicas == 4
+    assert [e.detail["service"] for e in store.events()] == ["echo"]
+    store.close()
