@@ -426,7 +426,7 @@ class Controller:
                 rec.state = GpuState.SLEEP
             else:
                 self.protect_replica(
-                    ProtectReplica(gpu, now + protect_time(row.hits, self.lifecycle)), log=False
+                    ProtectReplica(gpu, now + protect_time(row.hits, self.lifecycle))
                 )
             self._adopt.append(rec)
             kept.append(name)
@@ -625,8 +625,10 @@ class Controller:
             assert rec.replica is not None
             if self.router is not None:
                 handle = self.actors.handle(rec.replica)
-                self.router.start_replica(gpu, op.service, rec.replica, handle, cold=False)
-            self.note(LogKind.REPLICA, gpu=gpu, service=op.service, op="start", cold=False)
+                self.router.start_replica(
+                    gpu, op.service, rec.replica, handle, cold=False, task=op.task
+                )
+            # A warm reuse is not logged: in a lull it happens at every request.
             return
         spec = self.specs[op.service]
         name = replica_name(op.service, gpu, self._next_incarnation(f"replica:{op.service}"))
@@ -636,18 +638,15 @@ class Controller:
         rec.service, rec.replica = op.service, name
         self.note(LogKind.REPLICA, gpu=gpu, service=op.service, op="start", cold=True)
         if self.router is not None:
-            self.router.start_replica(gpu, op.service, name, handle, cold=True)
+            self.router.start_replica(gpu, op.service, name, handle, cold=True, task=op.task)
 
-    def protect_replica(self, op: ProtectReplica, log: bool = True) -> None:
+    def protect_replica(self, op: ProtectReplica) -> None:
+        # Not logged (every idle moment of a replica); SLEEP, when its GPU becomes
+        # lendable, is.
         rec = self.gpus[op.gpu]
         rec.state, rec.protect_until = GpuState.PROTECT, op.until
         rec.version += 1
         heapq.heappush(self._timers, (op.until, op.gpu, rec.version))
-        if log:
-            self.note(
-                LogKind.REPLICA, gpu=gpu_name(op.gpu), service=rec.service, op="protect",
-                until=round(op.until, 3),
-            )  # fmt: skip
 
     def sleep_replica(self, gpu: GpuId) -> None:
         rec = self.gpus[gpu]

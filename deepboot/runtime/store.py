@@ -76,8 +76,9 @@ class LogKind(enum.Enum):
     cancelled: {}
     reconciled: {kept: [actor names], killed: [actor names]}
     service_registered: {service, model, concurrency, max_replicas}
-    replica: {gpu, service, op: start|ready|protect|sleep|evict|died, cold (start),
-              seconds (ready: the cold start), error (died)}
+    replica: {gpu, service, op: start|ready|sleep|evict|died, cold (start: always
+              true; warm reuses and PROTECT are not logged, they happen at every
+              request of a lull), seconds and load_seconds (ready), error (died)}
     """
 
     CONTROLLER_STARTED = "controller_started"
