@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -57,9 +57,8 @@ from deepboot.elastic.protocol import (
 )
 from deepboot.policies import inference, registry
 from deepboot.policies.lifecycle import LifecycleConfig, protect_time
-from deepboot.runtime import router as rt
+from deepboot.runtime import messages as rt
 from deepboot.runtime.actors import ActorName, RayActors, actor_name
-from deepboot.runtime.metrics import Metrics
 from deepboot.runtime.raycluster import ClusterRecord, ray_env
 from deepboot.runtime.replica import REPLICA_PREFIX, parse_replica_name, replica_name
 from deepboot.runtime.statedir import StateDir
@@ -95,6 +94,10 @@ from deepboot.scheduler.operations import (
     SleepReplica,
     StartReplica,
 )
+
+if TYPE_CHECKING:
+    from deepboot.runtime.metrics import Metrics
+    from deepboot.runtime.router import Router
 
 log = logging.getLogger("deepboot.controller")
 
@@ -237,9 +240,11 @@ class Controller:
             ),
         )
         self.backend = RayBackend(self)
-        self.metrics = Metrics()
+        from deepboot.runtime.metrics import Metrics  # prometheus_client: runtime extra
+
+        self.metrics: Metrics = Metrics()
         self.inbox = rt.Inbox()
-        self.router: rt.Router | None = None
+        self.router: Router | None = None
         self.specs: dict[str, ServiceSpec] = {}
         self.arrived: dict[str, str] = {}  # request id -> service, until placed or withdrawn
         self.waiting: dict[str, str] = {}  # the arrivals the loop could not place, in order
@@ -435,15 +440,17 @@ class Controller:
 
     def start_router(self) -> None:
         """Serve HTTP (requests, submissions, metrics) and record where."""
+        from deepboot.runtime.router import Router, is_loopback  # aiohttp: runtime extra
+
         s = self.settings
-        auth = not rt.is_loopback(s.http_host)
+        auth = not is_loopback(s.http_host)
         token = self.state.ensure_http_token().read_text().strip() if auth else ""
         port = s.http_port
         if port == 0 and self.state.http_file.exists():
             # A restarted controller keeps its address, so clients reconnect.
             with contextlib.suppress(ValueError, OSError, KeyError):
                 port = int(json.loads(self.state.http_file.read_text())["port"])
-        router = rt.Router(
+        router = Router(
             self.inbox,
             self.metrics,
             s.http_host,
@@ -458,7 +465,7 @@ class Controller:
         except OSError:
             if port == s.http_port:
                 raise
-            router = rt.Router(
+            router = Router(
                 self.inbox, self.metrics, s.http_host, 0, token, auth,
                 submit=self._http_submit, register=self._http_register,
             )  # fmt: skip

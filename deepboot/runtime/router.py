@@ -58,80 +58,13 @@ from aiohttp import web
 
 from deepboot.core.errors import ConfigError, InputError
 from deepboot.core.service import ServiceSpec
+from deepboot.runtime.messages import Arrival, Died, Idle, Inbox, Ready, Withdraw
 from deepboot.runtime.metrics import Metrics
 
 log = logging.getLogger("deepboot.router")
 
 MAX_ATTEMPTS = 3
 """Replicas a request may be sent to before it is answered 502."""
-
-
-# -- messages to the controller -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    """Request ``task`` of ``service`` found no replica with a free slot."""
-
-    task: str
-    service: str
-
-
-@dataclass(frozen=True, slots=True)
-class Withdraw:
-    """Request ``task`` no longer needs a new replica (a slot freed, or it timed out)."""
-
-    task: str
-
-
-@dataclass(frozen=True, slots=True)
-class Idle:
-    """The replica on ``gpu`` has nothing in flight and nothing queued."""
-
-    gpu: str
-    replica: str
-
-
-@dataclass(frozen=True, slots=True)
-class Ready:
-    """The replica on ``gpu`` loaded its model; ``seconds``: from its creation."""
-
-    gpu: str
-    replica: str
-    seconds: float
-    load_seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class Died:
-    """The replica on ``gpu`` is gone (its process died, or its handler failed to load)."""
-
-    gpu: str
-    replica: str
-    error: str
-
-
-Message = Arrival | Withdraw | Idle | Ready | Died
-
-
-class Inbox:
-    """Messages from the router's thread to the controller's (thread-safe)."""
-
-    def __init__(self) -> None:
-        self._items: collections.deque[Message] = collections.deque()
-        self.wake = threading.Event()
-
-    def put(self, msg: Message) -> None:
-        self._items.append(msg)
-        self.wake.set()
-
-    def drain(self) -> list[Message]:
-        out = []
-        while True:
-            try:
-                out.append(self._items.popleft())
-            except IndexError:
-                return out
 
 
 # -- the router's own state (touched only on its loop) --------------------------------------

@@ -1,5 +1,9 @@
 """The load generator: rate profiles, send times, and real runs against a small
-aiohttp server started here (loopback, port 0)."""
+aiohttp server started here (loopback, port 0).
+
+The runs need the runtime extra (aiohttp): they carry the ``runtime`` marker and run
+in ``make test-runtime``; the rest is in the default suite.
+"""
 
 from __future__ import annotations
 
@@ -25,8 +29,10 @@ from deepboot.runtime.loadgen import (
 )
 from tests.cli_helpers import assert_one_line_error, run_cli
 
-aiohttp = pytest.importorskip("aiohttp")
-from aiohttp import web  # noqa: E402
+try:
+    from aiohttp import web
+except ImportError:  # the runtime extra is missing: the tests that need a server skip
+    web = None  # type: ignore[assignment]
 
 TOKEN = "s3cret"
 SLOW = 7  # the request with this index sleeps past the client's timeout
@@ -212,6 +218,7 @@ class _Server:
 
 @pytest.fixture
 def server() -> Iterator[_Server]:
+    pytest.importorskip("aiohttp")
     s = _Server()
     try:
         yield s
@@ -234,6 +241,7 @@ def _expected_status(i: int) -> int:
 _SHORT = RateProfile((0.0, 0.5), (50.0,))
 
 
+@pytest.mark.runtime
 def test_run_load_records_every_request_once(server: _Server, tmp_path: Path) -> None:
     out = tmp_path / "requests.csv"
     times = send_times(_SHORT)
@@ -269,6 +277,7 @@ def test_run_load_records_every_request_once(server: _Server, tmp_path: Path) ->
     assert float(rows[SLOW + 1]["send_s"]) < float(rows[SLOW]["answer_s"])
 
 
+@pytest.mark.runtime
 def test_run_load_without_token_records_401(server: _Server, tmp_path: Path) -> None:
     out = tmp_path / "r.csv"
     summary = asyncio.run(run_load(server.url, "svc", [0.0, 0.01, 0.02], None, out, {}, 2.0))
@@ -277,6 +286,7 @@ def test_run_load_without_token_records_401(server: _Server, tmp_path: Path) -> 
     assert server.ids == []
 
 
+@pytest.mark.runtime
 def test_run_load_unknown_service_and_connection_refused(server: _Server, tmp_path: Path) -> None:
     out = tmp_path / "r.csv"
     asyncio.run(run_load(server.url, "other", [0.0], TOKEN, out, {}, 2.0))
@@ -301,6 +311,7 @@ def _state(tmp_path: Path, url: str, auth: bool = True) -> Path:
     return state
 
 
+@pytest.mark.runtime
 def test_cli_load_end_to_end(
     server: _Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -344,6 +355,7 @@ def test_cli_load_end_to_end(
     assert {r["status"] for r in _read(out)} == {"401"}
 
 
+@pytest.mark.runtime
 def test_cli_load_poisson_with_token_file(
     server: _Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -19,12 +19,19 @@ from typing import Any
 
 import pytest
 
-from deepboot.core.service import ServiceSpec
-from deepboot.runtime import router as rt
-from deepboot.runtime.controller import Controller, ControllerSettings
-from deepboot.runtime.metrics import Metrics
-from deepboot.runtime.statedir import StateDir
-from deepboot.runtime.store import JobStore
+pytest.importorskip("aiohttp")
+pytest.importorskip("prometheus_client")
+
+from deepboot.core.service import ServiceSpec  # noqa: E402
+from deepboot.runtime import router as rt  # noqa: E402
+from deepboot.runtime.controller import Controller, ControllerSettings  # noqa: E402
+from deepboot.runtime.metrics import Metrics  # noqa: E402
+from deepboot.runtime.statedir import StateDir  # noqa: E402
+from deepboot.runtime.store import JobStore  # noqa: E402
+
+# Quick (seconds), but it needs the runtime extra (aiohttp, prometheus_client), so it
+# runs in `make test-runtime`.
+pytestmark = pytest.mark.runtime
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "runtime"
 
