@@ -131,6 +131,7 @@ def read_numeric_csv(
         raise InputError(p, head_line, header[len(expected)], f"bad header: expected '{want}' only")
     if len(records) == 1:
         raise InputError(p, head_line, expected[0], "the file has a header but no data rows")
+    columns = [(name, name in text, bounds.get(name)) for name in expected]
     rows: list[tuple[float, ...]] = []
     raws: list[tuple[str, ...]] = []
     lines: list[int] = []
@@ -141,13 +142,11 @@ def read_numeric_csv(
                 p, line, field, f"expected {len(expected)} values ({want}), found {len(row)}"
             )
         cells = tuple(c.strip() for c in row)
-        values: list[float] = []
-        for name, cell in zip(expected, cells, strict=True):
-            if name in text:
-                values.append(math.nan)
-                continue
-            values.append(_number(p, line, name, cell, bounds.get(name)))
-        rows.append(tuple(values))
+        values = tuple(
+            math.nan if is_text else _number(p, line, name, cell, valid)
+            for (name, is_text, valid), cell in zip(columns, cells, strict=True)
+        )
+        rows.append(values)
         raws.append(cells)
         lines.append(line)
     return CsvTable(p, tuple(expected), tuple(rows), tuple(lines), tuple(raws))
@@ -155,19 +154,18 @@ def read_numeric_csv(
 
 def _number(path: str, line: int, name: str, cell: str, valid: Range | None) -> float:
     """The finite number in ``cell``, checked against ``valid``."""
-    shown = shorten(cell)
     if not cell:
         raise InputError(path, line, name, "is empty; expected a number")
     try:
         value = float(cell)
     except ValueError:
-        raise InputError(path, line, name, f"'{shown}' is not a number") from None
+        raise InputError(path, line, name, f"'{shorten(cell)}' is not a number") from None
     if not math.isfinite(value):
-        raise InputError(path, line, name, f"'{shown}' is not a finite number")
+        raise InputError(path, line, name, f"'{shorten(cell)}' is not a finite number")
     if valid is None:
         return value
     if valid.integer and value != int(value):
-        raise InputError(path, line, name, f"'{shown}' is not a whole number")
+        raise InputError(path, line, name, f"'{shorten(cell)}' is not a whole number")
     if not valid.contains(value):
-        raise InputError(path, line, name, f"'{shown}' must be {valid.describe()}")
+        raise InputError(path, line, name, f"'{shorten(cell)}' must be {valid.describe()}")
     return value

@@ -537,6 +537,24 @@ class GoodputModel:
             accum = np.where(feasible, accum, 0)
         return out_good.reshape(shape), atomic.reshape(shape), accum.reshape(shape)
 
+    def optimize_goodput(
+        self,
+        num_nodes: ArrayLike,
+        num_replicas: ArrayLike,
+        accumulation: bool = True,
+    ) -> FloatArray:
+        """``optimize(num_nodes, num_replicas, accumulation)[0]``, bit for bit, without
+        the batch and accumulation choice (the speedup tables need only the goodput)."""
+        shape, n, k = _flat_queries(num_nodes, num_replicas)
+        top = int(k.max()) if k.size else 0
+        table = _fast_table(self.limits, accumulation, int(k.min()), top) if k.size else None
+        if table is None:
+            return self.optimize_reference(num_nodes, num_replicas, accumulation)[0]
+        rows = table.lookup(k, top)
+        good = table.scores(self, n, rows)
+        best: FloatArray = good[np.arange(rows.size), np.argmax(good, axis=1)]
+        return best.reshape(shape)
+
     def optimize_with_base(
         self,
         num_nodes: ArrayLike,

@@ -217,6 +217,11 @@ def canonical_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
     return min(nodes[i:] + nodes[:i] for i in range(len(nodes)))
 
 
+def _mean(values: list[float]) -> float:
+    """``float(np.mean(values))`` of a non-empty list, without NumPy for one value."""
+    return float(values[0]) if len(values) == 1 else float(np.mean(values))
+
+
 def _read_placements(path: Path) -> tuple[tuple[str, int, float, float], ...]:
     table = read_numeric_csv(path, PLACEMENT_COLUMNS, PLACEMENT_RANGES, text=("placement",))
     out: list[tuple[str, int, float, float]] = []
@@ -428,8 +433,9 @@ class ProfiledApplication:
             for bsz, step, sync in pts:
                 by_bsz.setdefault(bsz, []).append((step, sync))
             xs = sorted(by_bsz)
-            steps = [float(np.mean([v[0] for v in by_bsz[x]])) for x in xs]
-            syncs = [float(np.mean([v[1] for v in by_bsz[x]])) for x in xs]
+            # One measurement (the usual case) is its own mean, bit for bit.
+            steps = [_mean([v[0] for v in by_bsz[x]]) for x in xs]
+            syncs = [_mean([v[1] for v in by_bsz[x]]) for x in xs]
             out[digits] = (
                 np.asarray(xs, dtype=np.float64),
                 np.asarray(steps, dtype=np.float64),

@@ -109,7 +109,7 @@ class SpeedupModel:
                 base, good = self._model.optimize_with_base(n_new, k_new, self._accumulation)
                 self._base = base
             else:
-                good, _, _ = self._model.optimize(n_new, k_new, self._accumulation)
+                good = self._model.optimize_goodput(n_new, k_new, self._accumulation)
             # A degenerate model with zero base goodput falls back to linear scaling.
             values = good / self._base if self._base > 0 else k_new.astype(np.float64)
             self._memo[n_new, k_new] = values

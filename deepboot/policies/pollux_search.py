@@ -43,6 +43,7 @@ import bisect
 import enum
 import functools
 import itertools
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -248,7 +249,7 @@ def ruin_and_recreate(problem: PolluxProblem, matrix: IntArray, lower: float) ->
 
 
 def _tolerance(total: float) -> float:
-    return 1e-10 * (1.0 + abs(total)) if np.isfinite(total) else 0.0
+    return 1e-10 * (1.0 + abs(total)) if math.isfinite(total) else 0.0
 
 
 def _row_allowed(
@@ -366,7 +367,7 @@ def dp_counts(
     keep_gpus: list[int] = []
     for i, j in enumerate(subset):
         k = view.base_k[j]
-        n = sum(1 for x in view.base[j] if x)
+        n = len(view.base[j]) - view.base[j].count(0)
         ok = k > 0 and not view.out[j] and view.low[j] <= k <= view.high[j]
         ok = ok and n <= view.max_nodes and fits[i]
         keep_nodes.append(n if ok else 0)
@@ -376,8 +377,11 @@ def dp_counts(
     for (job, count), value in (learned or {}).items():
         by_job.setdefault(job, []).append((count, value))
 
-    budget = np.arange(total + 1)
-    dp = np.zeros(total + 1)
+    # dp[b]: the best cost within budget b; dp[total + 1] = inf, the value an option
+    # that does not fit reads (see _dp_index).
+    budget = np.arange(total + 2)
+    dp = np.zeros(total + 2)
+    dp[-1] = _INF
     steps: list[tuple[IntArray, int]] = []
     keeps = np.zeros(len(subset), dtype=bool)
     for i, j in enumerate(subset):
@@ -398,11 +402,11 @@ def dp_counts(
                 at = 0 if count == 0 else count - low_j + 1
                 if (count == 0 or count >= low_j) and at < size:
                     cs[at] = max(cs[at], value)
-        src, valid = _dp_index(size, low_j, total)
-        vals = np.where(valid, dp[src], _INF)
+        vals = dp[_dp_index(size, low_j, total)]
         vals += cs[:, None]
         arg = vals.argmin(axis=0)
         dp = vals[arg, budget]
+        dp[-1] = _INF
         steps.append((arg, low_j))
 
     left = total
@@ -443,19 +447,23 @@ def _option_costs(
 
 
 @functools.lru_cache(maxsize=4096)
-def _dp_index(size: int, low: int, total: int) -> tuple[IntArray, BoolArray]:
+def _dp_index(size: int, low: int, total: int) -> IntArray:
     """For the options [0, low, ..., low + size - 2] of one knapsack step: which dp
-    entry each (option, budget) reads (clamped at 0) and whether it exists."""
+    entry each (option, budget 0..total + 1) reads; ``total + 1`` (whose dp entry is
+    inf) where the option does not fit the budget, and for the extra budget total + 1.
+    inf + cost is what the step took for a missing entry before, so the same bits."""
     ks = np.concatenate(([0], np.arange(low, low + size - 1))).astype(np.int64)
     src = np.arange(total + 1)[None, :] - ks[:, None]
-    return np.maximum(src, 0), src >= 0
+    out = np.full((size, total + 2), total + 1, dtype=np.int64)
+    out[:, : total + 1] = np.where(src >= 0, src, total + 1)
+    return out
 
 
 def _job_cost(problem: PolluxProblem, j: int, row: list[int]) -> float:
     """Cost of job ``j`` holding ``row`` (GPUs per node): ``problem.costs`` of its
     (nodes, GPUs, changed), through the problem's cost memo (same values)."""
     view = problem_view(problem)
-    n = sum(1 for x in row if x)
+    n = len(row) - row.count(0)
     changed = row != view.base[j] or view.out[j]
     return view.memo[j][n, sum(row)][changed]
 
@@ -551,7 +559,8 @@ def _pack(
     view = problem_view(problem)
     num_nodes = view.num_nodes
     matrix = [[0] * num_nodes for _ in range(view.num_jobs)] if start is None else start.tolist()
-    free = [c - sum(row[v] for row in matrix) for v, c in enumerate(view.cap)]
+    held = [sum(col) for col in zip(*matrix, strict=True)] if matrix else [0] * num_nodes
+    free = [c - h for c, h in zip(view.cap, held, strict=True)]
     owner = _owners(matrix, num_nodes)
     placed = [sum(row) > 0 for row in matrix]
     wanted, kept = counts.tolist(), keep.tolist()
