@@ -46,6 +46,21 @@ class ActorName:
             return None
 
 
+def _on_gpu(name: str, gpu: str, concurrency: int) -> dict[str, Any]:
+    """Ray options of a detached, named actor holding exactly ``gpu``'s resource (Ray
+    starts it once the GPU's previous holder is gone), never restarted by Ray."""
+    node, index = parse_gpu(gpu)
+    return {
+        "name": name,
+        "namespace": NAMESPACE,
+        "lifetime": "detached",
+        "num_cpus": 0,
+        "resources": {gpu_resource(node, index): 1},
+        "max_restarts": 0,
+        "max_concurrency": concurrency,
+    }
+
+
 class RayActors:
     """Worker actors on a connected Ray cluster (``ray.init`` done by the caller)."""
 
@@ -64,16 +79,7 @@ class RayActors:
     def create(self, name: str, config: WorkerConfig, gpu: str, first: Generation) -> None:
         """Start worker ``name`` of ``config.job`` on ``gpu`` (Ray queues it until the
         GPU's resource is free, that is until the GPU's previous worker is killed)."""
-        node, index = parse_gpu(gpu)
-        handle = self._cls.options(
-            name=name,
-            namespace=NAMESPACE,
-            lifetime="detached",
-            num_cpus=0,
-            resources={gpu_resource(node, index): 1},
-            max_restarts=0,
-            max_concurrency=4,
-        ).remote(config, gpu, first)
+        handle = self._cls.options(**_on_gpu(name, gpu, concurrency=4)).remote(config, gpu, first)
         self._handles[name] = handle
 
     def create_replica(self, name: str, spec: dict[str, Any], gpu: str, log_path: str) -> Any:
@@ -84,16 +90,8 @@ class RayActors:
 
         if self._replica_cls is None:
             self._replica_cls = self._ray.remote(ServiceReplica)
-        node, index = parse_gpu(gpu)
-        handle = self._replica_cls.options(
-            name=name,
-            namespace=NAMESPACE,
-            lifetime="detached",
-            num_cpus=0,
-            resources={gpu_resource(node, index): 1},
-            max_restarts=0,
-            max_concurrency=int(spec.get("concurrency", 1)) + 1,
-        ).remote(spec, gpu, log_path)
+        options = _on_gpu(name, gpu, concurrency=int(spec.get("concurrency", 1)) + 1)
+        handle = self._replica_cls.options(**options).remote(spec, gpu, log_path)
         self._handles[name] = handle
         return handle
 

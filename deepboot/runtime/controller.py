@@ -318,6 +318,9 @@ class Controller:
         """
         self.metrics.replay(self.store.events())
         self.take_services()
+        # Read before anything below flushes (a re-formed job does), which rewrites
+        # the GPU table from a picture that has no replicas yet.
+        stored_gpus = self.store.gpus()
         rows = {r.name: r for r in self.store.jobs()}
         live = [n for n in self.actors.list_workers() if ActorName.parse(n)]
         by_job: dict[str, dict[str, str]] = {}
@@ -392,7 +395,7 @@ class Controller:
                 rec.gen = None
                 rec.update(state=JobState.QUEUED, workers=())
             recovered.append(row.name)
-        self._recover_replicas(kept, killed)
+        self._recover_replicas(stored_gpus, kept, killed)
         self.note(LogKind.RECONCILED, kept=sorted(kept), killed=sorted(killed))
         self.note(
             LogKind.CONTROLLER_STARTED,
@@ -402,11 +405,13 @@ class Controller:
         )
         self.flush()
 
-    def _recover_replicas(self, kept: list[str], killed: list[str]) -> None:
-        """Keep each live replica actor the store records on its GPU (a replica that
+    def _recover_replicas(
+        self, stored_gpus: list[GpuRow], kept: list[str], killed: list[str]
+    ) -> None:
+        """Keep each live replica actor the store recorded on its GPU (a replica that
         was RUNNING is idle now: the requests it served died with the old router, so
         it goes to PROTECT); kill the others."""
-        stored = {r.gpu: r for r in self.store.gpus()}
+        stored = {r.gpu: r for r in stored_gpus}
         now = self.clock()
         for name in self.actors.list_named(REPLICA_PREFIX):
             parsed = parse_replica_name(name)
@@ -450,26 +455,21 @@ class Controller:
             # A restarted controller keeps its address, so clients reconnect.
             with contextlib.suppress(ValueError, OSError, KeyError):
                 port = int(json.loads(self.state.http_file.read_text())["port"])
-        router = Router(
-            self.inbox,
-            self.metrics,
-            s.http_host,
-            port,
-            token,
-            auth,
-            submit=self._http_submit,
-            register=self._http_register,
-        )
-        try:
-            router.start()
-        except OSError:
-            if port == s.http_port:
-                raise
+
+        def serve(on: int) -> Router:
             router = Router(
-                self.inbox, self.metrics, s.http_host, 0, token, auth,
+                self.inbox, self.metrics, s.http_host, on, token, auth,
                 submit=self._http_submit, register=self._http_register,
             )  # fmt: skip
             router.start()
+            return router
+
+        try:
+            router = serve(port)
+        except OSError:
+            if port == s.http_port:
+                raise
+            router = serve(0)  # the old port is taken: any free one (http.json says)
         self.router = router
         router.set_services(self.specs)
         for rec in self._adopt:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +163,40 @@ def assert_exact_resizes(state: Path, name: str) -> list[dict[str, Any]]:
                     before, after = digests[gpu]
                     assert before == after, (gpu, ev.detail)
     return resizes
+
+
+@contextlib.contextmanager
+def local_cluster(state: Path, *flags: str) -> Iterator[Path]:
+    """``deepboot up`` a local cluster with the tests' scaled-down timings (2 s rounds,
+    0.3 s polls, 15 s collective timeout, restart_delay=2, any free HTTP port) and
+    ``flags``; on exit, ``deepboot down``, and no process of it may be left."""
+    from deepboot.runtime.raycluster import ClusterRecord, cluster_pids
+    from deepboot.runtime.statedir import StateDir
+
+    cli(
+        state, "up", "--interval", "2", "--poll", "0.3", "--collective-timeout", "15",
+        "--param", "restart_delay=2", "--http-port", "0", *flags,
+    )  # fmt: skip
+    record = ClusterRecord.load(StateDir.at(state))
+    try:
+        yield state
+    finally:
+        cli(state, "down", check=False)
+        left = {p for p in cluster_pids(record) if alive(p)}
+        assert not left, f"'deepboot down' left processes running: {left}"
+
+
+def cancel_leftover_jobs(state: Path) -> None:
+    """Cancel every job still queued or running (a failed test's), and wait until no
+    GPU is held, so the next test starts clean."""
+    left = [
+        j["name"] for j in status(state)["jobs"] if j["state"] in ("submitted", "queued", "running")
+    ]
+    for name in left:
+        cli(state, "cancel", name, check=False)
+    if left:
+        wait_for(
+            "the leftover jobs' GPUs",
+            lambda: not any(g["holder"] for g in status(state)["gpus"]),
+            180,
+        )

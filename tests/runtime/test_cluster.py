@@ -29,12 +29,13 @@ from deepboot.runtime.store import LogKind  # noqa: E402
 from tests.runtime.cluster_helpers import (  # noqa: E402
     alive,
     assert_exact_resizes,
+    cancel_leftover_jobs,
     cli,
     controller_pid,
     events,
     job,
     listening_sockets,
-    status,
+    local_cluster,
     wait_for,
     worker_pids,
     write_job,
@@ -46,51 +47,16 @@ pytestmark = pytest.mark.runtime
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     state = tmp_path_factory.mktemp("deepboot") / "state"
-    cli(
-        state,
-        "up",
-        "--training-nodes",
-        "2",
-        "--gpus-per-node",
-        "2",
-        "--interval",
-        "2",
-        "--poll",
-        "0.3",
-        "--collective-timeout",
-        "15",
-        "--param",
-        "restart_delay=2",
-        "--http-port",
-        "0",
-    )
-    record = ClusterRecord.load(StateDir.at(state))
-    try:
+    with local_cluster(state, "--training-nodes", "2", "--gpus-per-node", "2"):
         yield state
-    finally:
-        cli(state, "down", check=False)
-        left = {p for p in cluster_pids(record) if alive(p)}
-        assert not left, f"'deepboot down' left processes running: {left}"
 
 
 @pytest.fixture(autouse=True)
 def _no_leftover_jobs(request: pytest.FixtureRequest) -> Iterator[None]:
     """Cancel what a test leaves running (a failed one), so the next starts clean."""
     yield
-    if "cluster" not in request.fixturenames:
-        return
-    state = request.getfixturevalue("cluster")
-    left = [
-        j["name"] for j in status(state)["jobs"] if j["state"] in ("submitted", "queued", "running")
-    ]
-    for name in left:
-        cli(state, "cancel", name, check=False)
-    if left:
-        wait_for(
-            "the leftover jobs' GPUs",
-            lambda: not any(g["holder"] for g in status(state)["gpus"]),
-            180,
-        )
+    if "cluster" in request.fixturenames:
+        cancel_leftover_jobs(request.getfixturevalue("cluster"))
 
 
 def test_every_socket_is_on_loopback_and_ray_wants_the_token(cluster: Path) -> None:
