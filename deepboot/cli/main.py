@@ -24,7 +24,7 @@ EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 
 _DESCRIPTION = """\
-deepboot schedules elastic deep-learning training (and, soon, inference) on one GPU
+deepboot schedules elastic deep-learning training and inference together on one GPU
 cluster, and simulates policies on workload traces to compare them: DeepBoot (TPDS'23),
 Pollux, Tiresias, Optimus and more."""
 

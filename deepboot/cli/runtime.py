@@ -190,7 +190,7 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         sub,
         formatter,
         "status",
-        help="GPUs by pool and state, and jobs with workers, batch size and progress",
+        help="GPUs by pool and state, services and their replicas, jobs and their lent GPUs",
         description="Show the cluster's GPUs and jobs, from the job store. --json prints "
         "the same for scripts (schema: docs/runtime.md).",
     )
