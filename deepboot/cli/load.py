@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from deepboot.cli import limits
-from deepboot.cli.files import PathArg, check_outputs, require_path
+from deepboot.cli.files import PathArg, check_outputs, require_path, write_text
 from deepboot.core.errors import ConfigError, InputError
 
 MAX_TIMEOUT_S = 3600.0
@@ -252,7 +252,7 @@ def cmd_load(args: argparse.Namespace, out: Console, err: Console) -> int:
                 args.service,
                 times,
                 token,
-                out_path,
+                lambda text: write_text(out_path, text),  # atomic, also on Ctrl-C
                 body,
                 args.timeout,
                 progress=progress,

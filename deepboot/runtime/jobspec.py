@@ -20,16 +20,14 @@ the line).
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from deepboot.core.errors import InputError
 from deepboot.core.params import BatchLimits
-from deepboot.runtime.specfile import int_key, read_toml, resolve_callable
+from deepboot.runtime.specfile import check_keys, int_key, read_toml, resolve_callable
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _KNOWN = {
     "name",
     "entry",
@@ -114,17 +112,8 @@ def parse_job(raw: dict[str, Any], where: str, base: Path) -> JobSpec:
         InputError: unknown or missing key, or a value out of range (names ``where``
             and the key).
     """
-    unknown = sorted(set(raw) - _KNOWN)
-    if unknown:
-        raise InputError(where, 0, unknown[0], f"unknown key (known: {', '.join(sorted(_KNOWN))})")
-    for key in ("name", "entry"):
-        if key not in raw:
-            raise InputError(where, 0, key, "missing (required)")
-        if not isinstance(raw[key], str):
-            raise InputError(where, 0, key, f"must be a string, got {raw[key]!r}")
+    check_keys(where, raw, _KNOWN, ("name", "entry"))
     name = raw["name"]
-    if not _NAME.match(name):
-        raise InputError(where, 0, "name", f"{name!r}: use letters, digits and _.- (<= 63)")
     entry = resolve_callable(where, base, "entry", raw["entry"], "function")
     lo = int_key(where, raw, "min_workers", 1, 1, MAX_WORKERS)
     hi = int_key(where, raw, "max_workers", max(lo, 4), 1, MAX_WORKERS)

@@ -42,9 +42,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from deepboot.cli.files import write_text
-from deepboot.core.errors import InputError
-from deepboot.sim.csvfile import csv_read_errors
+from deepboot.core.errors import InputError, csv_read_errors
 
 PROFILE_COLUMNS: tuple[str, ...] = ("time_s", "rps")
 """The header of a rate profile."""
@@ -280,7 +278,6 @@ class LoadSummary:
         duration_s: From the start to the last answer.
         max_send_lag_s: Most a request was sent after its due time (a large value
             means this machine could not keep up with the profile).
-        out_path: The requests CSV.
     """
 
     sent: int
@@ -292,7 +289,6 @@ class LoadSummary:
     max_s: float | None
     duration_s: float
     max_send_lag_s: float
-    out_path: Path
     latencies_ok: tuple[float, ...] = field(default=(), repr=False)
 
     @property
@@ -319,7 +315,7 @@ async def run_load(
     service: str,
     times: Sequence[float],
     token: str | None,
-    out_path: str | Path,
+    save: Callable[[str], object],
     body: Any,
     timeout_s: float,
     progress: ProgressCallback | None = None,
@@ -332,7 +328,7 @@ async def run_load(
         service: The service name.
         times: Send times in seconds from the start (sorted; see :func:`send_times`).
         token: The bearer token, or None to send no ``Authorization`` header.
-        out_path: The requests CSV (written atomically at the end, also when the run
+        save: Called once with the requests CSV's text (at the end, also when the run
             is cancelled: then unanswered requests get status 0, "cancelled").
         body: The JSON body of every request.
         timeout_s: Client-side limit of one request (waiting for a connection
@@ -399,10 +395,10 @@ async def run_load(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         _finish_unsent(records, loop.time() - start)
-        _write_csv(out_path, records)
+        save(_csv_text(records))
         raise
-    _write_csv(out_path, records)
-    return _summarize(records, Path(out_path))
+    save(_csv_text(records))
+    return _summarize(records)
 
 
 def _finish_unsent(records: Sequence[RequestRecord], now: float) -> None:
@@ -422,7 +418,7 @@ def _fmt(value: float) -> str:
     return "" if math.isnan(value) else f"{value:.6f}"
 
 
-def _write_csv(path: str | Path, records: Sequence[RequestRecord]) -> None:
+def _csv_text(records: Sequence[RequestRecord]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
@@ -437,10 +433,10 @@ def _write_csv(path: str | Path, records: Sequence[RequestRecord]) -> None:
                 rec.error,
             ]
         )
-    write_text(path, buf.getvalue())
+    return buf.getvalue()
 
 
-def _summarize(records: Sequence[RequestRecord], out_path: Path) -> LoadSummary:
+def _summarize(records: Sequence[RequestRecord]) -> LoadSummary:
     by_status: dict[int, int] = {}
     errors: dict[str, int] = {}
     ok: list[float] = []
@@ -465,7 +461,6 @@ def _summarize(records: Sequence[RequestRecord], out_path: Path) -> LoadSummary:
         max_s=max(ok) if ok else None,
         duration_s=max((r.answer_s for r in sent), default=0.0),
         max_send_lag_s=max((r.send_s - r.due_s for r in sent), default=0.0),
-        out_path=out_path,
         latencies_ok=tuple(ok),
     )
 

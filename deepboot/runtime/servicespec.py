@@ -32,10 +32,9 @@ from deepboot.core.service import (
     MAX_QUEUE_BOUND,
     MAX_REPLICAS,
     MAX_REQUEST_TIMEOUT_S,
-    NAME_RE,
     ServiceSpec,
 )
-from deepboot.runtime.specfile import int_key, read_toml, resolve_callable
+from deepboot.runtime.specfile import check_keys, int_key, read_toml, resolve_callable
 
 _KNOWN = set(FIELDS)
 
@@ -71,22 +70,8 @@ def parse_service(raw: dict[str, Any], where: str, base: Path) -> ServiceSpec:
         InputError: unknown or missing key, a bad handler, or a value out of range
             (names ``where`` and the key).
     """
-    unknown = sorted(set(raw) - _KNOWN)
-    if unknown:
-        raise InputError(where, 0, unknown[0], f"unknown key (known: {', '.join(sorted(_KNOWN))})")
-    for key in ("name", "model", "handler"):
-        if key not in raw:
-            raise InputError(where, 0, key, "missing (required)")
-        if not isinstance(raw[key], str):
-            raise InputError(where, 0, key, f"must be a string, got {raw[key]!r}")
+    check_keys(where, raw, _KNOWN, ("name", "model", "handler"))
     name = raw["name"]
-    if not NAME_RE.match(name):
-        raise InputError(
-            where,
-            0,
-            "name",
-            f"{name!r}: use letters, digits and _.-, starting with a letter or digit (<= 63)",
-        )
     if not raw["model"]:
         raise InputError(where, 0, "model", "must not be empty")
     handler = resolve_callable(where, base, "handler", raw["handler"], "factory")

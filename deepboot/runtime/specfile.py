@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from deepboot.core.errors import InputError
+from deepboot.core.service import NAME_RE
 
 
 def read_toml(path: str | Path, what: str) -> tuple[dict[str, Any], str, Path]:
@@ -34,6 +35,28 @@ def read_toml(path: str | Path, what: str) -> tuple[dict[str, Any], str, Path]:
         line = int(m.group(1)) if (m := re.search(r"line (\d+)", str(exc))) else 0
         raise InputError(where, line, "", f"not valid TOML: {exc}") from None
     return raw, where, p.parent
+
+
+def check_keys(where: str, raw: dict[str, Any], known: set[str], required: tuple[str, ...]) -> None:
+    """No key outside ``known``; every key of ``required`` present, a string; and
+    ``raw["name"]`` a name (letters, digits and ``_.-``, starting with a letter or
+    digit, at most 63: jobs and services name Ray actors and URLs alike)."""
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise InputError(where, 0, unknown[0], f"unknown key (known: {', '.join(sorted(known))})")
+    for key in required:
+        if key not in raw:
+            raise InputError(where, 0, key, "missing (required)")
+        if not isinstance(raw[key], str):
+            raise InputError(where, 0, key, f"must be a string, got {raw[key]!r}")
+    name = raw["name"]
+    if not NAME_RE.match(name):
+        raise InputError(
+            where,
+            0,
+            "name",
+            f"{name!r}: use letters, digits and _.-, starting with a letter or digit (<= 63)",
+        )
 
 
 def int_key(where: str, raw: dict[str, Any], key: str, default: int, lo: int, hi: int) -> int:

@@ -43,9 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
-from deepboot.core.errors import ConfigError, InputError
+from deepboot.core.errors import ConfigError, InputError, csv_read_errors
 from deepboot.core.jobs import TrainingJobSpec
-from deepboot.sim.csvfile import csv_read_errors
 from deepboot.sim.workload import POLLUX_COLUMNS
 
 PHILLY_COLUMNS: tuple[str, ...] = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")

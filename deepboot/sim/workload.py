@@ -26,10 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from deepboot.core.errors import InputError
+from deepboot.core.errors import InputError, csv_read_errors
 from deepboot.core.jobs import InferenceTaskSpec, TrainingJobSpec, Workload
 from deepboot.core.params import BatchLimits
-from deepboot.sim.csvfile import csv_read_errors
 
 POLLUX_COLUMNS: tuple[str, ...] = ("name", "time", "application", "num_replicas", "batch_size")
 """Header of a Pollux workload (training jobs only)."""

@@ -12,7 +12,7 @@ import csv
 import json
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -226,6 +226,11 @@ def server() -> Iterator[_Server]:
         s.stop()
 
 
+def _saver(path: Path) -> Callable[[str], int]:
+    """Where run_load puts the requests CSV (the CLI writes it atomically)."""
+    return lambda text: path.write_text(text)
+
+
 def _read(path: Path) -> list[dict[str, str]]:
     with path.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
@@ -252,7 +257,7 @@ def test_run_load_records_every_request_once(server: _Server, tmp_path: Path) ->
             "svc",
             times,
             TOKEN,
-            out,
+            _saver(out),
             {"x": [1, 2]},
             timeout_s=0.5,
             progress=lambda s, a, t: seen.append((s, a, t)),
@@ -280,7 +285,8 @@ def test_run_load_records_every_request_once(server: _Server, tmp_path: Path) ->
 @pytest.mark.runtime
 def test_run_load_without_token_records_401(server: _Server, tmp_path: Path) -> None:
     out = tmp_path / "r.csv"
-    summary = asyncio.run(run_load(server.url, "svc", [0.0, 0.01, 0.02], None, out, {}, 2.0))
+    times = [0.0, 0.01, 0.02]
+    summary = asyncio.run(run_load(server.url, "svc", times, None, _saver(out), {}, 2.0))
     assert [r["status"] for r in _read(out)] == ["401"] * 3
     assert summary.by_status == {401: 3} and summary.p50_s is None
     assert server.ids == []
@@ -289,11 +295,11 @@ def test_run_load_without_token_records_401(server: _Server, tmp_path: Path) -> 
 @pytest.mark.runtime
 def test_run_load_unknown_service_and_connection_refused(server: _Server, tmp_path: Path) -> None:
     out = tmp_path / "r.csv"
-    asyncio.run(run_load(server.url, "other", [0.0], TOKEN, out, {}, 2.0))
+    asyncio.run(run_load(server.url, "other", [0.0], TOKEN, _saver(out), {}, 2.0))
     assert _read(out)[0]["status"] == "404"
     # a port nothing listens on: status 0 with the connection error
     dead = "http://127.0.0.1:1"
-    summary = asyncio.run(run_load(dead, "svc", [0.0, 0.01], TOKEN, out, {}, 2.0))
+    summary = asyncio.run(run_load(dead, "svc", [0.0, 0.01], TOKEN, _saver(out), {}, 2.0))
     rows = _read(out)
     assert [r["status"] for r in rows] == ["0", "0"]
     assert all(r["error"] and r["error"] != "timeout" for r in rows)
