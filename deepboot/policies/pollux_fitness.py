@@ -31,7 +31,14 @@ import numpy.typing as npt
 from deepboot.core.placement import EMPTY, Allocation
 from deepboot.core.state import ClusterState
 from deepboot.perf import detmath
-from deepboot.perf.speedup import SpeedupFn, SpeedupProvider, adaptive_speedup
+from deepboot.perf.speedup import (
+    FixedBatchSpeedup,
+    SpeedupFn,
+    SpeedupModel,
+    SpeedupProvider,
+    adaptive_speedup,
+    linear_speedup,
+)
 from deepboot.policies.allocation import fair_share_base, reference_order
 from deepboot.policies.registry import MAX_DELAY_S, require
 
@@ -166,6 +173,16 @@ class PolluxProblem:
         self._factor_list: list[float] = self.factor.tolist()
 
         self._fns = [speedup(job) for job in self.jobs]
+        self.two_level = all(
+            fn is linear_speedup or isinstance(fn, SpeedupModel | FixedBatchSpeedup)
+            for fn in self._fns
+        )
+        """Every job's speedup depends on its node count only through whether it spans
+        more than one node: true of the perf layer's functions (their sync time is
+        intra- or inter-node), unknown of another provider's (False)."""
+        # Per job, its speedups on one node and on several, by replica count (see
+        # two_level_rows); fetched on the job's first query.
+        self._levels: list[tuple[list[float], list[float]] | None] = [None] * len(self.jobs)
         self._norm = np.array([self._fair_goodput(fn) for fn in self._fns], dtype=np.float64)
         self._norm_list: list[float] = self._norm.tolist()
         self._max_n = max(min(num_nodes, config.max_nodes_per_job), 1)
@@ -251,8 +268,25 @@ class PolluxProblem:
         for lo, hi in zip(cuts[:-1], cuts[1:], strict=False):
             job = int(job_of[lo])
             pn, pk = n_of[lo:hi], k_of[lo:hi]
-            raw = raw_speedups(self._fns[job], pn.tolist(), pk.tolist())
+            raw = self._raw(job, pn.tolist(), pk.tolist())
             self._table[job, pn, pk] = np.array(raw, dtype=np.float64) / self._norm[job]
+
+    def _raw(self, job: int, nodes: list[int], reps: list[int]) -> list[float]:
+        """``raw_speedups`` of the job's function (the same values). With
+        :attr:`two_level` speedups they come from the job's :func:`two_level_rows`
+        (every replica count up to its max_replicas in one call, where single
+        queries cost a call each); other counts and functions go through
+        :func:`raw_speedups`."""
+        if not self.two_level:
+            return raw_speedups(self._fns[job], nodes, reps)
+        rows = self._levels[job]
+        if rows is None:
+            size = max(int(self.max_replicas[job]), 1)
+            rows = self._levels[job] = two_level_rows(self._fns[job], size)
+        one, many = rows
+        if max(reps, default=0) >= len(one):
+            return raw_speedups(self._fns[job], nodes, reps)
+        return [many[k] if n > 1 else one[k] for n, k in zip(nodes, reps, strict=True)]
 
     def _direct(self, j: int, n: int, k: int) -> float:
         if k <= 0:
@@ -347,7 +381,7 @@ class PolluxProblem:
                 by_job.setdefault(jobs[i], []).append(i)
         out = [0.0] * len(jobs)
         for job, at in by_job.items():
-            raw = raw_speedups(self._fns[job], [nodes[i] for i in at], [reps[i] for i in at])
+            raw = self._raw(job, [nodes[i] for i in at], [reps[i] for i in at])
             norm = self._norm_list[job]
             for i, value in zip(at, raw, strict=True):
                 out[i] = value / norm
@@ -447,6 +481,36 @@ def raw_speedups(fn: SpeedupFn, nodes: list[int], replicas: list[int]) -> list[f
         got = np.asarray(fn(n, k), dtype=np.float64).tolist()
         values.update(zip(todo, got, strict=True))
     return [values[p] for p in zip(nodes, replicas, strict=True)]
+
+
+_LEVELS: dict[int, tuple[SpeedupFn, list[float], list[float]]] = {}
+"""id(fn) -> (fn, its speedups on one node, on several): see :func:`two_level_rows`."""
+
+
+def two_level_rows(fn: SpeedupFn, size: int) -> tuple[list[float], list[float]]:
+    """A two-level function's speedups for 0..``size`` replicas (at least), on one node
+    and on more than one, as Python floats; memoized per function object.
+
+    For a function whose value depends on the node count N only through N > 1 (see
+    :attr:`PolluxProblem.two_level`), ``one[k] == fn(1, k)`` and ``many[k] == fn(N, k)``
+    for every 2 <= N <= k, bit for bit: computed by one call of the function on (1, k)
+    and (2, k) for every k, since a speedup function evaluates element by element
+    (:func:`raw_speedups`). Index 0 holds 0.0 (no replica); ``many[1]`` is NaN (one
+    replica spans one node). Like :data:`_RAW`, the memo holds each function and starts
+    afresh past ``_RAW_FUNCTIONS`` functions.
+    """
+    entry = _LEVELS.get(id(fn))
+    if entry is not None and entry[0] is fn and len(entry[1]) > size:
+        return entry[1], entry[2]
+    if len(_LEVELS) >= _RAW_FUNCTIONS:
+        _LEVELS.clear()
+    ks = np.arange(1, size + 1, dtype=np.int64)
+    nodes = np.concatenate((np.ones(size, dtype=np.int64), np.full(size - 1, 2, dtype=np.int64)))
+    values = np.asarray(fn(nodes, np.concatenate((ks, ks[1:]))), dtype=np.float64).tolist()
+    one = [0.0, *values[:size]]
+    many = [0.0, math.nan, *values[size:]]
+    _LEVELS[id(fn)] = (fn, one, many)
+    return one, many
 
 
 class _CostMemo(dict[tuple[int, int], tuple[float, float]]):
