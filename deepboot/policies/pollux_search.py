@@ -119,14 +119,16 @@ def solve(problem: PolluxProblem) -> IntArray:
     counts, keep, lower = dp_counts(problem)
     empty = np.zeros_like(problem.base)
     rounds = problem.config.max_search_rounds
-    best = plan_and_pack(problem, empty, np.arange(num_jobs), lower, rounds, (counts, keep))
+    # Where the first packing misses that bound, a tighter one that also counts nodes
+    # (see slot_bound) takes over. Reaching it proves a matrix optimal too, and every
+    # step replaces a matrix only by a strictly better one, so stopping there (here or
+    # in any later step) gives the result the whole search gives: only sooner.
+    best = plan_and_pack(
+        problem, empty, np.arange(num_jobs), lower, rounds, (counts, keep), tighten=True
+    )
     best_cost = total_cost(problem, best)
     if best_cost <= lower + _tolerance(lower):
         return best
-    # A tighter bound that also counts nodes (see slot_bound). Reaching it proves
-    # ``best`` optimal too, and every later step replaces a matrix only by a strictly
-    # better one, so stopping there (or letting the later steps stop earlier) gives the
-    # same result as searching on: only faster.
     lower = max(lower, slot_bound(problem))
     if best_cost <= lower + _tolerance(lower):
         return best
@@ -144,6 +146,7 @@ def plan_and_pack(
     lower: float,
     rounds: int,
     first: tuple[IntArray, BoolArray] | None = None,
+    tighten: bool = False,
 ) -> IntArray:
     """Size ``jobs`` by knapsack, pack them around ``start``, polish; learn and repeat.
 
@@ -159,15 +162,18 @@ def plan_and_pack(
         lower: Summed cost at which nothing better exists.
         rounds: Most knapsack rounds.
         first: The first round's ``(counts, keep)`` when already known.
+        tighten: ``lower`` is the bound of the whole problem: once a packing misses
+            it, :func:`slot_bound` tightens it (the result is the same).
 
     Returns:
         The best feasible (J, V) matrix found (a new array). A pure function of the
         arguments, memoized per problem: neighbourhoods often clear the same jobs.
     """
-    key = ("plan_and_pack", start.tobytes(), jobs.tobytes(), lower, rounds, first is None)
+    key = ("plan_and_pack", start.tobytes(), jobs.tobytes(), lower, rounds, first is None, tighten)
     done = problem.search_memo.get(key)
     if done is None:
-        done = problem.search_memo[key] = _plan_and_pack(problem, start, jobs, lower, rounds, first)
+        done = _plan_and_pack(problem, start, jobs, lower, rounds, first, tighten)
+        problem.search_memo[key] = done
     return done.copy()
 
 
@@ -178,6 +184,7 @@ def _plan_and_pack(
     lower: float,
     rounds: int,
     first: tuple[IntArray, BoolArray] | None,
+    tighten: bool,
 ) -> IntArray:
     free = problem.capacity - start.sum(axis=0)
     best, best_cost = start, _INF
@@ -209,6 +216,11 @@ def _plan_and_pack(
                 best, best_cost = matrix, cost
             if best_cost <= lower + _tolerance(lower):
                 return best
+            if tighten:
+                tighten = False
+                lower = max(lower, slot_bound(problem))
+                if best_cost <= lower + _tolerance(lower):
+                    return best
         assert round_best is not None
         packed = round_best[1][jobs]
         # Teach the knapsack what packing really gave the jobs that missed their plan.
@@ -288,8 +300,17 @@ def slot_bound(problem: PolluxProblem) -> float:
     avoidance, or with a cost not finite, the bound is ``-inf`` (no bound).
 
     Returns:
-        The bound, or ``-inf``.
+        The bound, or ``-inf``; memoized per problem.
     """
+    found = problem.row_memo.get(("slot_bound",))
+    if isinstance(found, float):
+        return found
+    bound = _slot_bound(problem)
+    problem.row_memo[("slot_bound",)] = bound
+    return bound
+
+
+def _slot_bound(problem: PolluxProblem) -> float:
     view = problem_view(problem)
     cap = problem.capacity.tolist()
     total, num_jobs = sum(cap), view.num_jobs
@@ -297,7 +318,7 @@ def slot_bound(problem: PolluxProblem) -> float:
         return -_INF
     biggest = max(cap)
     cum = tuple(itertools.accumulate(sorted(cap, reverse=True)))
-    fewest = [0] + [min(bisect.bisect_left(cum, k) + 1, len(cum)) for k in range(1, total + 1)]
+    fewest = view.fewest_nodes[: total + 1]  # nodes_for(capacity, k), k = 0..total
     jobs = list(range(num_jobs))
     keep_nodes, keep_gpus = _keep_rows(view, jobs, cap)
     keep_cost = problem.memo_costs(jobs, keep_nodes, keep_gpus, False).tolist()
@@ -305,36 +326,38 @@ def slot_bound(problem: PolluxProblem) -> float:
     if split is None:
         return -_INF
 
-    def slots(n: int, k: int) -> int:
-        return n if n > 1 else int(k >= biggest)
-
-    gpus: list[int] = []
-    used: list[int] = []
-    costs: list[float] = []
+    # Slots of k GPUs on the fewest nodes: those nodes when more than one, else one
+    # when k fills a largest node, else none.
+    count = np.array(fewest, dtype=np.int64)
+    slots = np.where(count > 1, count, np.arange(total + 1) >= biggest).astype(np.int64)
+    gpus: list[IntArray] = []
+    used: list[IntArray] = []
+    costs: list[FloatArray] = []
     starts = [0]
     for j in jobs:
-        top = min(view.high[j], total)
-        options = _option_costs(problem, view, j, top, cum, fewest).tolist()
-        for k, cost in zip([0, *range(view.low[j], top + 1)], options, strict=True):
-            gpus.append(k)
-            used.append(slots(fewest[k], k))
-            costs.append(cost)
-            two = split.get((j, k))
-            if two is not None and two < cost:
-                gpus.append(k)
-                used.append(2)
-                costs.append(two)
+        low, top = view.low[j], min(view.high[j], total)
+        ks = np.concatenate(([0], np.arange(low, top + 1, dtype=np.int64)))
+        options = _option_costs(problem, view, j, top, cum, fewest)
+        more_k, more_s, more_c = [], [], []
+        for k, two in split.get(j, ()):
+            if two < options[k - low + 1]:
+                more_k.append(k)
+                more_s.append(2)
+                more_c.append(two)
         if keep_gpus[j] > 0:
-            gpus.append(keep_gpus[j])
-            used.append(slots(keep_nodes[j], keep_gpus[j]))
-            costs.append(keep_cost[j])
-        starts.append(len(gpus))
+            more_k.append(keep_gpus[j])
+            more_s.append(keep_nodes[j] if keep_nodes[j] > 1 else int(slots[keep_gpus[j]]))
+            more_c.append(keep_cost[j])
+        gpus += [ks, np.array(more_k, dtype=np.int64)]
+        used += [slots[ks], np.array(more_s, dtype=np.int64)]
+        costs += [options, np.array(more_c, dtype=np.float64)]
+        starts.append(starts[-1] + ks.size + len(more_k))
     if not problem.costs_finite:
         return -_INF
     return slot_knapsack(
-        np.array(gpus, dtype=np.int64),
-        np.array(used, dtype=np.int64),
-        np.array(costs, dtype=np.float64),
+        np.concatenate(gpus),
+        np.concatenate(used),
+        np.concatenate(costs),
         np.array(starts, dtype=np.int64),
         total,
         view.num_nodes,
@@ -343,8 +366,8 @@ def slot_bound(problem: PolluxProblem) -> float:
 
 def _split_costs(
     problem: PolluxProblem, view: ProblemView, biggest: int
-) -> dict[tuple[int, int], float] | None:
-    """(job, k) -> the changed cost of k GPUs on two nodes, for the counts from 2 to
+) -> dict[int, list[tuple[int, float]]] | None:
+    """Per job, (k, the changed cost of k GPUs on two nodes) for the counts from 2 to
     what the largest node holds (larger counts span several nodes anyway). Computed
     by :meth:`PolluxProblem.costs`, so the cost memo and ``costs_finite`` stay as they
     are; None when one is not finite."""
@@ -360,7 +383,10 @@ def _split_costs(
     values = problem.costs(jobs, np.full_like(reps, 2), reps, np.ones(len(pairs), dtype=bool))
     if not np.all(np.isfinite(values)):
         return None
-    return dict(zip(pairs, values.tolist(), strict=True))
+    out: dict[int, list[tuple[int, float]]] = {}
+    for (j, k), value in zip(pairs, values.tolist(), strict=True):
+        out.setdefault(j, []).append((k, value))
+    return out
 
 
 def _keep_rows(view: ProblemView, jobs: list[int], cap: list[int]) -> tuple[list[int], list[int]]:
