@@ -228,6 +228,44 @@ def test_installed_console_script_exit_code_and_no_traceback(tmp_path: Path) -> 
     assert proc.stderr == f"deepboot: error: {missing}: file not found\n"
 
 
+def test_console_entry_runs_exit_handlers_flushes_and_keeps_the_code(tmp_path: Path) -> None:
+    """The console script skips the interpreter's teardown (see ``entry``): the exit
+    handlers still run, piped output is complete, and the exit code is main's."""
+    marker = tmp_path / "exit-handler-ran"
+    program = (
+        "import atexit, pathlib, sys\n"
+        f"atexit.register(pathlib.Path({str(marker)!r}).write_text, 'yes')\n"
+        "from deepboot.cli.main import entry\n"
+        "sys.argv = ['deepboot', *sys.argv[1:]]\n"
+        "entry()\n"
+    )
+    listed = subprocess.run(
+        [sys.executable, "-c", program, "policies"], capture_output=True, text=True, timeout=120
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert marker.read_text() == "yes"
+    assert "pollux" in listed.stdout and listed.stdout.endswith("\n")
+    marker.unlink()
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            program,
+            "simulate",
+            "--workload",
+            str(tmp_path / "no.csv"),
+            "--policy",
+            "pollux",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2
+    assert marker.read_text() == "yes"
+    assert bad.stderr.startswith("deepboot: error: ")
+
+
 @pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/traces is absent")
 def test_catalog_fit_writes_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     out = tmp_path / "catalog.json"

@@ -1,4 +1,4 @@
-"""The ``deepboot`` command line (entry point: :func:`deepboot.cli.main.main`)."""
+"""The ``deepboot`` command line (entry point: :func:`deepboot.cli.main.entry`)."""
 
 import os
 

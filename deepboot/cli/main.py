@@ -7,8 +7,11 @@ Every :class:`~deepboot.core.errors.DeepbootError` becomes one line on stderr,
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
+import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
@@ -291,5 +294,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.setLevel(old_level)
 
 
+def entry() -> NoReturn:
+    """The ``deepboot`` console script: :func:`main`, then exit with its code.
+
+    After a large simulation, tearing the interpreter down (freeing its memos and
+    models object by object, numba's and LLVM's state) took ~0.3 s of a 7 s run. When
+    nothing else runs (no other thread), the exit handlers run (atexit: logging, Ray,
+    temporary directories, multiprocessing), the standard streams are flushed, and
+    the process ends without that teardown. Every output file is written and closed by
+    then (files are written whole and atomically). Otherwise it exits normally.
+    """
+    code = main()
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+    if threading.active_count() == 1 and run_exit_handlers is not None:
+        run_exit_handlers()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
