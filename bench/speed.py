@@ -13,8 +13,8 @@ this machine class (the figure the issue quotes; the artifact itself is not run 
 it and with the working tree, alternating (so both see the same machine noise), each
 through its own console-script path; the table gives the medians, the median of the
 paired ratios with their range, and whether the summaries are the same (every field
-but the wall time and decision latencies). REV's numba kernels compile on its first
-run, which is therefore discarded.
+but the wall time and decision latencies). One discarded run of each checkout first
+compiles its numba kernels where its cache lacks them.
 """
 
 # ruff: noqa: E402  (BLAS threads must be limited before numpy is imported)
@@ -126,8 +126,9 @@ def side_by_side(rev: str, pairs: int, only: str) -> int:
                 table.add_column(col, justify="left" if col == "case" else "right")
             selected = [c for c in cases() if only in c.name]
             progress = Console(stderr=True)  # a line per case: the whole run takes minutes
-            if selected:
-                run(selected[0], old)  # compiles the old checkout's numba kernels
+            if selected:  # compiles each checkout's numba kernels where needed
+                run(selected[0], old)
+                run(selected[0], REPO)
             for case in selected:
                 before: list[float] = []
                 after: list[float] = []
@@ -155,6 +156,7 @@ def side_by_side(rev: str, pairs: int, only: str) -> int:
             subprocess.run(
                 ["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)], check=False
             )
+            subprocess.run(["git", "-C", str(REPO), "worktree", "prune"], check=False)
     return 0
 
 

@@ -287,6 +287,9 @@ class PolluxProblem:
         one, many = rows
         if max(reps, default=0) >= len(one):
             return raw_speedups(self._fns[job], nodes, reps)
+        # The functions' own check (they raise on these; the rows would not).
+        if any(n > k or n < (k > 0) for n, k in zip(nodes, reps, strict=True)):
+            raise ValueError("speedup needs 0 <= num_nodes <= num_replicas, both 0 or both > 0")
         return [many[k] if n > 1 else one[k] for n, k in zip(nodes, reps, strict=True)]
 
     def _direct(self, j: int, n: int, k: int) -> float:
@@ -391,7 +394,8 @@ class PolluxProblem:
     def cost_memo(self, j: int) -> dict[tuple[int, int], tuple[float, float]]:
         """Job ``j``'s memo: (nodes, replicas) -> (cost unchanged, cost changed), the
         values of :meth:`costs`. Filled by :meth:`fill_costs`; an entry not filled is
-        computed alone on first lookup (correct, only slower)."""
+        computed alone on first lookup (correct, only slower) while the problem lives
+        (the memo refers to it weakly; afterwards such a lookup raises KeyError)."""
         return self._memo[j]
 
     def cost_of_scaled(self, x: FloatArray) -> FloatArray:

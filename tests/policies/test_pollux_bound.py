@@ -67,9 +67,15 @@ def test_slot_knapsack_is_the_brute_force_optimum(seed: int) -> None:
 
 
 def _fitted_jobs(
-    rng: np.random.Generator, gpus: list[int], num_jobs: int, held: int, most_replicas: int
+    rng: np.random.Generator,
+    gpus: list[int],
+    num_jobs: int,
+    held: int,
+    most_replicas: int,
+    most_min: int = 0,
 ) -> list[JobView]:
-    """Fitted jobs (some faster split over nodes), each placed on up to ``held`` GPUs."""
+    """Fitted jobs (some faster split over nodes), each placed on up to ``held`` GPUs,
+    with min_replicas up to ``most_min``."""
     used = [0] * len(gpus)
     jobs = []
     for i in range(num_jobs):
@@ -78,12 +84,15 @@ def _fitted_jobs(
             if used[node] < gpus[node]:
                 used[node] += 1
                 placement.append(int(node))
+        most = int(rng.integers(1, most_replicas + 1))
+        least = min(int(rng.integers(0, most_min + 1)), most) if most_min else 0
         jobs.append(
             make_job(
                 f"j{i}",
                 submit_time=float(rng.choice([0.0, 1200.0, 3000.0])),
                 placement=placement,
-                max_replicas=int(rng.integers(1, most_replicas + 1)),
+                min_replicas=least,
+                max_replicas=most,
                 num_restarts=int(rng.integers(0, 3)),
                 perf=[PERF, POOR_PERF, SPLIT_FAST][int(rng.integers(0, 3))],
                 grad=GRAD,
@@ -93,21 +102,29 @@ def _fitted_jobs(
 
 
 def _random_problem(rng: np.random.Generator) -> PolluxProblem:
-    """2-3 nodes of 1-3 GPUs, 2-3 fitted jobs: small enough for the brute force."""
+    """2-3 nodes of 1-3 GPUs, 2-3 fitted jobs: small enough for the brute force. Some
+    nodes offer fewer GPUs than they have (current rows may then not fit)."""
     gpus = [int(g) for g in rng.integers(1, 4, size=int(rng.integers(2, 4)))]
-    jobs = _fitted_jobs(rng, gpus, int(rng.integers(2, 4)), 3, 6)
+    jobs = _fitted_jobs(rng, gpus, int(rng.integers(2, 4)), 3, 6, most_min=2)
+    capacity = {
+        v: int(rng.integers(0, g + 1)) if rng.random() < 0.3 else g for v, g in enumerate(gpus)
+    }
     config = PolluxConfig(
         p=float(rng.choice([-1.0, 0.0, -2.0, 0.5])),
         max_nodes_per_job=int(rng.choice([2, 3, 16])),
     )
-    return PolluxProblem(make_state(jobs, nodes=len(gpus), gpus=gpus), config)
+    state = make_state(jobs, nodes=len(gpus), gpus=gpus, capacity=capacity)
+    return PolluxProblem(state, config)
 
 
-@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("seed", range(100))
 def test_slot_bound_never_exceeds_the_optimum(seed: int) -> None:
     problem = _random_problem(np.random.default_rng(seed))
     bound = slot_bound(problem)
-    assert problem.two_level and math.isfinite(bound)
+    assert problem.two_level
+    if problem.total_gpus == 0:
+        return
+    assert math.isfinite(bound)
     best = min(float(problem.matrix_cost(m).sum()) for m in _all_matrices(problem))
     assert bound <= best + 1e-9 * (1.0 + abs(best))
 
@@ -190,3 +207,13 @@ def test_two_level_rows_are_the_functions_values(perf: PerfParams) -> None:
     bigger = two_level_rows(fn, 2 * size)[0]
     assert len(bigger) > 2 * size and bigger[: len(one)] == one
     assert two_level_rows(linear_speedup, 4)[1][3] == 3.0
+
+
+def test_two_level_queries_are_checked_as_the_functions_check_them() -> None:
+    problem = PolluxProblem(make_state([make_job("a", perf=PERF)], nodes=2, gpus=2), PolluxConfig())
+    assert problem.two_level
+    one = np.array([0], dtype=np.int64)
+    assert problem.speedup(one, np.array([2]), np.array([2]))[0] > 0.0
+    for nodes, reps in ((2, 1), (0, 1), (1, 0)):
+        with pytest.raises(ValueError, match="num_nodes <= num_replicas"):
+            problem.speedup(one, np.array([nodes]), np.array([reps]))
