@@ -8,7 +8,9 @@ import csv
 import io
 import json
 import multiprocessing
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from deepboot import matrix as matrix_module
 from deepboot.cli.compare import MatrixProgress
 from deepboot.cli.main import main
 from deepboot.matrix import (
@@ -27,6 +30,10 @@ from deepboot.matrix import (
     run_matrix,
 )
 from deepboot.report.schema import SUMMARY_SCHEMA
+from tests.cli_helpers import assert_one_line_error
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO_24 = REPO / "examples" / "demo-24.csv"
 
 HEADER = "name,time,application,num_replicas,batch_size,duration,num_task"
 
@@ -283,3 +290,108 @@ def test_worker_progress_goes_through_a_manager_queue(tmp_path: Path) -> None:
     assert messages, "a run reports its progress at least once"
     assert all(m[0] == task.index for m in messages)
     assert messages[-1][2:] == (2, 2)  # the last report: every job completed
+
+
+# ------------------------------------------------------------------ issue 18, point 5
+
+SMALL_SWEEP = (
+    *("--cluster", "4x4", "--inference-nodes", "1", "--run", "fifo", "--run", "tiresias"),
+    *("--max-time", "7200", "--no-figures", "--quiet"),
+)
+
+
+def result_rows(out: Path) -> list[dict[str, str]]:
+    """results.csv without the workload's name and the wall-clock measurements."""
+    varying = ("workload", "wall_s", "scheduler.decision_ms_median", "scheduler.decision_ms_max")
+    rows = read_csv(out / "results.csv")
+    for row in rows:
+        for key in varying:
+            row.pop(key)
+    return rows
+
+
+def compare_from_a_pipe(workload: Path, out: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``deepboot compare --workload /dev/fd/N ARGV --out OUT`` in a new process, the
+    workload's bytes coming through a pipe (as from ``<(cat WORKLOAD)``)."""
+    read, write = os.pipe()
+    try:
+        with os.fdopen(write, "wb") as f:
+            f.write(workload.read_bytes())  # a small file: the pipe's buffer holds it
+        return subprocess.run(
+            [sys.executable, "-m", "deepboot.cli.main", "compare", "--workload", f"/dev/fd/{read}"]
+            + [*argv, "--out", str(out)],
+            pass_fds=(read,),
+            capture_output=True,
+            text=True,
+            timeout=600,  # only against a hang
+            cwd=REPO,
+        )
+    finally:
+        os.close(read)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 18 point 5: the workload is read again by every run (and by the "
+    "validation before), so a pipe is empty or missing for the runs",
+)
+@pytest.mark.skipif(not os.path.isdir("/dev/fd"), reason="needs /dev/fd")
+@pytest.mark.parametrize("procs", ["1", "2"])
+def test_a_workload_from_a_pipe_gives_the_files_results(tmp_path: Path, procs: str) -> None:
+    from_file = tmp_path / "file"
+    argv = [*SMALL_SWEEP, "--procs", procs]
+    assert main(["compare", "--workload", str(DEMO_24), *argv, "--out", str(from_file)]) == 0
+    proc = compare_from_a_pipe(DEMO_24, tmp_path / "pipe", *argv)
+    assert proc.returncode == 0, proc.stderr
+    assert len(result_rows(from_file)) == 2
+    assert result_rows(tmp_path / "pipe") == result_rows(from_file)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 18 point 5: a sweep whose every run failed still writes an empty "
+    "report.html and results.csv (over the previous ones)",
+)
+def test_a_sweep_whose_every_run_fails_writes_no_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # demo-24's first job asks for 12 GPUs; FIFO and Tiresias run a job on the GPUs it
+    # asks for, and without lending training has 4: every run fails.
+    out = tmp_path / "out"
+    argv = ["compare", "--workload", str(DEMO_24), "--cluster", "2x4", "--inference-nodes", "1"]
+    argv += ["--run", "a=fifo:no-lending", "--run", "b=tiresias:no-lending"]
+    argv += ["--procs", "1", "--no-figures", "--quiet", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "run a on demo-24: job 'cifar10-0' can never run" in err
+    assert err.splitlines()[-1] == f"deepboot: error: all 2 runs failed; nothing written to {out}"
+    assert not out.exists()
+    # A previous sweep's results are left as they were, not overwritten with empty ones.
+    out.mkdir()
+    for name in ("report.html", "results.csv"):
+        (out / name).write_text("previous", encoding="utf-8")
+    assert main(argv) == 2
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "results.csv"]
+    assert {(out / n).read_text(encoding="utf-8") for n in ("report.html", "results.csv")} == {
+        "previous"
+    }
+
+
+def _die(task: RunTask, queue: Any) -> RunOutcome:
+    """A worker that ends abruptly (as one killed for memory would)."""
+    os._exit(3)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 18 point 5: a process pool that breaks ends compare with a traceback",
+)
+def test_a_sweep_that_cannot_run_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(matrix_module, "_execute_in_worker", _die)
+    out = tmp_path / "out"
+    argv = ["compare", "--workload", str(DEMO_24), *SMALL_SWEEP, "--procs", "2"]
+    assert main([*argv, "--out", str(out)]) == 2
+    assert_one_line_error(capsys.readouterr().err, "the run matrix could not run", "worker")
+    assert not out.exists()

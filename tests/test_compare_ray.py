@@ -9,8 +9,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from test_compare_cli import DEMO_24, SMALL_SWEEP, compare_from_a_pipe, result_rows
+
+from deepboot.cli.main import main
 
 pytestmark = [
     pytest.mark.slow,
@@ -21,7 +25,7 @@ pytestmark = [
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _sweep(out: Path, *extra: str) -> dict[str, dict]:
+def _sweep(out: Path, *extra: str) -> dict[str, dict[str, Any]]:
     cmd = [
         sys.executable,
         "-m",
@@ -67,3 +71,15 @@ def test_ray_sweep_equals_the_process_pool(tmp_path: Path) -> None:
     assert on_ray == local
     rows = (tmp_path / "ray" / "intervals.csv").read_text()
     assert rows == (tmp_path / "local" / "intervals.csv").read_text()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 18 point 5: the Ray workers open the workload's path, the driver's pipe",
+)
+def test_ray_sweep_of_a_piped_workload_equals_the_file(tmp_path: Path) -> None:
+    from_file = tmp_path / "file"
+    assert main(["compare", "--workload", str(DEMO_24), *SMALL_SWEEP, "--out", str(from_file)]) == 0
+    proc = compare_from_a_pipe(DEMO_24, tmp_path / "ray", *SMALL_SWEEP, "--ray", "--procs", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert result_rows(tmp_path / "ray") == result_rows(from_file)
