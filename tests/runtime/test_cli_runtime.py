@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -110,3 +115,148 @@ def test_serve_registers_a_service_in_the_store(
     assert row.spec.name == "echo" and row.spec.max_replicas == 4
     assert [e.detail["service"] for e in store.events()] == ["echo"]
     store.close()
+
+
+# -- issue 18: the local cluster's Ray directory, 'down', the processes of a cluster -------
+
+
+def _fake_ray_start(
+    monkeypatch: pytest.MonkeyPatch, seen: list[tuple[str, os.stat_result | None]]
+) -> None:
+    """Replace 'ray start' by a fake that records the head's --temp-dir and what that
+    path was when Ray would have started (None: missing)."""
+    from deepboot.runtime import raycluster
+
+    def fake(args: list[str], env: object, worker: bool) -> str:
+        for arg in args:
+            if arg.startswith("--temp-dir="):
+                path = arg.split("=", 1)[1]
+                try:
+                    seen.append((path, os.lstat(path)))
+                except FileNotFoundError:
+                    seen.append((path, None))
+        return ""
+
+    monkeypatch.setattr(raycluster, "_ray_start", fake)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 18: the Ray temp dir is predictable, not 0700")
+def test_local_ray_dir_is_random_and_private_before_ray_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deepboot.core.cluster import ClusterSpec
+    from deepboot.runtime import raycluster
+    from deepboot.runtime.statedir import StateDir
+
+    seen: list[tuple[str, os.stat_result | None]] = []
+    _fake_ray_start(monkeypatch, seen)
+    state = StateDir.at(tmp_path / "s")
+    try:
+        for _ in range(2):  # twice in the same state directory: two names
+            record = raycluster.up_local(state, ClusterSpec.parse("1x1"))
+            state.cluster_file.unlink()
+            assert record.temp_dir == seen[-1][0]
+        assert len({path for path, _ in seen}) == 2
+        for path, st in seen:
+            assert len(path) <= 40  # Ray's unix sockets live below it (sun_path <= 108)
+            assert st is not None, f"{path} did not exist when Ray started"
+            assert stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode)
+            assert st.st_uid == os.geteuid()
+            assert stat.S_IMODE(st.st_mode) == 0o700
+    finally:
+        for path, _ in seen:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _squat(kind: str, path: Path) -> None:
+    if kind == "symlink":
+        target = path.with_name("target")
+        target.mkdir(mode=0o700)
+        path.symlink_to(target)
+    elif kind == "shared":
+        path.mkdir()
+        os.chmod(path, 0o777)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("giving a directory to another user needs root")
+        path.mkdir(mode=0o700)
+        os.chown(path, 65534, 65534)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 18: the Ray temp dir is predictable, not 0700")
+@pytest.mark.parametrize("kind", ["symlink", "shared", "other-owner"])
+def test_up_refuses_a_ray_dir_it_does_not_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Another user created the directory first (or a link in its place): no Ray."""
+    from deepboot.core.cluster import ClusterSpec
+    from deepboot.core.errors import DeepbootError
+    from deepboot.runtime import raycluster
+    from deepboot.runtime.statedir import StateDir
+
+    squatted = tmp_path / "squatted"
+    _squat(kind, squatted)
+    # Whatever name up_local picks, it finds the squatter's directory there.
+    monkeypatch.setattr(raycluster, "_temp_dir_for", lambda state: str(squatted), raising=False)
+    monkeypatch.setattr(raycluster, "_new_temp_dir_name", lambda: str(squatted), raising=False)
+    seen: list[tuple[str, os.stat_result | None]] = []
+    _fake_ray_start(monkeypatch, seen)
+    state = StateDir.at(tmp_path / "s")
+    with pytest.raises(DeepbootError, match=str(squatted)):
+        raycluster.up_local(state, ClusterSpec.parse("1x1"))
+    assert seen == []
+    assert not state.cluster_file.exists()
+
+
+def _local_record(state_root: Path, temp_dir: Path) -> None:
+    """A local cluster record whose processes are none (nothing names its directory
+    or its address: port 99999 is no port, and no prefix of one)."""
+    from deepboot.runtime.raycluster import ClusterRecord
+    from deepboot.runtime.statedir import StateDir
+
+    state = StateDir.at(state_root).ensure()
+    ClusterRecord("local", "127.0.0.1:99999", str(temp_dir), ((0, "training", 1),), "").save(state)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 18: 'deepboot down' leaves http.json behind")
+def test_down_removes_http_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "s"
+    ray_dir = tmp_path / "ray"
+    ray_dir.mkdir(mode=0o700)
+    _local_record(state, ray_dir)
+    (state / "http.json").write_text('{"url": "http://127.0.0.1:8470", "instance": "ab"}')
+    code, out, err = _run(capsys, "down", "--state-dir", str(state))
+    assert code == 0, err
+    assert not (state / "http.json").exists()
+    assert not (state / "cluster.json").exists()
+
+
+def _sleeper(*argv: str) -> subprocess.Popen[bytes]:
+    """A process that sleeps, with ``argv`` on its command line."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", *argv],
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.xfail(strict=True, reason="issue 18: cluster_pids matches prefixes of its marks")
+def test_cluster_pids_match_whole_addresses_and_directories(tmp_path: Path) -> None:
+    """'down' stops the processes naming the cluster's address or directory: not those
+    of another cluster whose address or directory merely starts the same."""
+    from deepboot.runtime.raycluster import ClusterRecord, cluster_pids
+
+    ours = tmp_path / "ray-ab"
+    procs = [
+        _sleeper("--address=127.0.0.1:6500"),  # ours
+        _sleeper(f"--log_dir={ours}/session_1/logs"),  # ours
+        _sleeper("--address=127.0.0.1:65001"),  # another cluster's
+        _sleeper(f"--log_dir={ours}c/session_1/logs"),  # another cluster's
+    ]
+    try:
+        record = ClusterRecord("local", "127.0.0.1:6500", str(ours), (), "")
+        found = cluster_pids(record)
+        assert [p.pid in found for p in procs] == [True, True, False, False]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

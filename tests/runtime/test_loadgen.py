@@ -35,6 +35,7 @@ except ImportError:  # the runtime extra is missing: the tests that need a serve
     web = None  # type: ignore[assignment]
 
 TOKEN = "s3cret"
+INSTANCE = "5eed" * 4  # the endpoint's instance id, echoed by its /healthz
 SLOW = 7  # the request with this index sleeps past the client's timeout
 
 
@@ -169,7 +170,8 @@ def test_poisson_send_times_are_seeded() -> None:
 class _Server:
     """An aiohttp server in a thread: 200 to even request numbers, 503 (Retry-After)
     to odd ones, 404 to services other than 'svc', 401 without the bearer token; the
-    request numbered SLOW answers only after 2 s."""
+    request numbered SLOW answers only after 2 s. ``GET /healthz`` answers without
+    the token, with the instance id INSTANCE (as the controller's endpoint does)."""
 
     def __init__(self) -> None:
         self.ids: list[str] = []
@@ -198,9 +200,13 @@ class _Server:
             return web.json_response({"error": "full"}, status=503, headers={"Retry-After": "1"})
         return web.json_response({"id": rid, "echo": body})
 
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, "instance": INSTANCE})
+
     async def _start(self) -> int:
         app = web.Application()
         app.router.add_post("/v1/{service}/infer", self._handle)
+        app.router.add_get("/healthz", self._health)
         self.runner = web.AppRunner(app, shutdown_timeout=0.1)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -310,9 +316,8 @@ def _state(tmp_path: Path, url: str, auth: bool = True) -> Path:
     state = tmp_path / "state"
     state.mkdir()
     host, port = url.rsplit(":", 1)
-    (state / "http.json").write_text(
-        json.dumps({"url": url, "host": host[7:], "port": int(port), "auth": auth})
-    )
+    info = {"url": url, "host": host[7:], "port": int(port), "auth": auth, "instance": INSTANCE}
+    (state / "http.json").write_text(json.dumps(info))
     (state / "http-token").write_text(TOKEN + "\n")
     return state
 
@@ -359,6 +364,24 @@ def test_cli_load_end_to_end(
     )
     assert code == 0, stderr
     assert {r["status"] for r in _read(out)} == {"401"}
+
+
+@pytest.mark.xfail(
+    strict=True, reason="issue 18: the CLI sends the token only when http.json says auth"
+)
+@pytest.mark.runtime
+def test_cli_load_sends_the_token_to_a_loopback_endpoint_too(
+    server: _Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every work route needs the token, on loopback too: the CLI always sends it."""
+    state = _state(tmp_path, server.url, auth=False)
+    profile = _profile(tmp_path, "time_s,rps\n0,20\n0.2,0\n")
+    out = tmp_path / "out.csv"
+    argv = ["load", "svc", "--rate-profile", str(profile), "--out", str(out)]
+    code, _, stderr = run_cli(capsys, *argv, "--state-dir", str(state), "--timeout", "0.5")
+    assert code == 0, stderr
+    rows = _read(out)
+    assert rows and all(r["status"] in ("200", "503") for r in rows)
 
 
 @pytest.mark.runtime

@@ -1,0 +1,205 @@
+"""The CLI's side of the controller's HTTP endpoint: the bearer token goes only to the
+controller that STATE_DIR/http.json records, once its ``GET /healthz`` has echoed
+http.json's ``instance``.
+
+A stale http.json (the controller is gone) may point at a port someone else took: a
+*squatter*, here a small stdlib HTTP server in a thread that records every request.
+It must never see an ``Authorization`` header. No Ray, no aiohttp: these run in the
+default suite.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import assert_one_line_error, run_cli
+
+TOKEN = "s3cret-token"
+INSTANCE = "0123456789abcdef"
+EXAMPLE_SERVICE = Path(__file__).resolve().parents[2] / "examples" / "runtime" / "echo.toml"
+
+
+class _Server:
+    """An HTTP server on loopback that records (method, path, headers) of every request.
+
+    ``health``: what ``GET /healthz`` answers: "ok" (``{"ok": true, "instance":
+    INSTANCE}``), "other" (another instance id), "none" (no instance), "404".
+    Every other request gets 200 with a JSON body that pleases the CLI.
+    """
+
+    def __init__(self, health: str) -> None:
+        self.health = health
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def _answer(self, status: int, body: object) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _record(self) -> None:
+                server.requests.append((self.command, self.path, dict(self.headers.items())))
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+
+            def do_GET(self) -> None:
+                self._record()
+                if self.path == "/healthz":
+                    if server.health == "404":
+                        self._answer(404, {"error": "not found"})
+                    elif server.health == "none":
+                        self._answer(200, {"ok": True})
+                    else:
+                        other = "f" * 16 if server.health == "other" else INSTANCE
+                        self._answer(200, {"ok": True, "instance": other})
+                elif self.path == "/v1/services":
+                    self._answer(200, [{"service": "echo"}])
+                else:
+                    self._answer(404, {"error": "not found"})
+
+            def do_POST(self) -> None:
+                self._record()
+                self._answer(200, {"ok": True})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def authorized(self) -> list[str]:
+        """Paths of the requests that carried an Authorization header."""
+        return [p for _, p, h in self.requests if any(k.lower() == "authorization" for k in h)]
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(10)
+
+
+@pytest.fixture
+def squatter(request: pytest.FixtureRequest) -> Iterator[_Server]:
+    s = _Server(getattr(request, "param", "other"))
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def _state(tmp_path: Path, url: str, auth: bool = True, instance: str | None = INSTANCE) -> Path:
+    """A state directory whose http.json records ``url`` (and ``instance``)."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700, exist_ok=True)
+    host, port = url.rsplit(":", 1)
+    info: dict[str, object] = {"url": url, "host": host[7:], "port": int(port), "auth": auth}
+    if instance is not None:
+        info["instance"] = instance
+    (state / "http.json").write_text(json.dumps(info))
+    (state / "http-token").write_text(TOKEN + "\n")
+    return state
+
+
+def _profile(tmp_path: Path) -> Path:
+    path = tmp_path / "profile.csv"
+    path.write_text("time_s,rps\n0,10\n0.2,0\n")
+    return path
+
+
+def _load(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, state: Path, out: Path
+) -> tuple[int, str, str]:
+    """``deepboot load echo`` (2 requests) with the endpoint of ``state``'s http.json."""
+    argv = ["load", "echo", "--rate-profile", str(_profile(tmp_path)), "--out", str(out)]
+    return run_cli(capsys, *argv, "--state-dir", str(state))
+
+
+def _dead_url() -> str:
+    """The URL of a loopback port nothing listens on (bound, then closed)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.mark.xfail(
+    strict=True, reason="issue 18: 'deepboot load' sends the token to a stale endpoint"
+)
+@pytest.mark.parametrize("squatter", ["other", "none", "404"], indirect=True)
+def test_load_never_sends_the_token_to_a_squatter(
+    squatter: _Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = _state(tmp_path, squatter.url)
+    out = tmp_path / "out.csv"
+    code, _, err = _load(capsys, tmp_path, state, out)
+    assert squatter.authorized() == []
+    assert code == 2
+    assert_one_line_error(err, squatter.url, "not sent")
+    assert not out.exists()
+    assert [p for _, p, _ in squatter.requests] == ["/healthz"]
+
+
+@pytest.mark.xfail(
+    strict=True, reason="issue 18: 'deepboot load' sends the token to a stale endpoint"
+)
+def test_load_refuses_an_endpoint_that_does_not_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = _dead_url()
+    state = _state(tmp_path, url)
+    out = tmp_path / "out.csv"
+    code, _, err = _load(capsys, tmp_path, state, out)
+    assert code == 2
+    assert_one_line_error(err, url, "not sent")
+    assert not out.exists()
+
+
+@pytest.fixture
+def fake_controller(tmp_path: Path) -> Iterator[int]:
+    """A process whose command line names deepboot's controller (what
+    ``controller_alive`` looks for), so that the CLI believes one runs."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", "deepboot.runtime.controller"],
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.xfail(
+    strict=True, reason="issue 18: 'deepboot serve' sends the token to a stale endpoint"
+)
+def test_serve_never_sends_the_token_to_a_squatter(
+    squatter: _Server, fake_controller: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from deepboot.runtime.store import JobStore
+
+    state = _state(tmp_path, squatter.url)
+    (state / "controller.pid").write_text(str(fake_controller))
+    JobStore(state / "deepboot.db").close()
+    code, _, err = run_cli(capsys, "serve", str(EXAMPLE_SERVICE), "--state-dir", str(state))
+    assert squatter.authorized() == []
+    assert code == 2
+    assert_one_line_error(err, squatter.url, "not sent")
