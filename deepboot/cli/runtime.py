@@ -427,6 +427,10 @@ def status_document(state: StateDir) -> dict[str, Any]:
                 "max_replicas": r.spec.max_replicas,
                 "queue_bound": r.spec.queue_bound,
                 "cold_start_s": r.cold_start,
+                # Crash-loop back-off: replicas that died loading in a row, and the
+                # Unix time before which no new one starts (null: none).
+                "load_failures": r.load_failures,
+                "backoff_until": r.backoff_until,
                 "replicas": [
                     {"gpu": g.gpu, "state": g.state, "hits": g.hits}
                     for g in gpus
@@ -494,13 +498,20 @@ def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:
             "replicas (GPU: state)",
             "in flight / replica",
             "cold start",
+            "back-off",
         ):
             st.add_column(col)
+        now = time.time()
         for sv in doc["services"]:
             reps = ", ".join(f"{r['gpu']}: {r['state']}" for r in sv["replicas"]) or "none"
             cold = f"{sv['cold_start_s']:.2f} s" if sv["cold_start_s"] is not None else ""
             cap = f" (max {sv['max_replicas']})" if sv["max_replicas"] else ""
-            st.add_row(sv["name"], sv["model"], reps + cap, str(sv["concurrency"]), cold)
+            backoff = ""
+            if sv["load_failures"]:
+                left = (sv["backoff_until"] or now) - now
+                wait = f"{left:.0f} s left" if left > 0 else "over"
+                backoff = f"{sv['load_failures']} failed loads; {wait}"
+            st.add_row(sv["name"], sv["model"], reps + cap, str(sv["concurrency"]), cold, backoff)
         out.print(st)
     jt = Table(title="jobs")
     # Names and states never fold: they are what a user greps for.

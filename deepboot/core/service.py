@@ -17,13 +17,22 @@ from typing import Any
 
 from deepboot.core.errors import ConfigError
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-"""A service name: used in URLs and Ray actor names."""
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+"""A service name: used in URLs and Ray actor names. Match it whole
+(:func:`valid_name`): ``$`` would accept a trailing newline."""
 
 MAX_CONCURRENCY = 1024
 MAX_REPLICAS = 4096
 MAX_QUEUE_BOUND = 100_000
 MAX_REQUEST_TIMEOUT_S = 86_400.0
+MAX_BODY_BYTES = 67_108_864  # 64 MiB
+DEFAULT_BODY_BYTES = 1_048_576  # 1 MiB
+DEFAULT_LOAD_TIMEOUT_S = 300.0
+"""A replica's load timeout before any cold start of its service was measured."""
+LOAD_TIMEOUT_FACTOR = 3.0
+"""Once one was measured: this many times the measured cold start ..."""
+MIN_LOAD_TIMEOUT_S = 10.0
+"""... but never less, so that a loaded machine's slower start is not taken for a hang."""
 
 FIELDS = (
     "name",
@@ -35,8 +44,16 @@ FIELDS = (
     "cold_start_s",
     "queue_bound",
     "request_timeout_s",
+    "load_timeout_s",
+    "handler_timeout_s",
+    "max_body_bytes",
 )
 """Every field, in declaration order (the keys of :meth:`ServiceSpec.to_json`)."""
+
+
+def valid_name(name: object) -> bool:
+    """True when ``name`` is a whole service or job name (see :data:`NAME_RE`)."""
+    return isinstance(name, str) and NAME_RE.fullmatch(name) is not None
 
 
 def _no_args() -> Mapping[str, Any]:
@@ -62,6 +79,16 @@ class ServiceSpec:
             [1, 100000].
         request_timeout_s: Runtime: most seconds a request waits in the queue (then
             503), in (0, 86400].
+        load_timeout_s: Runtime: most seconds a replica may take to load its handler
+            (then it is killed and its GPU freed), in (0, 86400]; None = 3x the
+            measured cold start (at least 10 s) once one is known, 300 s before that
+            (:meth:`load_timeout`).
+        handler_timeout_s: Runtime: most seconds one call of the handler may run (then
+            504, and the replica is restarted), in (0, 86400]; None =
+            ``request_timeout_s``. A request spends at most ``request_timeout_s +
+            handler_timeout_s`` in the system, whatever retries happen.
+        max_body_bytes: Runtime: largest request body accepted (then 413), in
+            [1, 64 MiB]; 1 MiB by default.
 
     Raises:
         ConfigError: a field is out of range or of the wrong type; the message names it.
@@ -76,9 +103,12 @@ class ServiceSpec:
     cold_start_s: float | None = None
     queue_bound: int = 64
     request_timeout_s: float = 60.0
+    load_timeout_s: float | None = None
+    handler_timeout_s: float | None = None
+    max_body_bytes: int = DEFAULT_BODY_BYTES
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not NAME_RE.match(self.name):
+        if not valid_name(self.name):
             raise ConfigError(
                 f"service field 'name': {self.name!r}: use letters, digits and _.-, "
                 "starting with a letter or digit (at most 63 characters)"
@@ -103,12 +133,31 @@ class ServiceSpec:
                     f"service {self.name!r} field 'cold_start_s': must be >= 0 seconds, "
                     f"got {cold!r}"
                 )
-        timeout = self._number("request_timeout_s")
-        if not 0.0 < timeout <= MAX_REQUEST_TIMEOUT_S:
-            raise ConfigError(
-                f"service {self.name!r} field 'request_timeout_s': must be in "
-                f"(0, {MAX_REQUEST_TIMEOUT_S:g}] seconds, got {timeout!r}"
-            )
+        self._int("max_body_bytes", 1, MAX_BODY_BYTES)
+        for key in ("request_timeout_s", "load_timeout_s", "handler_timeout_s"):
+            if getattr(self, key) is None and key != "request_timeout_s":
+                continue
+            timeout = self._number(key)
+            if not 0.0 < timeout <= MAX_REQUEST_TIMEOUT_S:
+                raise ConfigError(
+                    f"service {self.name!r} field {key!r}: must be in "
+                    f"(0, {MAX_REQUEST_TIMEOUT_S:g}] seconds, got {timeout!r}"
+                )
+
+    @property
+    def handler_deadline_s(self) -> float:
+        """Most seconds one call of the handler may run."""
+        return self.request_timeout_s if self.handler_timeout_s is None else self.handler_timeout_s
+
+    def load_timeout(self, measured_cold_start_s: float | None) -> float:
+        """Most seconds a replica may take to load: ``load_timeout_s`` when set, else
+        3x the measured cold start once one is known (never below 10 s), else 300 s."""
+        if self.load_timeout_s is not None:
+            return self.load_timeout_s
+        cold = self.cold_start_s if measured_cold_start_s is None else measured_cold_start_s
+        if cold is None:
+            return DEFAULT_LOAD_TIMEOUT_S
+        return max(LOAD_TIMEOUT_FACTOR * cold, MIN_LOAD_TIMEOUT_S)
 
     def _int(self, key: str, lo: int, hi: int) -> None:
         value = getattr(self, key)
@@ -145,6 +194,9 @@ class ServiceSpec:
             "cold_start_s": self.cold_start_s,
             "queue_bound": self.queue_bound,
             "request_timeout_s": self.request_timeout_s,
+            "load_timeout_s": self.load_timeout_s,
+            "handler_timeout_s": self.handler_timeout_s,
+            "max_body_bytes": self.max_body_bytes,
         }
 
     @classmethod

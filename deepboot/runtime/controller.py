@@ -251,6 +251,10 @@ class Controller:
         self._timers: list[tuple[float, GpuId, int]] = []  # (protect end, GPU, version)
         self._adopt: list[GpuRec] = []  # replicas recovered, for the router once it runs
         self._cold_starts: list[tuple[str, float]] = []
+        # Crash-loop back-offs to record: service -> (loads failed in a row, Unix time
+        # before which none starts, or None once a replica loaded).
+        self._backoffs: dict[str, tuple[int, float | None]] = {}
+        self._load_failures: dict[str, int] = {}
         self._pending_log: list[tuple[LogKind, str, dict[str, Any]]] = []
         self._next_tick = 0.0
         self._last = clock()
@@ -293,6 +297,9 @@ class Controller:
             for service, seconds in self._cold_starts:
                 self.store.set_cold_start(db, service, seconds)
             self._cold_starts.clear()
+            for service, (failures, until) in self._backoffs.items():
+                self.store.set_backoff(db, service, failures, until)
+            self._backoffs.clear()
             self.store.set_meta(db, "heartbeat", repr(self.clock()))
             self.store.set_meta(db, "controller_pid", str(os.getpid()))
         self.metrics.set_world(
@@ -448,8 +455,8 @@ class Controller:
         from deepboot.runtime.router import Router, is_loopback  # aiohttp: runtime extra
 
         s = self.settings
-        auth = not is_loopback(s.http_host)
-        token = self.state.ensure_http_token().read_text().strip() if auth else ""
+        # The token guards every route that accepts work, on loopback too.
+        token = self.state.ensure_http_token().read_text().strip()
         port = s.http_port
         if port == 0 and self.state.http_file.exists():
             # A restarted controller keeps its address, so clients reconnect.
@@ -458,7 +465,7 @@ class Controller:
 
         def serve(on: int) -> Router:
             router = Router(
-                self.inbox, self.metrics, s.http_host, on, token, auth,
+                self.inbox, self.metrics, s.http_host, on, token,
                 submit=self._http_submit, register=self._http_register,
             )  # fmt: skip
             router.start()
@@ -471,7 +478,7 @@ class Controller:
                 raise
             router = serve(0)  # the old port is taken: any free one (http.json says)
         self.router = router
-        router.set_services(self.specs)
+        router.set_services(self.specs, self._measured_cold_starts())
         for rec in self._adopt:
             assert rec.replica is not None and rec.service is not None
             router.adopt_replica(
@@ -479,7 +486,8 @@ class Controller:
             )
         self._adopt.clear()
         router.write_address(self.state.http_file)
-        log.info("HTTP endpoint at %s (auth %s)", router.url, "on" if auth else "off")
+        reads = "open on loopback" if is_loopback(s.http_host) else "need the token too"
+        log.info("HTTP endpoint at %s (work needs the token; reads %s)", router.url, reads)
 
     def _http_submit(self, raw: dict[str, Any]) -> str:
         from deepboot.runtime.jobspec import parse_job
@@ -563,7 +571,12 @@ class Controller:
             return
         self.specs = {**self.specs, **fresh}
         if self.router is not None:
-            self.router.set_services(self.specs)
+            self.router.set_services(self.specs, self._measured_cold_starts())
+
+    def _measured_cold_starts(self) -> dict[str, float]:
+        """The first cold start measured of each service (the store's), for the
+        router's default load timeouts."""
+        return {r.spec.name: r.cold_start for r in self.store.services() if r.cold_start}
 
     def handle_messages(self) -> None:
         """Act on what the router reported (arrivals, idle and dead replicas)."""
@@ -586,6 +599,8 @@ class Controller:
                 rec = self.gpus[parse_gpu(msg.gpu)]
                 if rec.replica == msg.replica and rec.service:
                     self._cold_starts.append((rec.service, round(msg.load_seconds, 3)))
+                    if self._load_failures.pop(rec.service, 0):
+                        self._backoffs[rec.service] = (0, None)
                     self.note(
                         LogKind.REPLICA,
                         gpu=msg.gpu,
@@ -598,12 +613,16 @@ class Controller:
                 rec = self.gpus[parse_gpu(msg.gpu)]
                 if rec.replica != msg.replica:
                     continue
-                log.warning("replica %s died: %s", msg.replica, msg.error)
+                log.warning("replica %s died (%s): %s", msg.replica, msg.phase, msg.error)
                 self.actors.kill(msg.replica)
                 self.note(
                     LogKind.REPLICA, gpu=msg.gpu, service=rec.service, op="died",
-                    error=msg.error[-2000:],
+                    error=msg.error[-2000:], phase=msg.phase, backoff_s=round(msg.backoff_s, 3),
                 )  # fmt: skip
+                if msg.phase == "load" and rec.service:
+                    failures = self._load_failures.get(rec.service, 0) + 1
+                    self._load_failures[rec.service] = failures
+                    self._backoffs[rec.service] = (failures, self.clock() + msg.backoff_s)
                 rec.unload()
                 run_event(self.loop, RETRY, self.backend, self.rng)
         if self._pending_log:

@@ -46,11 +46,15 @@ class Ready:
 
 @dataclass(frozen=True, slots=True)
 class Died:
-    """The replica on ``gpu`` is gone (its process died, or its handler failed to load)."""
+    """The replica on ``gpu`` is gone: its process died, its handler failed to load or
+    ran past its deadline. ``phase``: "load" or "serve"; ``backoff_s``: seconds before
+    its service's next replica may start (0 unless it died loading)."""
 
     gpu: str
     replica: str
     error: str
+    phase: str = "serve"
+    backoff_s: float = 0.0
 
 
 Message = Arrival | Withdraw | Idle | Ready | Died

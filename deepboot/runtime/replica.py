@@ -59,6 +59,9 @@ class ServiceReplica:
         sys.stdout = sys.stderr = out
         self._handler: Callable[[Any], Any] | None = None
         self._lock = threading.Lock()
+        # The router never sends more than ``concurrency`` calls at once (a call past
+        # its deadline restarts the replica); this refuses one more, should it.
+        self._slots = threading.BoundedSemaphore(self.spec.concurrency)
         print(f"[{self.spec.name} {gpu}] replica pid {os.getpid()}")
 
     def load(self) -> float:
@@ -86,13 +89,22 @@ class ServiceReplica:
             return seconds
 
     def infer(self, payload: Any) -> Any:
-        """The handler's answer to one request's body."""
-        handler = self._handler
-        if handler is None:
-            self.load()
+        """The handler's answer to one request's body.
+
+        Raises:
+            RuntimeError: ``concurrency`` calls are running already.
+        """
+        if not self._slots.acquire(blocking=False):
+            raise RuntimeError(f"more than {self.spec.concurrency} calls at once")
+        try:
             handler = self._handler
-        assert handler is not None
-        return handler(payload)
+            if handler is None:
+                self.load()
+                handler = self._handler
+            assert handler is not None
+            return handler(payload)
+        finally:
+            self._slots.release()
 
     def pid(self) -> int:
         return os.getpid()

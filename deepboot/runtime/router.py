@@ -7,14 +7,31 @@ dependency of ``ray[default]``, so the runtime adds nothing to install).
 Endpoints (all on ``--http-host``, 127.0.0.1 by default)::
 
     POST /v1/<service>/infer   a request (JSON body; header X-Request-Id, else one is made)
-    GET  /v1/services          services, their replicas and queues (JSON)
     POST /v1/services          register a service (JSON ServiceSpec)
     POST /v1/jobs              submit a training job (JSON JobSpec, absolute entry)
+    GET  /v1/services          services, their replicas, queues and back-offs (JSON)
     GET  /metrics              Prometheus metrics
-    GET  /healthz              liveness
+    GET  /healthz              liveness, and the endpoint's instance id (http.json's)
 
-When the endpoint is bound to anything but loopback, every endpoint requires
-``Authorization: Bearer <STATE_DIR/http-token>``; a request without it gets 401.
+The front door (docs/runtime.md, "Security"), checked before any work:
+
+- Every route that accepts work (the three POSTs) needs ``Authorization: Bearer
+  <STATE_DIR/http-token>``, on loopback too (401 otherwise). The reads stay open on
+  loopback (``/metrics``, ``GET /v1/services``: nothing in them runs code or reveals
+  the token) when the request names a loopback host (a DNS-rebinding page names its
+  own); bound elsewhere they need the token too. ``/healthz`` is always open: it says
+  only that this endpoint lives and which instance it is, which clients check before
+  they send the token anywhere.
+- No cross-site requests: a request whose ``Origin`` is not the endpoint's own is
+  refused (403), and a POST whose ``Content-Type`` is not ``application/json`` too
+  (415): a web page can make a browser send a ``text/plain`` POST to 127.0.0.1
+  without a preflight, never an ``application/json`` one.
+- Bounded input: a body over its route's limit (64 KiB for jobs and services, the
+  service's ``max_body_bytes`` for a request) is refused (413) before it is parsed,
+  and a full queue answers 503 before the body is read; JSON deeper than
+  :data:`MAX_JSON_DEPTH` is a 400.
+- Every error answer is one short JSON line with the request's id; the log keeps the
+  detail (tracebacks, internal paths).
 
 Requests and replicas (DeepBoot's model, as in the simulator): a request goes to an
 active replica of its service with a free slot (``concurrency`` requests in flight).
@@ -24,12 +41,32 @@ replica per queued request), it is an *arrival* for the controller, whose contro
 loop runs ATS-I (warm reuse, a FREE GPU, evicting another service's SLEEP replica,
 reclaiming a lent GPU) and tells the router which replica starts or wakes
 (:meth:`Router.start_replica`). A replica that empties (nothing in flight, nothing
-queued) is reported idle and stops taking requests until the
-controller activates it again, so the controller's PROTECT/SLEEP states are never
-contradicted. A full queue answers 503 with ``Retry-After``; so does a request that
-waited ``request_timeout_s``. A request whose replica dies is put back at the head of
-the queue (retried on another replica), up to three times. Every request gets exactly
-one answer.
+queued) is reported idle and stops taking requests until the controller activates it
+again, so the controller's PROTECT/SLEEP states are never contradicted.
+
+Every wait is bounded (docs/reliability.md lists each bound):
+
+- in the queue, ``request_timeout_s`` from arrival, retries included (then 503 with
+  ``Retry-After``); a full queue answers 503 at once;
+- a new replica's actor waits at most :data:`PLACE_TIMEOUT_S` for its GPU, and its
+  handler at most the service's load timeout to load; then the replica is killed
+  (its GPU goes back to the loop as FREE), its waiting requests stay queued, and the
+  service backs off (below);
+- one call of the handler at most ``handler_timeout_s`` (then 504, and the replica
+  is restarted: a call past its deadline may still be running, and its slot must not
+  be reused meanwhile); a request's whole time in the system is at most
+  ``request_timeout_s + handler_timeout_s``;
+- a client that disconnects while its request is queued withdraws it.
+
+Failures: a request whose replica dies in flight is retried on another replica at the
+head of the queue, until it has been in flight on :data:`MAX_DEATHS` replicas that
+died: then it is answered 502 and never retried (a poison request kills at most that
+many; with ``concurrency > 1`` every request in flight on a dying replica counts that
+death). A replica that dies or times out while loading puts its service in a
+crash-loop back-off (:data:`BACKOFF_BASE_S` doubling per failure in a row, capped at
+:data:`BACKOFF_CAP_S`; reset by a replica that loads): no arrival is posted for the
+service meanwhile, so no GPU is reclaimed for it. A handler that raises while
+loading also fails what waits (502). Every request gets exactly one answer.
 
 Threads: the controller calls the public methods (``start_replica`` ...) from its own
 thread; they only schedule work on the router's loop. The router tells the
@@ -47,6 +84,8 @@ import itertools
 import json
 import logging
 import os
+import re
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -57,14 +96,31 @@ from typing import Any
 from aiohttp import web
 
 from deepboot.core.errors import ConfigError, InputError
-from deepboot.core.service import ServiceSpec
+from deepboot.core.service import ServiceSpec, valid_name
 from deepboot.runtime.messages import Arrival, Died, Idle, Inbox, Ready, Withdraw
 from deepboot.runtime.metrics import Metrics
 
 log = logging.getLogger("deepboot.router")
 
-MAX_ATTEMPTS = 3
-"""Replicas a request may be sent to before it is answered 502."""
+MAX_DEATHS = 2
+"""Replica deaths a request may be in flight for before it is answered 502."""
+PLACE_TIMEOUT_S = 300.0
+"""Most seconds a new replica's actor may wait for its GPU (the lent worker or the
+previous replica to leave) before it counts as failing to load."""
+BACKOFF_BASE_S = 1.0
+"""A service's first crash-loop back-off; it doubles with each failure in a row ..."""
+BACKOFF_CAP_S = 60.0
+"""... up to this."""
+SPEC_BODY_BYTES = 64 * 2**10
+"""Largest body of POST /v1/jobs and POST /v1/services."""
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays and objects accepted in a body."""
+MAX_REQUEST_ID = 128
+"""Longest X-Request-Id accepted."""
+
+_SAFE_ID = re.compile(r"[\x21-\x7e]{1,128}")
+_RID = web.RequestKey("rid", str)
+"""Where the front door leaves a request's id for its handler."""
 
 
 # -- the router's own state (touched only on its loop) --------------------------------------
@@ -79,13 +135,20 @@ class Answer:
 
 @dataclass(eq=False)
 class Pending:
+    """A request in the system. ``queue_deadline``: when it must have left the queue;
+    ``deadline``: when it must be answered (``request_timeout_s`` and
+    ``request_timeout_s + handler_timeout_s`` after arrival)."""
+
     id: str
     service: str
     body: Any
     future: asyncio.Future[Answer]
     arrived: float
+    queue_deadline: float
+    deadline: float
     posted: bool = False
-    attempts: int = 0
+    deaths: int = 0
+    timer: asyncio.TimerHandle | None = None
 
 
 @dataclass(eq=False)
@@ -104,8 +167,26 @@ class Replica:
 
 @dataclass
 class ServiceQueue:
+    """A service's queue, its measured cold start (seconds of ``load``) and its
+    crash-loop back-off (loads failed in a row; no arrival posted before
+    ``backoff_until``, a monotonic time)."""
+
     spec: ServiceSpec
     queue: collections.deque[Pending] = field(default_factory=collections.deque)
+    cold_s: float | None = None
+    load_failures: int = 0
+    backoff_until: float = 0.0
+
+    def backing_off(self, now: float) -> bool:
+        return now < self.backoff_until
+
+
+class Refused(Exception):
+    """An HTTP request refused before any work: its status and one-line reason."""
+
+    def __init__(self, status: int, reason: str, **headers: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason, self.headers = status, reason, headers
 
 
 def is_loopback(host: str) -> bool:
@@ -118,6 +199,28 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _host_name(host_header: str) -> str:
+    """The host part of a Host header ("127.0.0.1:8470", "[::1]:80", "localhost")."""
+    if host_header.startswith("["):
+        return host_header[1:].partition("]")[0]
+    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+
+
+def json_depth(value: Any) -> int:
+    """How deeply arrays and objects nest in ``value`` (0 for a scalar); iterative,
+    so any depth the parser accepted is measured without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        elif not isinstance(item, list):
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((x, depth + 1) for x in item)
+    return deepest
+
+
 def _ray_future(ref: Any) -> asyncio.Future[Any]:
     return asyncio.wrap_future(ref.future())
 
@@ -128,13 +231,17 @@ class Router:
     Args:
         inbox: Where messages to the controller go.
         metrics: The controller's metrics (request counters, histograms, queues).
-        host: Address to bind (127.0.0.1 by default; anything else turns auth on).
+        host: Address to bind (127.0.0.1 by default).
         port: Port (0: any free one).
-        token: The bearer token (required when ``auth``).
-        auth: Require the token on every endpoint.
-        submit: Called (in the router's thread) with a JSON job spec; raises
+        token: The bearer token every route that accepts work requires (and, off
+            loopback, every route but ``/healthz``).
+        submit: Called (in a worker thread) with a JSON job spec; raises
             ConfigError/InputError for a bad one.
         register: Called with a JSON service spec, likewise.
+        instance: The id ``/healthz`` echoes (random when empty).
+
+    Raises:
+        ConfigError: no token.
     """
 
     def __init__(
@@ -144,16 +251,18 @@ class Router:
         host: str = "127.0.0.1",
         port: int = 0,
         token: str = "",
-        auth: bool = False,
         submit: Callable[[dict[str, Any]], str] | None = None,
         register: Callable[[dict[str, Any]], str] | None = None,
+        instance: str = "",
     ) -> None:
-        if auth and not token:
-            raise ConfigError("the HTTP endpoint needs a token when auth is on")
+        if not token:
+            raise ConfigError("the HTTP endpoint needs a bearer token")
         self.inbox = inbox
         self.metrics = metrics
         self.host, self.port = host, port
-        self.token, self.auth = token, auth
+        self.token = token
+        self.open_reads = is_loopback(host)
+        self.instance = instance or secrets.token_hex(16)
         self._submit, self._register = submit, register
         self.services: dict[str, ServiceQueue] = {}
         self.replicas: dict[str, Replica] = {}
@@ -183,16 +292,21 @@ class Router:
         return f"http://{host}:{self.port}"
 
     def write_address(self, path: Path) -> None:
-        """Record where the endpoint listens (``http.json``) for the CLI and clients."""
+        """Record where the endpoint listens (``http.json``, mode 0600) for the CLI and
+        clients: ``url``, ``host``, ``port``, ``auth`` (always true), ``instance``
+        (what ``/healthz`` echoes: a client checks it before sending the token), ``pid``."""
         tmp = path.with_suffix(".tmp")
         info = {
             "url": self.url,
             "host": self.host,
             "port": self.port,
-            "auth": self.auth,
+            "auth": True,
+            "instance": self.instance,
             "pid": os.getpid(),
         }
-        tmp.write_text(json.dumps(info, indent=2))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(info, indent=2))
         os.replace(tmp, path)
 
     def stop(self) -> None:
@@ -223,14 +337,20 @@ class Router:
         loop.close()
 
     async def _listen(self) -> None:
-        app = web.Application(middlewares=[self._auth_mw], client_max_size=16 * 2**20)
+        # client_max_size bounds aiohttp's own readers; each route reads its body
+        # through _read_json with its own, smaller, limit.
+        app = web.Application(middlewares=[self._front_door], client_max_size=2**20)
         app.router.add_post("/v1/{service}/infer", self._infer)
         app.router.add_get("/v1/services", self._list_services)
         app.router.add_post("/v1/services", self._post_service)
         app.router.add_post("/v1/jobs", self._post_job)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._health)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # handler_cancellation: a client that disconnects cancels its handler, so a
+        # request still queued is withdrawn (aiohttp's default lets it run on).
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, handler_cancellation=True
+        )
         await self._runner.setup()
         # SO_REUSEADDR (asyncio's default on Unix): a restarted controller takes its
         # old port back despite connections of the killed one in TIME_WAIT.
@@ -247,8 +367,11 @@ class Router:
 
     # -- what the controller tells the router (scheduled with :meth:`call`) -----------------
 
-    def set_services(self, specs: dict[str, ServiceSpec]) -> None:
-        self.call(self._set_services, dict(specs))
+    def set_services(
+        self, specs: dict[str, ServiceSpec], cold: dict[str, float] | None = None
+    ) -> None:
+        """The registered services (and the cold starts measured so far, seconds)."""
+        self.call(self._set_services, dict(specs), dict(cold or {}))
 
     def start_replica(
         self, gpu: str, service: str, name: str, handle: Any, cold: bool, task: str = ""
@@ -267,13 +390,15 @@ class Router:
 
     # -- on the router's loop ------------------------------------------------------------------
 
-    def _set_services(self, specs: dict[str, ServiceSpec]) -> None:
+    def _set_services(self, specs: dict[str, ServiceSpec], cold: dict[str, float]) -> None:
         for name, spec in specs.items():
             q = self.services.get(name)
             if q is None:
-                self.services[name] = ServiceQueue(spec)
+                q = self.services[name] = ServiceQueue(spec)
             else:
                 q.spec = spec
+            if q.cold_s is None:
+                q.cold_s = cold.get(name)
 
     def _start_replica(
         self, gpu: str, service: str, name: str, handle: Any, cold: bool, task: str
@@ -285,8 +410,7 @@ class Router:
                 break
         rep = self.replicas.get(gpu)
         if cold or rep is None or rep.name != name:
-            spec = self.services[service].spec
-            rep = Replica(gpu, service, name, handle, spec.concurrency, time.monotonic())
+            rep = Replica(gpu, service, name, handle, q.spec.concurrency, time.monotonic())
             self.replicas[gpu] = rep
             asyncio.ensure_future(self._load(rep, cold))
             return
@@ -306,18 +430,57 @@ class Router:
             rep.dead = True
 
     async def _load(self, rep: Replica, cold: bool) -> None:
+        q = self.services[rep.service]
+        limit = q.spec.load_timeout(q.cold_s)
+        stage = f"did not get its GPU within {PLACE_TIMEOUT_S:g} s"
         try:
-            seconds = await _ray_future(rep.handle.load.remote())
+            # Two bounds: Ray starts the actor once its GPU is released (a lent
+            # worker's shrink, an evicted replica), then the handler loads.
+            await asyncio.wait_for(_ray_future(rep.handle.pid.remote()), PLACE_TIMEOUT_S)
+            stage = f"did not load within {limit:g} s"
+            seconds = await asyncio.wait_for(_ray_future(rep.handle.load.remote()), limit)
+        except TimeoutError:
+            self._load_failed(rep, f"replica {rep.name} {stage}", broken=False)
+            return
         except Exception as exc:  # the actor died, or the handler failed to build
-            self._replica_lost(rep, f"{type(exc).__name__}: {exc}", broken=_is_task_error(exc))
+            self._load_failed(rep, f"{type(exc).__name__}: {exc}", broken=_is_task_error(exc))
             return
         if rep.dead:
             return
         rep.ready = True
+        q.load_failures, q.backoff_until = 0, 0.0
         if cold:
+            if q.cold_s is None:
+                q.cold_s = float(seconds)
             self.inbox.put(Ready(rep.gpu, rep.name, time.monotonic() - rep.created, float(seconds)))
         self._pump(rep.service)
         self._maybe_idle(rep)
+
+    def _load_failed(self, rep: Replica, error: str, broken: bool) -> None:
+        """``rep`` died or timed out loading: it goes, and its service backs off."""
+        if rep.dead:
+            return
+        q = self.services[rep.service]
+        q.load_failures += 1
+        backoff = min(BACKOFF_BASE_S * 2 ** (q.load_failures - 1), BACKOFF_CAP_S)
+        q.backoff_until = time.monotonic() + backoff
+        log.warning(
+            "service %s: replica %s failed to load (%d in a row; next in %g s): %s",
+            rep.service, rep.name, q.load_failures, backoff, error,
+        )  # fmt: skip
+        self._replica_lost(rep, error, phase="load", backoff=backoff)
+        if broken:
+            # The handler cannot load: fail what waits rather than let it wait for
+            # the next attempt (the log has the handler's error).
+            while q.queue:
+                self._drop(q, q.queue[0], 502, "the service's handler failed to load")
+        # No GPU is reclaimed for a service in back-off: withdraw its arrivals.
+        for p in q.queue:
+            if p.posted:
+                self.inbox.put(Withdraw(p.id))
+                p.posted = False
+        assert self._loop is not None
+        self._loop.call_later(backoff, self._post_uncovered, rep.service)
 
     def _free_replica(self, service: str) -> Replica | None:
         best: Replica | None = None
@@ -357,15 +520,48 @@ class Router:
             self.inbox.put(Idle(rep.gpu, rep.name))
 
     def _enqueue(self, p: Pending, front: bool = False) -> None:
+        """Queue ``p`` (a retry at the head); a request past its queue deadline is
+        answered 503 instead."""
         q = self.services[p.service]
+        assert self._loop is not None
+        now = time.monotonic()
+        if now >= p.queue_deadline:
+            self._answer_timeout(q, p)
+            return
+        if p.timer is None:
+            p.timer = self._loop.call_later(p.queue_deadline - now, self._expire, p)
         (q.queue.appendleft if front else q.queue.append)(p)
         self._pump(p.service)
         self._post_uncovered(p.service)
         self.metrics.pending.labels(p.service).set(len(q.queue))
 
+    def _expire(self, p: Pending) -> None:
+        """``p``'s queue deadline: still queued, it is answered 503."""
+        q = self.services.get(p.service)
+        if q is not None and p in q.queue:
+            self._answer_timeout(q, p)
+
+    def _answer_timeout(self, q: ServiceQueue, p: Pending) -> None:
+        retry = str(max(1, round(q.spec.request_timeout_s / 4)))
+        reason = f"no replica within {q.spec.request_timeout_s:g} s"
+        self._drop(q, p, 503, reason, **{"Retry-After": retry})
+
+    def _drop(self, q: ServiceQueue, p: Pending, status: int, reason: str, **headers: str) -> None:
+        """Take ``p`` out of the queue (withdrawing its arrival) and answer it."""
+        with contextlib.suppress(ValueError):
+            q.queue.remove(p)
+        if p.posted:
+            self.inbox.put(Withdraw(p.id))
+            p.posted = False
+        self.metrics.pending.labels(p.service).set(len(q.queue))
+        self._answer(p, status, {"error": reason}, **headers)
+
     def _post_uncovered(self, service: str) -> None:
-        """Post an arrival for each queued request no starting replica will take."""
+        """Post an arrival for each queued request no starting replica will take
+        (none while the service backs off)."""
         q = self.services[service]
+        if q.backing_off(time.monotonic()):
+            return
         spare = sum(
             max(rep.slots - rep.inflight, 0)
             for rep in self.replicas.values()
@@ -378,24 +574,30 @@ class Router:
 
     async def _dispatch(self, p: Pending, rep: Replica) -> None:
         spec = self.services[p.service].spec
-        p.attempts += 1
+        limit = max(min(spec.handler_deadline_s, p.deadline - time.monotonic()), 0.001)
         try:
-            result = await asyncio.wait_for(
-                _ray_future(rep.handle.infer.remote(p.body)), timeout=spec.request_timeout_s
-            )
+            result = await asyncio.wait_for(_ray_future(rep.handle.infer.remote(p.body)), limit)
         except TimeoutError:
-            self._answer(p, 504, {"error": f"no answer within {spec.request_timeout_s:g} s"})
+            self._answer(p, 504, {"error": f"no answer within {limit:.3g} s"})
+            # The call may still be running: the replica goes (the controller kills
+            # it and a new one starts), so its slot is never reused meanwhile.
+            self._replica_lost(rep, f"request {p.id} ran past {limit:.3g} s", phase="serve")
         except Exception as exc:
             if _is_task_error(exc):  # the handler raised: the service's own error
-                self._answer(p, 500, {"error": str(exc).strip().splitlines()[-1][:2000]})
-            else:  # the replica died with the request in flight: retry elsewhere
-                self._replica_lost(rep, f"{type(exc).__name__}: {exc}", broken=False)
-                if p.attempts >= MAX_ATTEMPTS:
-                    self._answer(p, 502, {"error": f"{p.attempts} replicas failed"})
+                log.info("service %s, request %s: the handler raised: %s", p.service, p.id, exc)
+                self._answer(p, 500, {"error": f"the handler raised {_cause_name(exc)}"})
+            else:  # the replica died with the request in flight
+                p.deaths += 1
+                self._replica_lost(rep, f"{type(exc).__name__}: {exc}", phase="serve")
+                if p.deaths >= MAX_DEATHS:
+                    log.warning(
+                        "request %s of %s: in flight on %d replicas that died; not retried",
+                        p.id, p.service, p.deaths,
+                    )  # fmt: skip
+                    self._answer(p, 502, {"error": f"{p.deaths} replicas died serving it"})
                 else:
                     log.info("request %s: replica %s died; retrying", p.id, rep.name)
                     self._enqueue(p, front=True)
-                return
         else:
             self._answer(p, 200, {"result": result, "replica": rep.gpu})
         finally:
@@ -404,32 +606,22 @@ class Router:
             self._pump(rep.service)
             self._maybe_idle(rep)
 
-    def _replica_lost(self, rep: Replica, error: str, broken: bool) -> None:
+    def _replica_lost(self, rep: Replica, error: str, phase: str, backoff: float = 0.0) -> None:
         if rep.dead:
             return
         rep.dead = True
         if self.replicas.get(rep.gpu) is rep:
             del self.replicas[rep.gpu]
-        self.inbox.put(Died(rep.gpu, rep.name, error))
-        q = self.services.get(rep.service)
-        if q is None:
-            return
-        if broken:
-            # The handler cannot load: fail what waits rather than start replica after
-            # replica for it.
-            while q.queue:
-                p = q.queue.popleft()
-                if p.posted:
-                    self.inbox.put(Withdraw(p.id))
-                self._answer(p, 502, {"error": f"replica failed to start: {error[-2000:]}"})
-            self.metrics.pending.labels(rep.service).set(0)
-            return
-        # Its queued requests may have counted on it: ask again for those uncovered.
-        self._post_uncovered(rep.service)
+        self.inbox.put(Died(rep.gpu, rep.name, error, phase, backoff))
+        if rep.service in self.services:
+            # Its queued requests may have counted on it: ask again for those uncovered.
+            self._post_uncovered(rep.service)
 
     def _answer(self, p: Pending, status: int, body: dict[str, Any], **headers: str) -> None:
         if p.future.done():
             return
+        if p.timer is not None:
+            p.timer.cancel()
         spent = time.monotonic() - p.arrived
         body = {"id": p.id, "service": p.service, **body}
         p.future.set_result(Answer(status, body, {"X-Request-Id": p.id, **headers}))
@@ -437,76 +629,136 @@ class Router:
         if status == 200:
             self.metrics.latency.labels(p.service).observe(spent)
 
-    # -- HTTP handlers ---------------------------------------------------------------------------
+    # -- the front door --------------------------------------------------------------------------
+
+    def _request_id(self, request: web.Request) -> str:
+        rid = request.headers.get("X-Request-Id")
+        if rid is None:
+            return f"req-{next(self._counter)}"
+        if not _SAFE_ID.fullmatch(rid):
+            raise Refused(400, f"X-Request-Id: 1-{MAX_REQUEST_ID} printable characters")
+        return rid
+
+    def _origin_ok(self, request: web.Request) -> bool:
+        origin = request.headers.get("Origin")
+        if origin is None:
+            return True
+        own = {self.url}
+        if is_loopback(_host_name(request.host)):  # what a client of this machine names
+            own.add(f"http://{request.host}")
+        return origin in own
+
+    def _token_ok(self, request: web.Request) -> bool:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode(), self.token.encode()
+        )
+
+    def _needs_token(self, request: web.Request) -> bool:
+        if request.method != "GET":
+            return True  # every route that accepts work
+        if request.path == "/healthz":
+            return False
+        # Reads are open on a loopback endpoint, asked for by a loopback name (a page
+        # that rebinds its own DNS name to 127.0.0.1 sends that name).
+        return not (self.open_reads and is_loopback(_host_name(request.host)))
 
     @web.middleware
-    async def _auth_mw(
+    async def _front_door(
         self, request: web.Request, handler: Callable[[web.Request], Any]
     ) -> web.StreamResponse:
-        if self.auth:
-            given = request.headers.get("Authorization", "")
-            scheme, _, token = given.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(
-                token.strip().encode(), self.token.encode()
-            ):
-                return web.json_response(
-                    {"error": "missing or wrong bearer token"},
-                    status=401,
-                    headers={"WWW-Authenticate": 'Bearer realm="deepboot"'},
+        rid = ""
+        try:
+            rid = request[_RID] = self._request_id(request)
+            if not self._origin_ok(request):
+                raise Refused(
+                    403, "cross-origin requests are refused (Origin is not this endpoint)"
                 )
-        response: web.StreamResponse = await handler(request)
-        return response
+            if self._needs_token(request) and not self._token_ok(request):
+                raise Refused(
+                    401,
+                    "missing or wrong bearer token (STATE_DIR/http-token)",
+                    **{"WWW-Authenticate": 'Bearer realm="deepboot"'},
+                )
+            if request.method == "POST" and request.content_type != "application/json":
+                raise Refused(415, "the body must be sent as Content-Type: application/json")
+            response: web.StreamResponse = await handler(request)
+            return response
+        except Refused as exc:
+            return _error(exc.status, exc.reason, rid, **exc.headers)
+        except web.HTTPException as exc:  # aiohttp's own (404, 405, ...)
+            return _error(exc.status, exc.reason, rid)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except Exception:
+            log.exception("request %s to %s failed", rid, request.path)
+            return _error(500, "internal error (the controller's log has the detail)", rid)
+
+    async def _read_json(self, request: web.Request, limit: int) -> Any:
+        """The body as JSON, read only up to ``limit`` bytes.
+
+        Raises:
+            Refused: 413 over the limit (by its Content-Length, or once read past it);
+                400 not JSON, or nested deeper than :data:`MAX_JSON_DEPTH`.
+        """
+        too_big = f"the body is over {limit} bytes"
+        if request.content_length is not None and request.content_length > limit:
+            raise Refused(413, too_big)
+        data = bytearray()
+        async for chunk in request.content.iter_chunked(64 * 2**10):
+            data += chunk
+            if len(data) > limit:
+                raise Refused(413, too_big)
+        try:
+            value = json.loads(bytes(data)) if data else None
+        except RecursionError:
+            raise Refused(400, f"the body is nested too deeply (> {MAX_JSON_DEPTH})") from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise Refused(400, f"the body is not JSON ({str(exc)[:80]})") from None
+        if json_depth(value) > MAX_JSON_DEPTH:
+            raise Refused(400, f"the body is nested too deeply (> {MAX_JSON_DEPTH})")
+        return value
+
+    # -- HTTP handlers ---------------------------------------------------------------------------
 
     async def _infer(self, request: web.Request) -> web.Response:
         service = request.match_info["service"]
-        q = self.services.get(service)
-        rid = request.headers.get("X-Request-Id") or f"req-{next(self._counter)}"
+        rid = request[_RID]
+        q = self.services.get(service) if valid_name(service) else None
         if q is None:
-            return web.json_response(
-                {"id": rid, "error": f"no service named {service!r}"}, status=404
-            )
+            raise Refused(404, "no such service")
         if rid in self._ids:
-            return web.json_response(
-                {"id": rid, "error": "a request with this id is in progress"}, status=409
-            )
-        try:
-            body = await request.json() if request.can_read_body else None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return web.json_response({"id": rid, "error": f"body is not JSON: {exc}"}, status=400)
+            raise Refused(409, "a request with this id is in progress")
         spec = q.spec
-        loop = asyncio.get_running_loop()
-        p = Pending(rid, service, body, loop.create_future(), time.monotonic())
-        retry_after = str(max(1, round(spec.request_timeout_s / 4)))
         if self._free_replica(service) is None and len(q.queue) >= spec.queue_bound:
+            # Before the body is read: a full queue costs a client nothing to learn.
             self.metrics.requests.labels(service, "503").inc()
-            return web.json_response(
-                {"id": rid, "service": service, "error": "queue full"},
-                status=503,
-                headers={"Retry-After": retry_after, "X-Request-Id": rid},
-            )
+            retry = str(max(1, round(spec.request_timeout_s / 4)))
+            return _error(503, "queue full", rid, **{"Retry-After": retry})
         self._ids.add(rid)
         try:
+            body = await self._read_json(request, spec.max_body_bytes)
+            now = time.monotonic()
+            p = Pending(
+                rid, service, body, asyncio.get_running_loop().create_future(), now,
+                now + spec.request_timeout_s,
+                now + spec.request_timeout_s + spec.handler_deadline_s,
+            )  # fmt: skip
             self._enqueue(p)
             try:
-                answer = await asyncio.wait_for(asyncio.shield(p.future), spec.request_timeout_s)
+                # The router answers every request by its deadline; the extra second
+                # is a backstop, never the bound.
+                answer = await asyncio.wait_for(
+                    asyncio.shield(p.future), p.deadline - time.monotonic() + 1.0
+                )
             except TimeoutError:
-                if p in q.queue:  # never reached a replica
-                    q.queue.remove(p)
-                    if p.posted:
-                        self.inbox.put(Withdraw(p.id))
-                    self.metrics.pending.labels(service).set(len(q.queue))
-                    self._answer(
-                        p,
-                        503,
-                        {"error": f"no replica within {spec.request_timeout_s:g} s"},
-                        **{"Retry-After": retry_after},
-                    )
-                answer = await p.future  # in flight: the dispatch answers it
-            except asyncio.CancelledError:  # the client went away
+                log.error("request %s: no answer by its deadline (a router bug)", rid)
+                self._drop(q, p, 504, "no answer in time")
+                answer = p.future.result()
+            except asyncio.CancelledError:  # the client went away (handler_cancellation)
                 if p in q.queue:
-                    q.queue.remove(p)
-                    if p.posted:
-                        self.inbox.put(Withdraw(p.id))
+                    log.info("request %s: the client went away while queued; withdrawn", rid)
+                    self._drop(q, p, 499, "the client went away")
                 raise
         finally:
             self._ids.discard(rid)
@@ -514,6 +766,7 @@ class Router:
 
     async def _list_services(self, request: web.Request) -> web.Response:
         out = []
+        now = time.monotonic()
         for name, q in sorted(self.services.items()):
             reps = [
                 {
@@ -526,21 +779,30 @@ class Router:
                 for r in self.replicas.values()
                 if r.service == name and not r.dead
             ]
-            out.append({"service": name, "queued": len(q.queue), "replicas": reps})
+            out.append(
+                {
+                    "service": name,
+                    "queued": len(q.queue),
+                    "replicas": reps,
+                    "load_failures": q.load_failures,
+                    "backoff_s": round(max(q.backoff_until - now, 0.0), 3),
+                }
+            )
         return web.json_response(out)
 
     async def _post(
         self, request: web.Request, fn: Callable[[dict[str, Any]], str] | None
     ) -> web.Response:
         if fn is None:
-            return web.json_response({"error": "not available"}, status=404)
+            raise Refused(404, "not available")
+        raw = await self._read_json(request, SPEC_BODY_BYTES)
+        if not isinstance(raw, dict):
+            raise Refused(400, "the body must be a JSON object")
         try:
-            raw = await request.json()
-            if not isinstance(raw, dict):
-                raise ValueError("the body must be a JSON object")
             name = await asyncio.get_running_loop().run_in_executor(None, fn, raw)
         except (ValueError, TypeError, KeyError, ConfigError, InputError) as exc:
-            return web.json_response({"error": str(exc)}, status=400)
+            # A spec's error names the key and what to fix; one line of it.
+            raise Refused(400, str(exc).strip().splitlines()[0][:300]) from None
         return web.json_response({"name": name}, status=201)
 
     async def _post_job(self, request: web.Request) -> web.Response:
@@ -556,7 +818,21 @@ class Router:
         )
 
     async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"ok": True})
+        return web.json_response({"ok": True, "instance": self.instance})
+
+
+def _error(status: int, reason: str, rid: str, **headers: str) -> web.Response:
+    """One short JSON line: the reason and the request's id."""
+    body: dict[str, Any] = {"error": reason, "id": rid}
+    if rid:
+        headers["X-Request-Id"] = rid
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _cause_name(exc: BaseException) -> str:
+    """The class name of the user's exception inside a Ray task error."""
+    cause = getattr(exc, "cause", None)
+    return type(cause).__name__ if isinstance(cause, BaseException) else "an exception"
 
 
 def _is_task_error(exc: BaseException) -> bool:

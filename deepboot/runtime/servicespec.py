@@ -9,6 +9,11 @@ Example (examples/runtime/echo.toml)::
     max_replicas = 4                    # 0 = no cap
     queue_bound = 64                    # requests waiting for a replica (then 503)
     request_timeout_s = 30              # seconds a request may wait (then 503)
+    # handler_timeout_s = 30            # seconds one call may run (then 504, replica restarted);
+    #                                   # default: request_timeout_s
+    # load_timeout_s = 120              # seconds a replica may take to load (then killed);
+    #                                   # default: 3x the measured cold start, 300 s before one
+    # max_body_bytes = 1048576          # largest request body (then 413)
     # cold_start_s = 2.0                # measured on the first start when absent
 
     [args]                              # passed to the factory as keyword arguments
@@ -27,7 +32,9 @@ from typing import Any
 
 from deepboot.core.errors import ConfigError, InputError
 from deepboot.core.service import (
+    DEFAULT_BODY_BYTES,
     FIELDS,
+    MAX_BODY_BYTES,
     MAX_CONCURRENCY,
     MAX_QUEUE_BOUND,
     MAX_REPLICAS,
@@ -83,14 +90,17 @@ def parse_service(raw: dict[str, Any], where: str, base: Path) -> ServiceSpec:
         cold = _seconds(where, raw, "cold_start_s", 0.0)
         if cold < 0:
             raise InputError(where, 0, "cold_start_s", f"must be >= 0 seconds, got {cold:g}")
-    timeout = _seconds(where, raw, "request_timeout_s", 60.0)
-    if not 0 < timeout <= MAX_REQUEST_TIMEOUT_S:
-        raise InputError(
-            where,
-            0,
-            "request_timeout_s",
-            f"must be in (0, {MAX_REQUEST_TIMEOUT_S:g}] seconds, got {timeout:g}",
-        )
+    timeouts: dict[str, float | None] = {}
+    for key in ("request_timeout_s", "load_timeout_s", "handler_timeout_s"):
+        if key not in raw and key != "request_timeout_s":
+            timeouts[key] = None
+            continue
+        timeout = _seconds(where, raw, key, 60.0)
+        if not 0 < timeout <= MAX_REQUEST_TIMEOUT_S:
+            raise InputError(
+                where, 0, key, f"must be in (0, {MAX_REQUEST_TIMEOUT_S:g}] seconds, got {timeout:g}"
+            )
+        timeouts[key] = timeout
     try:
         return ServiceSpec(
             name=name,
@@ -101,7 +111,12 @@ def parse_service(raw: dict[str, Any], where: str, base: Path) -> ServiceSpec:
             max_replicas=int_key(where, raw, "max_replicas", 0, 0, MAX_REPLICAS),
             cold_start_s=cold,
             queue_bound=int_key(where, raw, "queue_bound", 64, 1, MAX_QUEUE_BOUND),
-            request_timeout_s=timeout,
+            request_timeout_s=timeouts["request_timeout_s"] or 60.0,
+            load_timeout_s=timeouts["load_timeout_s"],
+            handler_timeout_s=timeouts["handler_timeout_s"],
+            max_body_bytes=int_key(
+                where, raw, "max_body_bytes", DEFAULT_BODY_BYTES, 1, MAX_BODY_BYTES
+            ),
         )
     except ConfigError as exc:  # a check above missed it: still name the key
         m = re.search(r"field '(\w+)'", str(exc))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from deepboot.core.errors import InputError
-from deepboot.core.service import NAME_RE
+from deepboot.core.service import valid_name
 
 
 def read_toml(path: str | Path, what: str) -> tuple[dict[str, Any], str, Path]:
@@ -50,7 +50,7 @@ def check_keys(where: str, raw: dict[str, Any], known: set[str], required: tuple
         if not isinstance(raw[key], str):
             raise InputError(where, 0, key, f"must be a string, got {raw[key]!r}")
     name = raw["name"]
-    if not NAME_RE.match(name):
+    if not valid_name(name):
         raise InputError(
             where,
             0,

@@ -12,7 +12,9 @@ an inference replica its service, actor name, warm hits and protect end), rewrit
 each loop iteration, for ``deepboot status`` and a restarted controller.
 
 ``services``: one row per registered inference service (``deepboot serve``): its
-spec (JSON) and the cold start measured on its first replica.
+spec (JSON), the cold start measured on its first replica, and its crash-loop
+back-off (replicas that died while loading in a row, and until when no new replica
+starts for it).
 
 ``events``: the append-only event log; never updated or deleted. Columns:
 
@@ -78,7 +80,9 @@ class LogKind(enum.Enum):
     service_registered: {service, model, concurrency, max_replicas}
     replica: {gpu, service, op: start|ready|sleep|evict|died, cold (start: always
               true; warm reuses and PROTECT are not logged, they happen at every
-              request of a lull), seconds and load_seconds (ready), error (died)}
+              request of a lull), seconds and load_seconds (ready), error, phase
+              (load|serve) and backoff_s (died: seconds before the service's next
+              replica may start; 0 unless it died loading)}
     """
 
     CONTROLLER_STARTED = "controller_started"
@@ -150,6 +154,11 @@ _GPU_REPLICA_COLUMNS = (
     ("replica", "TEXT NOT NULL DEFAULT ''"),
     ("hits", "INTEGER NOT NULL DEFAULT 0"),
     ("protect_until", "REAL"),
+)
+
+_SERVICE_BACKOFF_COLUMNS = (
+    ("load_failures", "INTEGER NOT NULL DEFAULT 0"),
+    ("backoff_until", "REAL"),
 )
 
 _JOB_COLUMNS = (
@@ -225,11 +234,15 @@ class GpuRow(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class ServiceRow:
     """One row of ``services``: the spec, when it was registered, its measured cold
-    start (None until a replica has started)."""
+    start (None until a replica has started), and its crash-loop back-off: replicas
+    that died loading in a row, and the Unix time before which none starts (None:
+    no back-off)."""
 
     spec: ServiceSpec
     registered: float
     cold_start: float | None
+    load_failures: int = 0
+    backoff_until: float | None = None
 
 
 class JobStore:
@@ -245,6 +258,10 @@ class JobStore:
         for column, decl in _GPU_REPLICA_COLUMNS:
             if column not in have:  # a store written before services existed
                 self._db.execute(f"ALTER TABLE gpus ADD COLUMN {column} {decl}")
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(services)")}
+        for column, decl in _SERVICE_BACKOFF_COLUMNS:
+            if column not in have:  # a store written before back-offs existed
+                self._db.execute(f"ALTER TABLE services ADD COLUMN {column} {decl}")
 
     def close(self) -> None:
         self._db.close()
@@ -396,7 +413,8 @@ class JobStore:
         with self.transaction() as db:
             row = db.execute("SELECT spec FROM services WHERE name = ?", (spec.name,)).fetchone()
             if row is not None:
-                if row[0] == text:
+                # Compared as specs: a row written before a field existed holds its default.
+                if ServiceSpec.from_json(json.loads(row[0])) == spec:
                     return False
                 raise ConfigError(f"a different service named {spec.name!r} is registered already")
             db.execute(
@@ -419,9 +437,23 @@ class JobStore:
 
     def services(self) -> list[ServiceRow]:
         rows = self._db.execute(
-            "SELECT name, spec, registered, cold_start FROM services ORDER BY registered, name"
+            "SELECT name, spec, registered, cold_start, load_failures, backoff_until "
+            "FROM services ORDER BY registered, name"
         ).fetchall()
-        return [ServiceRow(ServiceSpec.from_json(json.loads(s)), t, c) for _, s, t, c in rows]
+        return [
+            ServiceRow(ServiceSpec.from_json(json.loads(s)), t, c, f, b)
+            for _, s, t, c, f, b in rows
+        ]
+
+    def set_backoff(
+        self, db: sqlite3.Connection, service: str, failures: int, until: float | None
+    ) -> None:
+        """Record ``service``'s crash-loop back-off (``failures`` replicas died loading
+        in a row; none starts before Unix time ``until``; 0 and None: none)."""
+        db.execute(
+            "UPDATE services SET load_failures = ?, backoff_until = ? WHERE name = ?",
+            (failures, until, service),
+        )
 
     def set_cold_start(self, db: sqlite3.Connection, service: str, seconds: float) -> None:
         """Record the first measured cold start of ``service`` (later ones are logged)."""

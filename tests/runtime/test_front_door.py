@@ -29,8 +29,6 @@ from tests.runtime.front_door_handlers import read_record  # noqa: E402
 
 pytestmark = pytest.mark.runtime
 
-# Committed before the fix: each marked test fails on the old runtime.
-OLD = pytest.mark.xfail(strict=True, reason="issue 18: the runtime's front door")
 
 HANDLERS = Path(__file__).resolve().parent / "front_door_handlers.py"
 
@@ -116,7 +114,6 @@ def _answer_is_short(answer: Any) -> None:
     assert answer.get("id"), answer
 
 
-@OLD
 def test_a_browser_cannot_register_code_nor_run_it(cluster: Path, tmp_path: Path) -> None:
     probe = tmp_path / "PROBE"
     spec = {
@@ -143,7 +140,6 @@ def test_a_browser_cannot_register_code_nor_run_it(cluster: Path, tmp_path: Path
     assert (code, answer) == (201, {"name": "probe-ok"})
 
 
-@OLD
 def test_a_replica_that_never_loads_is_killed_and_its_gpu_freed(
     cluster: Path, tmp_path: Path
 ) -> None:
@@ -179,7 +175,6 @@ def test_a_replica_that_never_loads_is_killed_and_its_gpu_freed(
     assert "load" in died["error"] and died["backoff_s"] > 0, died
 
 
-@OLD
 def test_a_handler_that_fails_to_load_backs_off(cluster: Path, tmp_path: Path) -> None:
     _register(
         cluster,
@@ -206,7 +201,6 @@ def test_a_handler_that_fails_to_load_backs_off(cluster: Path, tmp_path: Path) -
         assert len(_replica_events(cluster, "broken", "start")) == starts
 
 
-@OLD
 def test_a_poison_request_kills_two_replicas_at_most(cluster: Path, tmp_path: Path) -> None:
     record = tmp_path / "poison.jsonl"
     _register(
@@ -243,7 +237,6 @@ def test_a_poison_request_kills_two_replicas_at_most(cluster: Path, tmp_path: Pa
     assert len(_replica_events(cluster, "poison", "died")) <= 2
 
 
-@OLD
 def test_a_client_that_goes_away_while_queued_is_never_served(
     cluster: Path, tmp_path: Path
 ) -> None:
@@ -287,7 +280,6 @@ def test_a_client_that_goes_away_while_queued_is_never_served(
     assert tags == ["A", "C"], tags
 
 
-@OLD
 def test_one_slot_never_runs_two_calls(cluster: Path, tmp_path: Path) -> None:
     record = tmp_path / "slow.jsonl"
     _register(

@@ -41,6 +41,8 @@ def _call(
 ) -> tuple[int, dict[str, str], Any]:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
     if token:
         req.add_header("Authorization", f"Bearer {token}")
     if rid:
@@ -71,9 +73,12 @@ def _outward_address() -> str:
     return addr if addr and not rt.is_loopback(addr) else ""
 
 
+TOKEN = "7e57" * 16
+
+
 @pytest.fixture
 def router() -> Iterator[rt.Router]:
-    r = rt.Router(rt.Inbox(), Metrics())
+    r = rt.Router(rt.Inbox(), Metrics(), token=TOKEN)
     r.start()
     r.set_services({"svc": ServiceSpec("svc", "m", queue_bound=2, request_timeout_s=0.6)})
     time.sleep(0.05)
@@ -83,13 +88,13 @@ def router() -> Iterator[rt.Router]:
         r.stop()
 
 
-def test_loopback_needs_no_token(router: rt.Router) -> None:
-    assert router.host == "127.0.0.1" and not router.auth
+def test_loopback_reads_need_no_token(router: rt.Router) -> None:
+    assert router.host == "127.0.0.1" and router.open_reads
     code, _, body = _call(router.url + "/healthz")
-    assert (code, body) == (200, {"ok": True})
+    assert (code, body) == (200, {"ok": True, "instance": router.instance})
     code, headers, text = _call(router.url + "/metrics")
     assert code == 200 and "deepboot_gpus_lent_total" in text
-    code, _, body = _call(router.url + "/v1/nope/infer", "POST", {}, rid="x1")
+    code, _, body = _call(router.url + "/v1/nope/infer", "POST", {}, token=TOKEN, rid="x1")
     assert code == 404 and body["id"] == "x1"
 
 
@@ -97,7 +102,7 @@ def test_full_queue_answers_503_and_waiting_too_long_too(router: rt.Router) -> N
     results: dict[str, tuple[int, dict[str, str], Any]] = {}
 
     def send(rid: str) -> None:
-        results[rid] = _call(router.url + "/v1/svc/infer", "POST", {"x": 1}, rid=rid)
+        results[rid] = _call(router.url + "/v1/svc/infer", "POST", {"x": 1}, TOKEN, rid)
 
     waiting = [threading.Thread(target=send, args=(f"w{i}",)) for i in range(2)]
     for t in waiting:
@@ -125,18 +130,23 @@ def test_full_queue_answers_503_and_waiting_too_long_too(router: rt.Router) -> N
 def test_a_duplicate_id_in_progress_is_refused(router: rt.Router) -> None:
     out: list[int] = []
     t = threading.Thread(
-        target=lambda: out.append(_call(router.url + "/v1/svc/infer", "POST", {}, rid="d")[0])
+        target=lambda: out.append(_call(router.url + "/v1/svc/infer", "POST", {}, TOKEN, "d")[0])
     )
     t.start()
     time.sleep(0.2)
-    code, _, body = _call(router.url + "/v1/svc/infer", "POST", {}, rid="d")
+    code, _, body = _call(router.url + "/v1/svc/infer", "POST", {}, TOKEN, "d")
     assert code == 409
     t.join(10)
     assert out == [503]
 
 
 def test_bad_body_is_a_400(router: rt.Router) -> None:
-    req = urllib.request.Request(router.url + "/v1/svc/infer", data=b"{not json", method="POST")
+    req = urllib.request.Request(
+        router.url + "/v1/svc/infer",
+        data=b"{not json",
+        method="POST",
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+    )
     with pytest.raises(urllib.error.HTTPError) as exc:
         urllib.request.urlopen(req, timeout=10)
     assert exc.value.code == 400
@@ -151,14 +161,15 @@ def _controller(tmp_path: Path, host: str) -> Controller:
 
 
 @pytest.mark.parametrize("where", ["loopback", "outward"])
-def test_controller_requires_the_token_off_loopback(tmp_path: Path, where: str) -> None:
+def test_controller_requires_the_token_for_work_everywhere(tmp_path: Path, where: str) -> None:
     host = "127.0.0.1" if where == "loopback" else (_outward_address() or "0.0.0.0")
     ctl = _controller(tmp_path, host)
     ctl.start_router()
     assert ctl.router is not None
     try:
         info = json.loads(ctl.state.http_file.read_text())
-        assert info["auth"] is (where == "outward")
+        assert info["auth"] is True and info["instance"] == ctl.router.instance
+        assert (ctl.state.http_file.stat().st_mode & 0o777) == 0o600
         url = info["url"]
         if host == "0.0.0.0":
             url = url.replace("0.0.0.0", "127.0.0.1")
@@ -172,19 +183,20 @@ def test_controller_requires_the_token_off_loopback(tmp_path: Path, where: str) 
                 ServiceSpec("s1", "m", handler=f"{EXAMPLES / 'echo_service.py'}:load").to_json()
             )
         )
-        if where == "outward":
-            token = ctl.state.http_token.read_text().strip()
-            assert (ctl.state.http_token.stat().st_mode & 0o777) == 0o600
-            for path, body in (("/v1/jobs", job), ("/v1/services", service)):
-                code, headers, _ = _call(url + path, "POST", body)
-                assert code == 401 and headers["WWW-Authenticate"].startswith("Bearer")
-                code, _, _ = _call(url + path, "POST", body, token="wrong" + token)
-                assert code == 401
-            for path in ("/v1/s1/infer", "/metrics", "/healthz"):
-                code, _, _ = _call(url + path, "POST" if "infer" in path else "GET", {})
-                assert code == 401
-        else:
-            token = ""
+        token = ctl.state.http_token.read_text().strip()
+        assert (ctl.state.http_token.stat().st_mode & 0o777) == 0o600
+        for path, body in (("/v1/jobs", job), ("/v1/services", service), ("/v1/s1/infer", {})):
+            code, headers, _ = _call(url + path, "POST", body)
+            assert code == 401 and headers["WWW-Authenticate"].startswith("Bearer")
+            code, _, _ = _call(url + path, "POST", body, token="wrong" + token)
+            assert code == 401
+        # /healthz is open everywhere; the other reads only on loopback.
+        code, _, body = _call(url + "/healthz")
+        assert (code, body) == (200, {"ok": True, "instance": info["instance"]})
+        for path in ("/metrics", "/v1/services"):
+            code, _, _ = _call(url + path)
+            assert code == (200 if where == "loopback" else 401), path
+            assert _call(url + path, token=token)[0] == 200
         code, _, body = _call(url + "/v1/jobs", "POST", job, token=token)
         assert (code, body) == (201, {"name": "j1"})
         code, _, body = _call(url + "/v1/services", "POST", service, token=token)

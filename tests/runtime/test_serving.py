@@ -156,10 +156,15 @@ def _gpu_ops(log: list[EventRow], name: str) -> list[tuple[str, str]]:
 
 def _post(state: Path, service: str, rid: str, body: Any) -> tuple[int, Any]:
     url = json.loads((state / "http.json").read_text())["url"]
+    token = (state / "http-token").read_text().strip()
     req = urllib.request.Request(
         f"{url}/v1/{service}/infer",
         data=json.dumps(body).encode(),
-        headers={"X-Request-Id": rid},
+        headers={
+            "X-Request-Id": rid,
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/json",
+        },
         method="POST",
     )
     try:
