@@ -8,9 +8,9 @@ import asyncio
 import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -18,7 +18,7 @@ from rich.table import Table
 
 from deepboot.cli import limits
 from deepboot.cli.files import PathArg, check_outputs, require_path, write_text
-from deepboot.core.errors import ConfigError, InputError
+from deepboot.core.errors import ConfigError
 
 MAX_TIMEOUT_S = 3600.0
 """``0 < --timeout <= MAX_TIMEOUT_S``."""
@@ -48,9 +48,15 @@ examples:
 
 The requests CSV has one row per request: id,send_s,answer_s,status,latency_s,error
 (seconds since the start; status 0: no HTTP answer, see error: timeout, a connection
-error). The endpoint is read from STATE_DIR/http.json (and its token from
-STATE_DIR/http-token when it requires one) unless --url is given; with --url, the
-token comes from --token-file only."""
+error; a redirect is recorded, not followed).
+
+The endpoint: without --url, the one STATE_DIR/http.json records, and only once its
+GET /healthz has echoed the instance id of http.json (else http.json is stale, and
+whatever listens at its URL now is not the controller: nothing is sent, the token
+least of all); then every request carries the bearer token of STATE_DIR/http-token
+(or --token-file). With --url nothing is checked: the requests go to that URL as
+given, with the token of --token-file if given (without one, the endpoint answers
+401)."""
 
 
 def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -114,13 +120,13 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     p.add_argument(
         "--url",
         metavar="URL",
-        help="the endpoint's base URL, http://HOST:PORT; without it, STATE_DIR/http.json's",
+        help="the endpoint's base URL, http://HOST:PORT, taken as given (not checked); "
+        "without it, STATE_DIR/http.json's, once the controller there proves itself",
     )
     p.add_argument(
         "--token-file",
         metavar="F",
-        help="file holding the bearer token; without it, STATE_DIR/http-token when "
-        "http.json says the endpoint requires one",
+        help="file holding the bearer token; without it, STATE_DIR/http-token (none with --url)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_load)
@@ -152,51 +158,44 @@ def _body(text: str) -> Any:
         raise ConfigError(f"--body is not valid JSON: {exc}") from None
 
 
-def _check_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"--url must look like http://HOST:PORT, got {url!r}")
-    return url
-
-
-def _endpoint(args: argparse.Namespace) -> tuple[str, str | None, list[PathArg]]:
-    """(url, token, the files read for them)."""
-    from deepboot.runtime.loadgen import read_token
+def _endpoint(
+    args: argparse.Namespace,
+) -> tuple[Callable[[], tuple[str, str | None]], list[PathArg]]:
+    """(a function returning the URL and the token to send it, the files read for
+    them). Files are read here; the network is left to the function: without --url,
+    it checks the endpoint that STATE_DIR/http.json records
+    (:meth:`deepboot.runtime.endpoint.Recorded.check`)."""
+    from deepboot.runtime.endpoint import Recorded, check_url, read_token
     from deepboot.runtime.statedir import StateDir
 
-    inputs: list[PathArg] = []
     token_file = None
     if args.token_file is not None:
         token_file = require_path(args.token_file, "--token-file")
     if args.url is not None:
-        url = _check_url(args.url)
-    else:
-        state = StateDir.at(args.state_dir)
-        http = state.http_file
-        if not http.exists():
-            raise ConfigError(
-                f"no HTTP endpoint recorded in {http} (is the controller up? run "
-                "'deepboot up', or give --url)"
-            )
-        inputs.append(PathArg("http.json", str(http)))
         try:
-            info = json.loads(http.read_text(encoding="utf-8"))
-            url = str(info["url"])
-            auth = info.get("auth", False)
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
-            raise InputError(
-                str(http), 0, "", "not the endpoint record the controller writes"
-            ) from None
-        if not isinstance(auth, bool):
-            raise InputError(str(http), 0, "auth", "must be true or false")
-        url = _check_url(url)
-        if token_file is None and auth:
-            token_file = str(state.http_token)
-    token = None
-    if token_file is not None:
-        inputs.append(PathArg("--token-file", token_file))
-        token = read_token(token_file)
-    return url, token, inputs
+            url = check_url(args.url)
+        except ValueError as exc:
+            raise ConfigError(f"--url {exc}") from None
+        token = read_token(token_file) if token_file is not None else None
+        inputs = [PathArg("--token-file", token_file)] if token_file is not None else []
+        return (lambda: (url, token)), inputs
+    state = StateDir.at(args.state_dir)
+    if not state.http_file.exists():
+        raise ConfigError(
+            f"no HTTP endpoint recorded in {state.http_file} (is the controller up? run "
+            "'deepboot up', or give --url)"
+        )
+    recorded = Recorded.read(state, Path(token_file) if token_file is not None else None)
+
+    def checked() -> tuple[str, str | None]:
+        endpoint = recorded.check()
+        return endpoint.url, endpoint.token
+
+    inputs = [
+        PathArg("http.json", str(state.http_file)),
+        PathArg("--token-file", str(recorded.token_file)),
+    ]
+    return checked, inputs
 
 
 class _LoadProgress:
@@ -239,9 +238,10 @@ def cmd_load(args: argparse.Namespace, out: Console, err: Console) -> int:
     profile_path = require_path(args.rate_profile, "--rate-profile")
     out_path = require_path(args.out, "--out")
     body = _body(args.body)
-    url, token, inputs = _endpoint(args)
-    check_outputs([PathArg("--out", out_path)], [PathArg("--rate-profile", profile_path), *inputs])
+    endpoint, inputs = _endpoint(args)
     profile = RateProfile.load(profile_path)
+    check_outputs([PathArg("--out", out_path)], [PathArg("--rate-profile", profile_path), *inputs])
+    url, token = endpoint()  # last, once every local input is good: the network
     rng = np.random.default_rng(args.seed or 0) if args.poisson else None
     times = send_times(profile, rng)
     show = not args.quiet and out.file.isatty()

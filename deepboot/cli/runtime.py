@@ -31,14 +31,21 @@ examples:
   # attach to an existing Ray cluster whose nodes carry deepboot's resources
   deepboot up --address 10.0.0.1:6379 --ray-token /etc/deepboot/ray-token
 
-  # serve requests on every interface (then every request needs the bearer token
-  # of STATE_DIR/http-token: curl -H "Authorization: Bearer $(cat .deepboot/http-token)")
+  # serve requests on every interface
   deepboot up --inference-nodes 2 --http-host 0.0.0.0
 
+  # then, from the directory that holds .deepboot (the header file keeps the token
+  # off curl's command line, where ps would show it to every user)
+  curl -H @.deepboot/http-header http://127.0.0.1:8470/v1/services
+
 The local cluster listens on loopback only, with Ray's token authentication on (the
-token is STATE_DIR/ray-token, readable by its owner only). The controller's HTTP
-endpoint (requests, job and service submissions, /metrics) is on 127.0.0.1:8470
-unless --http-host/--http-port say otherwise; STATE_DIR/http.json records it.
+token is STATE_DIR/ray-token, readable by its owner only); Ray's directory is a new
+/tmp/deepboot-ray-XXXXXXXXXXXX of mode 0700. The controller's HTTP endpoint
+(requests, job and service submissions, /metrics) is on 127.0.0.1:8470 unless
+--http-host/--http-port say otherwise; STATE_DIR/http.json records it. Every request
+but GET /healthz needs the bearer token of STATE_DIR/http-token, on loopback too;
+STATE_DIR/http-header holds the whole header (mode 0600) for curl -H @FILE. POST
+bodies are JSON, sent with Content-Type: application/json (anything else: 415).
 Policies: the ones that need nothing a real cluster does not know (deepboot, pollux,
 tiresias, fifo, ...);
 optimus, afs and lyra read each job's remaining work and are refused."""
@@ -70,9 +77,10 @@ example service file (paths are relative to it):
   [args]
   hidden = 64
 
-then: curl -X POST -H 'X-Request-Id: r1' -d '{"x": [1, 2]}' \\
-        http://127.0.0.1:8470/v1/echo/infer
-See examples/runtime/ and docs/runtime.md."""
+then: curl -X POST -H @.deepboot/http-header -H 'Content-Type: application/json' \\
+        -H 'X-Request-Id: r1' -d '{"x": [1, 2]}' http://127.0.0.1:8470/v1/echo/infer
+(STATE_DIR/http-header: the bearer token's header, mode 0600; the body must be JSON,
+sent as application/json, else 415). See examples/runtime/ and docs/runtime.md."""
 
 
 def _state_flag(p: argparse.ArgumentParser) -> None:
@@ -137,7 +145,8 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         "--http-host",
         default="127.0.0.1",
         metavar="ADDR",
-        help="address of the HTTP endpoint; anything but loopback requires the bearer token",
+        help="address of the HTTP endpoint (every request but /healthz needs the bearer "
+        "token, on loopback too)",
     )
     up.add_argument(
         "--http-port", type=int, default=8470, metavar="PORT", help="its port (0: any free one)"
@@ -272,6 +281,7 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
             args.address,
             Path(args.ray_token) if args.ray_token else None,
         )
+    state.ensure_http_token()  # and STATE_DIR/http-header, for curl
     gpus = sum(n for _, _, n in record.nodes)
     if restarting:
         out.print(
@@ -286,15 +296,20 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
     )
     if state.http_file.exists():
         info = json.loads(state.http_file.read_text())
-        auth = " (bearer token: STATE_DIR/http-token)" if info.get("auth") else ""
-        out.print(f"HTTP endpoint: {info.get('url')}{auth}")
+        out.print(
+            f"HTTP endpoint: {info.get('url')} (bearer token: {state.http_token}; "
+            f"curl -H @{state.http_header} ...)"
+        )
     return 0
 
 
 def cmd_down(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepboot.runtime.lifecycle import down
 
-    out.print(down(StateDir.at(args.state_dir)))
+    state = StateDir.at(args.state_dir)
+    out.print(down(state))
+    # No controller serves any more: a client must not find an endpoint to trust.
+    state.http_file.unlink(missing_ok=True)
     return 0
 
 
@@ -339,31 +354,36 @@ def cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 def _wait_until_served(state: StateDir, service: str, timeout: float = 30.0) -> str:
     """The endpoint's URL once the running controller serves ``service`` ("" when no
-    controller runs)."""
-    import urllib.error
-    import urllib.request
+    controller runs).
 
+    Raises:
+        ConfigError: the controller did not take the service up within ``timeout``,
+            or its endpoint did not prove to be this state directory's controller
+            (then the token was not sent; see :mod:`deepboot.runtime.endpoint`).
+    """
+    import urllib.error
+
+    from deepboot.runtime.endpoint import EndpointError, connect
     from deepboot.runtime.lifecycle import controller_alive
 
     if controller_alive(state) is None or not state.http_file.exists():
         return ""
-    info = json.loads(state.http_file.read_text())
-    url = str(info.get("url", ""))
-    req = urllib.request.Request(url + "/v1/services")
-    if info.get("auth"):
-        req.add_header("Authorization", f"Bearer {state.http_token.read_text().strip()}")
+    try:
+        endpoint = connect(state)
+    except EndpointError as exc:
+        raise ConfigError(f"registered {service!r} in the store, but {exc}") from None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(req, timeout=5) as r:
-                if any(s.get("service") == service for s in json.loads(r.read())):
-                    return url
-        except (urllib.error.URLError, OSError, ValueError):
+            services = endpoint.get_json("/v1/services")
+            if any(isinstance(s, dict) and s.get("service") == service for s in services):
+                return endpoint.url
+        except (urllib.error.URLError, OSError, ValueError, TypeError):
             pass
         time.sleep(0.2)
     raise ConfigError(
-        f"registered {service!r}, but the controller at {url} did not take it up within "
-        f"{timeout:g} s; see {state.logs / 'controller.log'}"
+        f"registered {service!r}, but the controller at {endpoint.url} did not take it up "
+        f"within {timeout:g} s; see {state.logs / 'controller.log'}"
     )
 
 

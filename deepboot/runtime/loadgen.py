@@ -327,7 +327,9 @@ async def run_load(
         url: The endpoint's base URL (``http://host:port``).
         service: The service name.
         times: Send times in seconds from the start (sorted; see :func:`send_times`).
-        token: The bearer token, or None to send no ``Authorization`` header.
+        token: The bearer token, or None to send no ``Authorization`` header. The
+            caller makes sure ``url`` is the endpoint it means to give the token to
+            (see :func:`deepboot.runtime.endpoint.connect`); redirects are not followed.
         save: Called once with the requests CSV's text (at the end, also when the run
             is cancelled: then unanswered requests get status 0, "cancelled").
         body: The JSON body of every request.
@@ -360,7 +362,10 @@ async def run_load(
         counts[0] += 1
         try:
             async with session.post(
-                target, data=payload, headers={**headers, "X-Request-Id": rec.id}
+                target,
+                data=payload,
+                headers={**headers, "X-Request-Id": rec.id},
+                allow_redirects=False,  # a redirect is an answer, and keeps the token
             ) as resp:
                 await resp.read()
                 rec.status = resp.status
@@ -463,21 +468,3 @@ def _summarize(records: Sequence[RequestRecord]) -> LoadSummary:
         max_send_lag_s=max((r.send_s - r.due_s for r in sent), default=0.0),
         latencies_ok=tuple(ok),
     )
-
-
-def read_token(path: str | Path) -> str:
-    """The bearer token in ``path`` (surrounding whitespace removed).
-
-    Raises:
-        InputError: the file is missing, unreadable or empty.
-    """
-    spath = str(path)
-    try:
-        token = Path(path).read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
-        raise InputError(spath, 0, "", "token file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(spath, 0, "", f"cannot read the token: {exc}") from None
-    if not token or any(c.isspace() for c in token):
-        raise InputError(spath, 0, "", "the token file is empty or holds more than one word")
-    return token

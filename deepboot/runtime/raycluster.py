@@ -11,7 +11,11 @@ them (Ray's resources double as labels here):
   the workers run torch on the CPU.
 
 ``up`` on one machine starts one Ray node per deepboot node, loopback only, with Ray's
-token authentication on (the token in the state directory, mode 0600). ``attach``
+token authentication on (the token in the state directory, mode 0600). Ray's
+directory (its sockets, logs, spilled objects) lies in a new private directory,
+``/tmp/deepboot-ray-<12 random hex digits>``, that ``up`` creates mode 0700 before Ray
+starts: a name another user could guess, they could create first, and Ray opens the
+directories it creates to every user. ``attach``
 records an existing cluster whose nodes carry those resources (see
 docs/runtime.md for the ``ray start`` flags). ``down`` stops what ``up`` started and
 nothing else: the processes whose command line names this cluster's Ray directory or
@@ -25,14 +29,16 @@ import json
 import logging
 import os
 import re
+import secrets
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
-from hashlib import sha256
 from pathlib import Path
 
 from deepboot.core.cluster import ClusterSpec, Node, Pool
@@ -76,7 +82,9 @@ class ClusterRecord:
     Attributes:
         mode: "local" (started by ``up``; ``down`` stops it) or "attached".
         address: The Ray GCS address, host:port.
-        temp_dir: Ray's directory of a local cluster ("" when attached).
+        temp_dir: The directory of a local cluster's Ray (its ``--temp-dir`` is
+            :func:`ray_dir_of` it), created by ``up``: a random name, mode 0700; ""
+            when attached.
         nodes: (node_id, pool, gpus) of every deepboot node.
         token_file: Ray's token file ("" when the attached cluster has none).
     """
@@ -119,7 +127,9 @@ def ray_env(record: ClusterRecord | None, token_file: Path | None = None) -> dic
 
     Token authentication when the cluster has a token; for a local cluster, the
     setting that keeps Ray's node address (and so its servers) on loopback (see
-    ``deepboot.runtime._raynode``).
+    ``deepboot.runtime._raynode``), and gloo's and NCCL's sockets (the workers'
+    collectives) on the loopback interface too. Ray's workers inherit the raylet's
+    environment, and so these settings.
     """
     env = dict(os.environ)
     env["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -129,15 +139,96 @@ def ray_env(record: ClusterRecord | None, token_file: Path | None = None) -> dic
         env["RAY_AUTH_TOKEN_PATH"] = tok
     if record is None or record.mode == "local":
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-        # gloo's sockets on loopback too.
+        # The collectives' sockets (gloo on CPUs, NCCL's bootstrap and socket
+        # transport on GPUs) on loopback too.
         env["GLOO_SOCKET_IFNAME"] = "lo"
+        env["NCCL_SOCKET_IFNAME"] = "lo"
     return env
 
 
-def _temp_dir_for(state: StateDir) -> str:
-    # Ray's unix sockets live under it: keep the path short (sun_path is 108 bytes).
-    digest = sha256(str(state.root).encode()).hexdigest()[:10]
-    return f"/tmp/deepboot-ray-{digest}"
+def _new_temp_dir_name() -> str:
+    """A fresh name for a local cluster's directory: random (nobody can create it
+    first), and short: Ray's unix sockets live under it (sun_path is 108 bytes)."""
+    return f"/tmp/deepboot-ray-{secrets.token_hex(6)}"
+
+
+def ray_dir_of(temp_dir: str) -> str:
+    """Ray's ``--temp-dir`` inside a local cluster's private directory ``temp_dir``.
+
+    Not ``temp_dir`` itself: Ray makes every directory it creates, ``--temp-dir``
+    included, mode 0777 (each of its worker processes does it again), so that other
+    users may share them. The private directory around it keeps them out.
+    """
+    return os.path.join(temp_dir, "ray")
+
+
+def _not_private(path: str) -> str | None:
+    """Why ``path`` is not a directory private to this user (None when it is)."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory"
+    if st.st_uid != os.geteuid():
+        return f"it belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        return f"its mode is {stat.S_IMODE(st.st_mode):04o}, not 0700"
+    return None
+
+
+def make_private_dir(path: str) -> str:
+    """Create directory ``path``, mode 0700 whatever the umask; returns ``path``.
+
+    A directory already there is used only if it is this user's, mode 0700 and not
+    a link: one that another user created first (or a link in its place) could hold
+    or see what Ray puts there.
+
+    Raises:
+        DeepbootError: ``path`` exists and is not this user's private directory, or
+            cannot be created.
+    """
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise DeepbootError(f"cannot create directory {path}: {exc.strerror}") from None
+    else:
+        # The umask may have taken bits away; O_NOFOLLOW: chmod this directory, not
+        # whatever a link put in its place would point to.
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
+    why = _not_private(path)
+    if why is not None:
+        raise DeepbootError(
+            f"{path} exists and is not this user's private directory ({why}); refusing "
+            "to start Ray in it (another user may have created it)"
+        )
+    return path
+
+
+def remove_temp_dir(record: ClusterRecord) -> bool:
+    """Remove a local cluster's directory (``record.temp_dir``, Ray's inside) if it is
+    ours (mode 0700, not a link); True if it is gone. One that is not ours is left
+    alone, with a warning."""
+    path = record.temp_dir
+    if record.mode != "local" or not path:
+        return False
+    try:
+        why = _not_private(path)
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        log.warning("the cluster's directory %s: %s; left in place", path, exc)
+        return False
+    if why is not None:
+        log.warning("the cluster's directory %s is not ours (%s): left in place", path, why)
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return not os.path.lexists(path)
 
 
 def _free_port() -> int:
@@ -160,14 +251,20 @@ def _ray_start(args: list[str], env: Mapping[str, str], worker: bool) -> str:
 def up_local(state: StateDir, cluster: ClusterSpec) -> ClusterRecord:
     """Start one loopback-only Ray node per node of ``cluster`` on this machine.
 
+    Ray's directory is ``<temp_dir>/ray`` in a new private directory ``temp_dir``
+    (see :func:`make_private_dir`), recorded in the cluster record; a failed start
+    stops what it started and removes it.
+
     Raises:
         ConfigError: a cluster is already recorded in ``state``.
-        DeepbootError: Ray failed to start (what it printed is in the message).
+        DeepbootError: Ray failed to start (what it printed is in the message), or
+            its directory exists and is not this user's.
     """
     if state.cluster_file.exists():
         raise ConfigError(f"a cluster is already up in {state.root} (run 'deepboot down' first)")
     token = state.ensure_token()
-    temp_dir = _temp_dir_for(state)
+    temp_dir = make_private_dir(_new_temp_dir_name())
+    ray_dir = ray_dir_of(temp_dir)
     env = ray_env(None, token)
     common = [
         "--num-gpus=0",
@@ -177,20 +274,6 @@ def up_local(state: StateDir, cluster: ClusterSpec) -> ClusterRecord:
     ]
     head, *rest = cluster.nodes
     port = _free_port()
-    _ray_start(
-        [
-            "--head",
-            f"--port={port}",
-            f"--temp-dir={temp_dir}",
-            "--include-dashboard=false",
-            "--dashboard-host=127.0.0.1",
-            f"--num-cpus={head.gpus + 1}",
-            f"--resources={json.dumps(node_resources(head))}",
-            *common,
-        ],
-        env,
-        worker=False,
-    )
     address = f"127.0.0.1:{port}"
     record = ClusterRecord(
         mode="local",
@@ -199,9 +282,23 @@ def up_local(state: StateDir, cluster: ClusterSpec) -> ClusterRecord:
         nodes=tuple((n.node_id, n.pool.value, n.gpus) for n in cluster.nodes),
         token_file=str(token),
     )
-    # Record before the other nodes start, so that 'down' can clean up a partial start.
-    record.save(state)
     try:
+        _ray_start(
+            [
+                "--head",
+                f"--port={port}",
+                f"--temp-dir={ray_dir}",
+                "--include-dashboard=false",
+                "--dashboard-host=127.0.0.1",
+                f"--num-cpus={head.gpus + 1}",
+                f"--resources={json.dumps(node_resources(head))}",
+                *common,
+            ],
+            env,
+            worker=False,
+        )
+        # Record before the other nodes start, so that 'down' can clean up a partial start.
+        record.save(state)
         for node in rest:
             _ray_start(
                 [
@@ -313,21 +410,36 @@ def _cmdlines() -> dict[int, tuple[int, str]]:
             continue
         pid = int(entry.name)
         try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            stat = Path(f"/proc/{pid}/stat").read_text()
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+            stat_line = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        cmd = raw.replace(b"\0", b" ").decode(errors="replace")
+        ppid = int(stat_line.rsplit(")", 1)[1].split()[1])
         out[pid] = (ppid, cmd)
     return out
 
 
+def _marks(record: ClusterRecord) -> re.Pattern[str] | None:
+    """What names a local cluster on a command line: its Ray directory (whole: not
+    another one whose name merely starts the same) or ``--address``/``--gcs-address``
+    with its whole GCS address."""
+    alts = []
+    if record.temp_dir:
+        alts.append(rf"(?:^|[\s=]){re.escape(record.temp_dir.rstrip('/'))}(?=[/\s]|$)")
+    if record.address:
+        alts.append(rf"(?:^|\s)--(?:gcs-)?address={re.escape(record.address)}(?=\s|$)")
+    return re.compile("|".join(alts)) if alts else None
+
+
 def cluster_pids(record: ClusterRecord) -> set[int]:
     """Processes of a local cluster: those naming its Ray directory or GCS address
-    on their command line, and all their descendants."""
+    on their command line (see :func:`_marks`), and all their descendants."""
+    marks = _marks(record)
+    if marks is None:
+        return set()
     procs = _cmdlines()
-    marks = [record.temp_dir, f"--address={record.address}", f"--gcs-address={record.address}"]
-    roots = {pid for pid, (_, cmd) in procs.items() if any(m and m in cmd for m in marks)}
+    roots = {pid for pid, (_, cmd) in procs.items() if marks.search(cmd)}
     roots.discard(os.getpid())
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in procs.items():
@@ -366,7 +478,9 @@ def process_alive(pid: int) -> bool:
 
 
 def stop_local(record: ClusterRecord) -> int:
-    """Stop every process of a local cluster; returns how many were signalled."""
+    """Stop every process of a local cluster and remove its Ray directory if it is
+    ours (:func:`remove_temp_dir`); returns how many processes were signalled."""
     pids = cluster_pids(record)
     kill_pids(pids)
+    remove_temp_dir(record)
     return len(pids)

@@ -7,8 +7,11 @@ Layout (created on first use, owner-only, mode 0700)::
       ray-token           Ray's authentication token (mode 0600)
       deepboot.db         the job store (SQLite, WAL; see store)
       controller.pid      the running controller's pid
-      http.json           where the controller's HTTP endpoint listens (see router)
+      http.json           the running controller's HTTP endpoint: its URL and instance
+                          id (see router and endpoint); 'down' removes it
       http-token          the bearer token of that endpoint (mode 0600)
+      http-header         the same as an HTTP header, "Authorization: Bearer <token>"
+                          (mode 0600), for ``curl -H @STATE_DIR/http-header``
       logs/controller.log the controller's log
       logs/<job>.log      one job's workers' output
       checkpoints/<job>/  a job's checkpoints (restart resizes, failures)
@@ -52,12 +55,17 @@ class StateDir:
 
     @property
     def http_file(self) -> Path:
-        """``{"url", "host", "port", "auth"}`` of the controller's HTTP endpoint."""
+        """``{"url", "instance", ...}`` of the running controller's HTTP endpoint (see
+        :mod:`deepboot.runtime.endpoint`)."""
         return self.root / "http.json"
 
     @property
     def http_token(self) -> Path:
         return self.root / "http-token"
+
+    @property
+    def http_header(self) -> Path:
+        return self.root / "http-header"
 
     @property
     def db(self) -> Path:
@@ -96,8 +104,30 @@ class StateDir:
         return self._secret(self.token_file)
 
     def ensure_http_token(self) -> Path:
-        """The HTTP bearer token file, created (256 random bits, mode 0600) if missing."""
-        return self._secret(self.http_token)
+        """The HTTP bearer token file, created (256 random bits, mode 0600) if missing;
+        also (re)writes :attr:`http_header` from it."""
+        path = self._secret(self.http_token)
+        header = f"Authorization: Bearer {path.read_text().strip()}\n"
+        try:
+            current = self.http_header.read_text()
+        except OSError:
+            current = None
+        if current != header:
+            self._write_private(self.http_header, header)
+        os.chmod(self.http_header, 0o600)
+        return path
+
+    def _write_private(self, path: Path, text: str) -> None:
+        """Write ``path`` atomically, mode 0600 from the start."""
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def _secret(self, path: Path) -> Path:
         self.ensure()

@@ -123,8 +123,8 @@ def test_serve_registers_a_service_in_the_store(
 def _fake_ray_start(
     monkeypatch: pytest.MonkeyPatch, seen: list[tuple[str, os.stat_result | None]]
 ) -> None:
-    """Replace 'ray start' by a fake that records the head's --temp-dir and what that
-    path was when Ray would have started (None: missing)."""
+    """Replace 'ray start' by a fake that records the head's --temp-dir and what the
+    directory around it was when Ray would have started (None: missing)."""
     from deepboot.runtime import raycluster
 
     def fake(args: list[str], env: object, worker: bool) -> str:
@@ -132,7 +132,7 @@ def _fake_ray_start(
             if arg.startswith("--temp-dir="):
                 path = arg.split("=", 1)[1]
                 try:
-                    seen.append((path, os.lstat(path)))
+                    seen.append((path, os.lstat(os.path.dirname(path))))
                 except FileNotFoundError:
                     seen.append((path, None))
         return ""
@@ -140,7 +140,6 @@ def _fake_ray_start(
     monkeypatch.setattr(raycluster, "_ray_start", fake)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18: the Ray temp dir is predictable, not 0700")
 def test_local_ray_dir_is_random_and_private_before_ray_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -155,17 +154,18 @@ def test_local_ray_dir_is_random_and_private_before_ray_starts(
         for _ in range(2):  # twice in the same state directory: two names
             record = raycluster.up_local(state, ClusterSpec.parse("1x1"))
             state.cluster_file.unlink()
-            assert record.temp_dir == seen[-1][0]
+            # Ray's directory lies in the cluster's directory, which the record names.
+            assert os.path.dirname(seen[-1][0]) == record.temp_dir
         assert len({path for path, _ in seen}) == 2
         for path, st in seen:
             assert len(path) <= 40  # Ray's unix sockets live below it (sun_path <= 108)
-            assert st is not None, f"{path} did not exist when Ray started"
+            assert st is not None, f"{path}'s directory did not exist when Ray started"
             assert stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode)
             assert st.st_uid == os.geteuid()
             assert stat.S_IMODE(st.st_mode) == 0o700
     finally:
         for path, _ in seen:
-            shutil.rmtree(path, ignore_errors=True)
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
 def _squat(kind: str, path: Path) -> None:
@@ -183,7 +183,6 @@ def _squat(kind: str, path: Path) -> None:
         os.chown(path, 65534, 65534)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18: the Ray temp dir is predictable, not 0700")
 @pytest.mark.parametrize("kind", ["symlink", "shared", "other-owner"])
 def test_up_refuses_a_ray_dir_it_does_not_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
@@ -218,7 +217,6 @@ def _local_record(state_root: Path, temp_dir: Path) -> None:
     ClusterRecord("local", "127.0.0.1:99999", str(temp_dir), ((0, "training", 1),), "").save(state)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18: 'deepboot down' leaves http.json behind")
 def test_down_removes_http_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = tmp_path / "s"
     ray_dir = tmp_path / "ray"
@@ -229,6 +227,49 @@ def test_down_removes_http_json(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert code == 0, err
     assert not (state / "http.json").exists()
     assert not (state / "cluster.json").exists()
+    assert not ray_dir.exists()  # its Ray directory, ours: removed
+
+
+@pytest.mark.parametrize("kind", ["symlink", "shared", "other-owner"])
+def test_down_leaves_a_ray_dir_it_does_not_own(tmp_path: Path, kind: str) -> None:
+    from deepboot.runtime.raycluster import ClusterRecord, remove_temp_dir, stop_local
+
+    squatted = tmp_path / "squatted"
+    _squat(kind, squatted)
+    inside = (squatted.with_name("target") if kind == "symlink" else squatted) / "theirs"
+    inside.write_text("x")
+    record = ClusterRecord("local", "127.0.0.1:99999", str(squatted), (), "")
+    assert remove_temp_dir(record) is False
+    assert stop_local(record) == 0
+    assert inside.read_text() == "x"
+
+
+def test_the_http_header_file_holds_the_token_mode_0600(tmp_path: Path) -> None:
+    """For curl -H @FILE: the token stays off the command line (ps shows it)."""
+    from deepboot.runtime.statedir import StateDir
+
+    state = StateDir.at(tmp_path / "s")
+    token = state.ensure_http_token().read_text().strip()
+    assert len(token) == 64
+    assert state.http_header.read_text() == f"Authorization: Bearer {token}\n"
+    for path in (state.http_token, state.http_header):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    state.http_token.write_text("new-token\n")  # a token replaced by hand
+    state.ensure_http_token()
+    assert state.http_header.read_text() == "Authorization: Bearer new-token\n"
+
+
+@pytest.mark.parametrize("command", ["up", "serve"])
+def test_help_shows_curl_with_the_header_file(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    code, out, _ = _run(capsys, command, "--help")
+    assert code == 0
+    text = " ".join(out.split())
+    assert "-H @.deepboot/http-header" in text
+    assert "$(cat" not in text and "Bearer $" not in text
+    if command == "serve":
+        assert "-H 'Content-Type: application/json'" in text
 
 
 def _sleeper(*argv: str) -> subprocess.Popen[bytes]:
@@ -239,7 +280,6 @@ def _sleeper(*argv: str) -> subprocess.Popen[bytes]:
     )
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18: cluster_pids matches prefixes of its marks")
 def test_cluster_pids_match_whole_addresses_and_directories(tmp_path: Path) -> None:
     """'down' stops the processes naming the cluster's address or directory: not those
     of another cluster whose address or directory merely starts the same."""

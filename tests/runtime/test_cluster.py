@@ -48,7 +48,11 @@ pytestmark = pytest.mark.runtime
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     state = tmp_path_factory.mktemp("deepboot") / "state"
     with local_cluster(state, "--training-nodes", "2", "--gpus-per-node", "2"):
+        ray_dir = ClusterRecord.load(StateDir.at(state)).temp_dir
         yield state
+    # 'down' leaves no endpoint for a client to trust, and removes Ray's directory.
+    assert not (state / "http.json").exists()
+    assert not os.path.lexists(ray_dir)
 
 
 @pytest.fixture(autouse=True)
@@ -92,23 +96,37 @@ def test_every_socket_is_on_loopback_and_ray_wants_the_token(cluster: Path) -> N
     assert "CONNECTED" in allowed.stdout, allowed.stderr[-2000:]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18: the Ray temp dir is predictable, not 0700")
 def test_ray_dir_is_random_and_private(cluster: Path) -> None:
-    """Another user cannot guess Ray's directory, nor enter it (Ray makes the
-    directories it creates 0777: the top one must stay 0700)."""
+    """Another user cannot guess Ray's directory, nor enter it: Ray makes the
+    directories it creates 0777, so they lie in the cluster's own, which stays 0700."""
     from hashlib import sha256
 
     state = StateDir.at(cluster)
-    ray_dir = ClusterRecord.load(state).temp_dir
-    st = os.lstat(ray_dir)
+    record = ClusterRecord.load(state)
+    st = os.lstat(record.temp_dir)
     assert stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode)
     assert st.st_uid == os.geteuid()
     assert stat.S_IMODE(st.st_mode) == 0o700
-    assert sha256(str(state.root).encode()).hexdigest()[:10] not in ray_dir
+    assert sha256(str(state.root).encode()).hexdigest()[:10] not in record.temp_dir
+    ray_dirs = set()
+    for pid in cluster_pids(record):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        ray_dirs |= {
+            a.split("=", 1)[1] for a in argv if a.startswith(("--temp-dir=", "--temp_dir="))
+        }
+    assert ray_dirs, "no Ray process names its --temp-dir"
+    assert all(d.startswith(record.temp_dir + "/") for d in ray_dirs), ray_dirs
 
 
 def _environ(pid: int) -> dict[str, str] | None:
+    """The environment ``pid`` started with; None when unreadable, or when the process
+    renamed itself (Ray's ``ray::...`` processes: setproctitle writes over it)."""
     try:
+        if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::"):
+            return None
         raw = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
         return None  # gone, or not ours to read
@@ -116,13 +134,31 @@ def _environ(pid: int) -> dict[str, str] | None:
     return {kv[0]: kv[1] for kv in pairs if len(kv) == 2}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18: NCCL is not pinned to loopback")
+_PINNED = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
 def test_workers_keep_nccl_gloo_and_their_sockets_on_loopback(
     cluster: Path, tmp_path: Path
 ) -> None:
-    """With a job's torch workers running: every process of the cluster (Ray's, the
-    controller, the workers) has NCCL's and gloo's sockets on loopback, and listens
-    on loopback only."""
+    """Ray's processes, the controller and the workers Ray starts on every node have
+    NCCL's and gloo's sockets pinned to loopback; with a job's torch workers running,
+    nothing of the cluster listens beyond loopback."""
+    from deepboot.runtime.raycluster import run_on_ray
+
+    record = ClusterRecord.load(StateDir.at(cluster))
+    # What a Ray worker process sees, on each node (a task pinned there by its label).
+    nodes = [n for n, _, _ in record.nodes]
+    out = run_on_ray(
+        record,
+        "import json, os\n"
+        "@ray.remote(num_cpus=0)\n"
+        f"def env():\n    return {{k: os.environ.get(k) for k in {_PINNED!r}}}\n"
+        "refs = [env.options(resources={f'deepboot_node_{n}': 1}).remote() "
+        f"for n in {nodes!r}]\n"
+        "print('ENV=' + json.dumps(ray.get(refs)))",
+    )
+    [line] = [ln for ln in out.splitlines() if ln.startswith("ENV=")]
+    assert json.loads(line[4:]) == [dict.fromkeys(_PINNED, "lo")] * len(nodes)
     spec = write_job(tmp_path, "loopback-h", threshold=1e-9, delay=0.05, min_workers=2)
     cli(cluster, "submit", str(spec))
     wait_for(
@@ -132,20 +168,14 @@ def test_workers_keep_nccl_gloo_and_their_sockets_on_loopback(
             and job(cluster, "loopback-h")["step"] > 3
         ),
     )
-    record = ClusterRecord.load(StateDir.at(cluster))
     workers = {p for p in worker_pids(cluster, "loopback-h") if alive(p)}
     assert len(workers) >= 2
-    ours = cluster_pids(record) | {controller_pid(cluster)} | workers
-    assert workers <= cluster_pids(record)  # the workers are Ray's children
-    seen = 0
-    for pid in ours:
-        env = _environ(pid) if pid else None
-        if env is None:
-            continue
-        seen += 1
-        assert env.get("GLOO_SOCKET_IFNAME") == "lo", pid
-        assert env.get("NCCL_SOCKET_IFNAME") == "lo", pid
-    assert seen >= 6
+    ours = cluster_pids(record) | {controller_pid(cluster)}
+    assert workers <= ours  # the workers are Ray's children
+    envs = {pid: env for pid in ours if pid and (env := _environ(pid)) is not None}
+    assert len(envs) >= 6  # GCS, raylets, the controller, ...
+    for pid, env in envs.items():
+        assert all(env.get(k) == "lo" for k in _PINNED), (pid, {k: env.get(k) for k in _PINNED})
     for host, port, pids in listening_sockets():
         if pids & ours:
             assert host in ("127.0.0.1", "::1"), (host, port, pids)

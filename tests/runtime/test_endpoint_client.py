@@ -31,13 +31,16 @@ class _Server:
     """An HTTP server on loopback that records (method, path, headers) of every request.
 
     ``health``: what ``GET /healthz`` answers: "ok" (``{"ok": true, "instance":
-    INSTANCE}``), "other" (another instance id), "none" (no instance), "404".
+    INSTANCE}``), "other" (another instance id), "none" (no instance), "404", "slow"
+    (nothing until the server stops). ``GET /redirect`` answers 302 to ``redirect_to``.
     Every other request gets 200 with a JSON body that pleases the CLI.
     """
 
     def __init__(self, health: str) -> None:
         self.health = health
+        self.redirect_to = ""
         self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.stopping = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -61,7 +64,10 @@ class _Server:
             def do_GET(self) -> None:
                 self._record()
                 if self.path == "/healthz":
-                    if server.health == "404":
+                    if server.health == "slow":
+                        server.stopping.wait(60)
+                        self._answer(200, {"ok": True, "instance": INSTANCE})
+                    elif server.health == "404":
                         self._answer(404, {"error": "not found"})
                     elif server.health == "none":
                         self._answer(200, {"ok": True})
@@ -70,6 +76,11 @@ class _Server:
                         self._answer(200, {"ok": True, "instance": other})
                 elif self.path == "/v1/services":
                     self._answer(200, [{"service": "echo"}])
+                elif self.path == "/redirect":
+                    self.send_response(302)
+                    self.send_header("Location", server.redirect_to)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
                 else:
                     self._answer(404, {"error": "not found"})
 
@@ -79,7 +90,9 @@ class _Server:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self.thread.start()
 
     @property
@@ -91,6 +104,7 @@ class _Server:
         return [p for _, p, h in self.requests if any(k.lower() == "authorization" for k in h)]
 
     def stop(self) -> None:
+        self.stopping.set()
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(10)
@@ -99,6 +113,16 @@ class _Server:
 @pytest.fixture
 def squatter(request: pytest.FixtureRequest) -> Iterator[_Server]:
     s = _Server(getattr(request, "param", "other"))
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def controller() -> Iterator[_Server]:
+    """An endpoint that answers as this state directory's controller would."""
+    s = _Server("ok")
     try:
         yield s
     finally:
@@ -141,9 +165,6 @@ def _dead_url() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 18: 'deepboot load' sends the token to a stale endpoint"
-)
 @pytest.mark.parametrize("squatter", ["other", "none", "404"], indirect=True)
 def test_load_never_sends_the_token_to_a_squatter(
     squatter: _Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -158,9 +179,6 @@ def test_load_never_sends_the_token_to_a_squatter(
     assert [p for _, p, _ in squatter.requests] == ["/healthz"]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 18: 'deepboot load' sends the token to a stale endpoint"
-)
 def test_load_refuses_an_endpoint_that_does_not_answer(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -188,9 +206,6 @@ def fake_controller(tmp_path: Path) -> Iterator[int]:
         proc.wait()
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 18: 'deepboot serve' sends the token to a stale endpoint"
-)
 def test_serve_never_sends_the_token_to_a_squatter(
     squatter: _Server, fake_controller: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -203,3 +218,108 @@ def test_serve_never_sends_the_token_to_a_squatter(
     assert squatter.authorized() == []
     assert code == 2
     assert_one_line_error(err, squatter.url, "not sent")
+
+
+# -- the helper itself ------------------------------------------------------------------
+
+
+def test_connect_checks_the_instance_then_requests_carry_the_token(
+    controller: _Server, tmp_path: Path
+) -> None:
+    from deepboot.runtime.endpoint import connect
+    from deepboot.runtime.statedir import StateDir
+
+    endpoint = connect(StateDir.at(_state(tmp_path, controller.url, auth=False)))
+    assert (endpoint.url, endpoint.token, endpoint.instance) == (controller.url, TOKEN, INSTANCE)
+    assert endpoint.get_json("/v1/services") == [{"service": "echo"}]
+    assert [(p, h.get("Authorization")) for _, p, h in controller.requests] == [
+        ("/healthz", None),
+        ("/v1/services", f"Bearer {TOKEN}"),
+    ]
+
+
+@pytest.mark.parametrize("squatter", ["other", "none", "404"], indirect=True)
+def test_connect_refuses_a_squatter_without_sending_the_token(
+    squatter: _Server, tmp_path: Path
+) -> None:
+    from deepboot.runtime.endpoint import EndpointError, connect
+    from deepboot.runtime.statedir import StateDir
+
+    with pytest.raises(EndpointError, match="the bearer token was not sent") as info:
+        connect(StateDir.at(_state(tmp_path, squatter.url)))
+    assert squatter.url in str(info.value)
+    assert squatter.authorized() == []
+
+
+@pytest.mark.parametrize("squatter", ["slow"], indirect=True)
+def test_connect_gives_up_on_an_endpoint_that_does_not_answer_in_time(
+    squatter: _Server, tmp_path: Path
+) -> None:
+    from deepboot.runtime.endpoint import EndpointError, connect
+    from deepboot.runtime.statedir import StateDir
+
+    with pytest.raises(EndpointError, match=r"did not answer GET /healthz within 0\.3 s"):
+        connect(StateDir.at(_state(tmp_path, squatter.url)), timeout=0.3)
+    assert squatter.authorized() == []
+
+
+def test_http_json_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
+    from deepboot.core.errors import InputError
+    from deepboot.runtime.endpoint import EndpointError, connect
+    from deepboot.runtime.statedir import StateDir
+
+    state = StateDir.at(tmp_path / "s")
+    state.ensure()
+    with pytest.raises(EndpointError, match="no HTTP endpoint recorded in .*http.json"):
+        connect(state)
+    cases = [
+        ("{not json", "", "not JSON"),
+        ("[1]", "", "not the endpoint record"),
+        ('{"instance": "ab"}', "url", "missing"),
+        ('{"url": "localhost:80", "instance": "ab"}', "url", "must look like"),
+        ('{"url": "http://127.0.0.1:1"}', "instance", "deepboot up"),
+        ('{"url": "http://127.0.0.1:1", "instance": "a b"}', "instance", "malformed"),
+    ]
+    for text, key, words in cases:
+        state.http_file.write_text(text)
+        with pytest.raises(InputError) as info:
+            connect(state)
+        assert (info.value.path, info.value.field) == (str(state.http_file), key), text
+        assert words in str(info.value), text
+
+
+def test_requests_follow_no_proxy_and_no_redirect(
+    controller: _Server, squatter: _Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy would see the token, and urllib carries it along a redirect."""
+    import urllib.error
+
+    from deepboot.runtime.endpoint import connect
+    from deepboot.runtime.statedir import StateDir
+
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(var, squatter.url)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    endpoint = connect(StateDir.at(_state(tmp_path, controller.url)))
+    controller.redirect_to = squatter.url + "/v1/services"
+    with pytest.raises(urllib.error.HTTPError) as info:
+        endpoint.get_json("/redirect")
+    assert info.value.code == 302
+    info.value.close()
+    assert endpoint.get_json("/v1/services") == [{"service": "echo"}]
+    assert squatter.requests == []
+
+
+def test_serve_asks_a_checked_endpoint_with_the_token(
+    controller: _Server, fake_controller: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from deepboot.runtime.store import JobStore
+
+    state = _state(tmp_path, controller.url, auth=False)
+    (state / "controller.pid").write_text(str(fake_controller))
+    JobStore(state / "deepboot.db").close()
+    code, out, err = run_cli(capsys, "serve", str(EXAMPLE_SERVICE), "--state-dir", str(state))
+    assert code == 0, err
+    assert f"{controller.url}/v1/echo/infer" in " ".join(out.split())
+    assert controller.authorized() == ["/v1/services"]
