@@ -17,6 +17,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -263,7 +264,7 @@ class RunTask:
 
     Attributes:
         index: Position in the matrix (workload-major).
-        workload_path: Workload CSV.
+        workload_path: Workload CSV (read by the run when ``workload`` is None).
         workload_name: Its display name.
         run: The run.
         cluster: ``NODESxGPUS``.
@@ -277,6 +278,11 @@ class RunTask:
             ±``jitter_s`` from ``numpy.random.default_rng(i)``, so every run of the
             matrix sees the same K perturbed workloads (None: the workload as is).
         jitter_s: The jitter of a replication, seconds.
+        workload: The workload, loaded by the caller from ``workload_path`` (with the
+            apps of ``profiles``), or None for the run to load it. Loaded once in the
+            parent and sent with the task, it reaches worker processes and Ray tasks
+            even when the path is a pipe (``--workload <(cat w.csv)``) they could not
+            open or read again.
     """
 
     index: int
@@ -291,6 +297,7 @@ class RunTask:
     max_time: float | None = None
     replication: int | None = None
     jitter_s: float = 30.0
+    workload: Workload | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,9 +337,11 @@ def _task_inputs(
 ) -> tuple[Workload, ClusterSpec, SimConfig]:
     from deepboot.sim.workload import jitter_submissions, load_workload
 
-    workload = load_workload(
-        task.workload_path, apps.keys(), {n: a.limits for n, a in apps.items()}
-    )
+    workload = task.workload
+    if workload is None:
+        workload = load_workload(
+            task.workload_path, apps.keys(), {n: a.limits for n, a in apps.items()}
+        )
     if task.run.no_inference:
         workload = dataclasses.replace(workload, inference=())
     seed = task.seed
@@ -408,7 +417,11 @@ class _QueueProgress:
             self.queue.put((index, now, completed, total))
 
 
-def _execute_in_worker(task: RunTask, queue: Any) -> RunOutcome:
+def _execute_in_worker(task: RunTask, queue: Any, workload: Workload | None = None) -> RunOutcome:
+    """:func:`execute` in a worker; ``workload``, when given, is the task's workload
+    sent apart from it (a Ray object stored once for every task of the workload)."""
+    if workload is not None:
+        task = dataclasses.replace(task, workload=workload)
     return execute(task, _QueueProgress(queue) if queue is not None else None)
 
 
@@ -441,6 +454,10 @@ class MatrixInterrupted(DeepbootError):
 INTERRUPTED = "interrupted before it finished"
 
 
+class MatrixError(DeepbootError):
+    """The matrix could not run: its worker processes (or Ray) failed, not a run."""
+
+
 class _Silent:
     def update(self, index: int, now: float, completed: int, total: int) -> None:
         pass
@@ -467,6 +484,7 @@ def run_matrix(
 
     Raises:
         MatrixInterrupted: Ctrl-C; carries the runs that finished.
+        MatrixError: a worker process ended abruptly (killed, out of memory).
     """
     display = display or _Silent()
     outcomes: dict[int, RunOutcome] = {}
@@ -474,6 +492,11 @@ def run_matrix(
         return _run_matrix(tasks, procs, display, outcomes)
     except KeyboardInterrupt:
         raise MatrixInterrupted.of(tasks, outcomes) from None
+    except BrokenProcessPool:
+        raise MatrixError(
+            "the run matrix could not run: a worker process ended abruptly (killed? out "
+            f"of memory?) after {len(outcomes)} of {len(tasks)} runs had finished"
+        ) from None
 
 
 def _run_matrix(

@@ -4,7 +4,9 @@ Each cell is one Ray task running :func:`deepboot.matrix.execute`, exactly what 
 local worker process runs, so its outcome is the same as the cell's simulation
 alone (a simulation is a pure function of its task, with the same bits on every
 machine). Progress comes back through a Ray queue, as it does through a manager
-queue for the process pool.
+queue for the process pool. A task's workload, loaded by the caller, goes into the
+object store once and reaches every task of it from there (the workers never read the
+workload's path, which may be the driver's pipe).
 
 Without an address, a Ray instance is started for the sweep and stopped after it,
 on loopback only and with Ray's token authentication on (a token in a private
@@ -15,6 +17,7 @@ installed on every node. Ray is the ``runtime`` extra.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import tempfile
@@ -23,6 +26,7 @@ from typing import Any
 
 from deepboot.core.errors import ConfigError
 from deepboot.matrix import (
+    MatrixError,
     MatrixInterrupted,
     MatrixObserver,
     RunOutcome,
@@ -70,6 +74,7 @@ def run_matrix_ray(
     Raises:
         ConfigError: Ray is not installed.
         MatrixInterrupted: Ctrl-C; carries the runs that finished.
+        MatrixError: Ray lost a task (a worker or node died, out of memory).
     """
     display = display or _Silent()
     with tempfile.TemporaryDirectory(prefix="deepboot-sweep-") as token_dir:
@@ -89,8 +94,12 @@ def run_matrix_ray(
         try:
             queue = Queue()
             remote = ray.remote(num_cpus=1, max_retries=0)(_execute_in_worker)
-            refs = {remote.remote(task, queue): task.index for task in tasks}
-            pending = list(refs)
+            # Each workload is stored once; Ray hands its value to the tasks of it.
+            stored = {id(t.workload): ray.put(t.workload) for t in tasks}
+            pending = [
+                remote.remote(dataclasses.replace(t, workload=None), queue, stored[id(t.workload)])
+                for t in tasks
+            ]
             try:
                 while pending:
                     done, pending = ray.wait(pending, num_returns=1, timeout=0.2)
@@ -103,6 +112,14 @@ def run_matrix_ray(
                 for ref in pending:
                     ray.cancel(ref, force=True)
                 raise MatrixInterrupted.of(tasks, outcomes) from None
+            except ray.exceptions.RayError as exc:
+                if isinstance(exc, ray.exceptions.RayTaskError):
+                    raise  # the run raised: a bug, with its traceback
+                message = " ".join(str(exc).split())
+                raise MatrixError(
+                    f"the run matrix could not run on Ray: {type(exc).__name__}: {message} "
+                    f"({len(outcomes)} of {len(tasks)} runs had finished)"
+                ) from None
         finally:
             ray.shutdown()
     return [outcomes[t.index] for t in tasks]

@@ -330,11 +330,6 @@ def compare_from_a_pipe(workload: Path, out: Path, *argv: str) -> subprocess.Com
         os.close(read)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 18 point 5: the workload is read again by every run (and by the "
-    "validation before), so a pipe is empty or missing for the runs",
-)
 @pytest.mark.skipif(not os.path.isdir("/dev/fd"), reason="needs /dev/fd")
 @pytest.mark.parametrize("procs", ["1", "2"])
 def test_a_workload_from_a_pipe_gives_the_files_results(tmp_path: Path, procs: str) -> None:
@@ -347,11 +342,6 @@ def test_a_workload_from_a_pipe_gives_the_files_results(tmp_path: Path, procs: s
     assert result_rows(tmp_path / "pipe") == result_rows(from_file)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 18 point 5: a sweep whose every run failed still writes an empty "
-    "report.html and results.csv (over the previous ones)",
-)
 def test_a_sweep_whose_every_run_fails_writes_no_results(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -382,10 +372,6 @@ def _die(task: RunTask, queue: Any) -> RunOutcome:
     os._exit(3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 18 point 5: a process pool that breaks ends compare with a traceback",
-)
 def test_a_sweep_that_cannot_run_writes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -73,10 +73,6 @@ def test_ray_sweep_equals_the_process_pool(tmp_path: Path) -> None:
     assert rows == (tmp_path / "local" / "intervals.csv").read_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 18 point 5: the Ray workers open the workload's path, the driver's pipe",
-)
 def test_ray_sweep_of_a_piped_workload_equals_the_file(tmp_path: Path) -> None:
     from_file = tmp_path / "file"
     assert main(["compare", "--workload", str(DEMO_24), *SMALL_SWEEP, "--out", str(from_file)]) == 0

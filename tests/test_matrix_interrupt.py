@@ -80,3 +80,19 @@ def test_interrupted_compare_writes_the_finished_runs_and_exits_130(
     assert [p.name for p in (out / "summaries").glob("*.json")] == ["demo-deepboot--fifo.json"]
     assert "fifo" in (out / "results.csv").read_text()
     assert "interrupted: 1 of 2 runs had finished" in capsys.readouterr().err
+
+
+def test_compare_interrupted_before_any_run_finished_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def ctrl_c(self: object, index: int, now: float, completed: int, total: int) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compare_cli.MatrixProgress, "update", ctrl_c)
+    out = tmp_path / "out"
+    argv = ["compare", "--workload", DEMO, "--cluster", "4x4", "--inference-nodes", "2"]
+    argv += ["--run", "fifo", "--procs", "1", "--max-time", "600", "--no-figures"]
+    assert main([*argv, "--out", str(out)]) == 130
+    assert not out.exists()
+    err = capsys.readouterr().err
+    assert f"interrupted: 0 of 1 runs had finished; nothing written to {out}" in err

@@ -9,6 +9,11 @@ and written into the output folder:
 * ``jct-cdf-<workload>.png``, ``gpus-<workload>.png``, ``reclaims-<workload>.png``;
 * ``report.html``: all of it in one self-contained page.
 
+Each workload is read once, before the runs, and handed to them: a pipe such as
+``--workload <(cat w.csv)`` works. A sweep none of whose runs finished (every run
+failed, it was interrupted first, or its worker processes broke) writes nothing and
+removes the folders it made, so no empty report stands where a result would.
+
 Only this module knows the run mini-syntax; it turns each run into a training policy
 and a :class:`~deepboot.sim.config.SimConfig`, so a run means exactly what the
 equivalent ``deepboot simulate`` flags mean.
@@ -70,7 +75,7 @@ from deepboot.report.html import FigureImage
 from deepboot.report.table import MatrixRow, matrix_table
 
 if TYPE_CHECKING:
-    pass
+    from deepboot.core.jobs import Workload
 
 log = logging.getLogger(__name__)
 
@@ -300,8 +305,11 @@ def output_files(args: argparse.Namespace, runs: Sequence[RunSpec]) -> list[Path
     return [PathArg("--out", str(f)) for f in files]
 
 
-def _validate(args: argparse.Namespace, runs: Sequence[RunSpec]) -> Mapping[str, str]:
-    """Check everything before any simulation; returns run name -> description.
+def _validate(
+    args: argparse.Namespace, runs: Sequence[RunSpec]
+) -> tuple[Mapping[str, str], list[Workload]]:
+    """Check everything before any simulation; returns run name -> description, and
+    the workloads (each file read once, here, for every run of it).
 
     Raises:
         ConfigError, InputError, UnknownPolicyError: the first problem found (a flag
@@ -351,11 +359,13 @@ def _validate(args: argparse.Namespace, runs: Sequence[RunSpec]) -> Mapping[str,
         need_directory=False,
     )
     apps = load_apps(args.profiles)
+    workloads = []
     for path in args.workload:
         workload = load_workload(path, apps.keys(), {n: a.limits for n, a in apps.items()})
         if not workload.training:
             raise InputError(path, 0, "application", "the workload has no training jobs")
-    return described
+        workloads.append(workload)
+    return described, workloads
 
 
 def compare(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -364,12 +374,9 @@ def compare(args: argparse.Namespace, out: Console, err: Console) -> int:
 
     runs = [parse_run(text) for text in (args.run or DEFAULT_RUNS)]
     names = _workload_names(args.workload)
-    described = _validate(args, runs)
+    described, workloads = _validate(args, runs)
     out_dir = Path(args.out)
-    try:
-        (out_dir / "summaries").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(str(out_dir), 0, "", f"cannot create: {exc.strerror or exc}") from None
+    made = _make_folder(out_dir / "summaries")
 
     reps = args.replications
     tasks = [
@@ -385,28 +392,34 @@ def compare(args: argparse.Namespace, out: Console, err: Console) -> int:
             seed=args.seed,
             max_time=args.max_time,
             replication=r if reps > 1 else None,
+            workload=workload,
         )
-        for i, (path, name) in enumerate(zip(args.workload, names, strict=True))
+        for i, (path, name, workload) in enumerate(
+            zip(args.workload, names, workloads, strict=True)
+        )
         for j, run in enumerate(runs)
         for r in range(reps)
     ]
     procs = args.procs or max(1, min(os.cpu_count() or 1, len(tasks)))
     show = not args.quiet and err.file.isatty()
     started = time.perf_counter()
-    interrupted = False
-    with MatrixProgress(err, tasks, enabled=show) as display:
-        try:
-            if args.ray is not None:
-                from deepboot.matrix_ray import run_matrix_ray
+    interrupted: MatrixInterrupted | None = None
+    try:
+        with MatrixProgress(err, tasks, enabled=show) as display:
+            try:
+                if args.ray is not None:
+                    from deepboot.matrix_ray import run_matrix_ray
 
-                address = None if args.ray == _LOCAL_RAY else args.ray
-                outcomes = run_matrix_ray(tasks, address, procs, display)
-            else:
-                outcomes = run_matrix(tasks, procs, display)
-        except MatrixInterrupted as exc:
-            # Keep what finished: it is written below like a complete sweep's.
-            outcomes, interrupted = exc.outcomes, True
-            err.print(f"deepboot: {exc}; writing the finished runs", markup=False)
+                    address = None if args.ray == _LOCAL_RAY else args.ray
+                    outcomes = run_matrix_ray(tasks, address, procs, display)
+                else:
+                    outcomes = run_matrix(tasks, procs, display)
+            except MatrixInterrupted as exc:
+                # Keep what finished: it is written below like a complete sweep's.
+                outcomes, interrupted = exc.outcomes, exc
+    except BaseException:  # the matrix could not run (MatrixError): nothing to write
+        _remove_empty(made)
+        raise
     wall_s = time.perf_counter() - started
 
     failures = [
@@ -415,6 +428,19 @@ def compare(args: argparse.Namespace, out: Console, err: Console) -> int:
         if o.error is not None
     ]
     good = [(t, o) for t, o in zip(tasks, outcomes, strict=True) if o.error is None]
+    if not good:
+        # Nothing to report: no results.csv or report.html that would look like one.
+        _remove_empty(made)
+        if interrupted is not None:
+            _line(err, f"deepboot: {interrupted}; nothing written to {out_dir}")
+            return 130
+        for line in failures:
+            _line(err, f"deepboot: error: {line}")
+        which = "the run" if len(tasks) == 1 else f"all {len(tasks)} runs"
+        _line(err, f"deepboot: error: {which} failed; nothing written to {out_dir}")
+        return 2
+    if interrupted is not None:
+        _line(err, f"deepboot: {interrupted}; writing the finished runs")
     # A no-inference run is the all-GPU bound, not a contender.
     rows = [
         MatrixRow(t.workload_name, t.run.name, o.summary, reference=t.run.no_inference)
@@ -430,7 +456,7 @@ def compare(args: argparse.Namespace, out: Console, err: Console) -> int:
         title = f"Comparison ({len(rows)} runs)"
         table = matrix_table(rows, f"{baseline}#0" if baseline and reps > 1 else baseline, title)
         _print_wide(out, table)
-    if reps > 1 and not interrupted:
+    if reps > 1 and interrupted is None:
         _replications(out, out_dir, tasks, outcomes, runs, baseline, reps)
 
     from deepboot.report.html import ReportPage, render_report
@@ -458,10 +484,38 @@ def compare(args: argparse.Namespace, out: Console, err: Console) -> int:
         soft_wrap=True,
     )
     for line in failures:
-        err.print(f"deepboot: error: {line}", markup=False, highlight=False, soft_wrap=True)
-    if interrupted:
+        _line(err, f"deepboot: error: {line}")
+    if interrupted is not None:
         return 130
     return 2 if failures else 0
+
+
+def _line(console: Console, text: str) -> None:
+    """Print ``text`` as it is, on one line however long."""
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _make_folder(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; returns those made, deepest first.
+
+    Raises:
+        InputError: a folder cannot be created.
+    """
+    made = [f for f in (folder, *folder.parents) if not f.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(str(folder), 0, "", f"cannot create: {exc.strerror or exc}") from None
+    return made
+
+
+def _remove_empty(folders: Sequence[Path]) -> None:
+    """Remove ``folders`` (deepest first) while they are empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty: something else writes there
+            return
 
 
 def _replications(
