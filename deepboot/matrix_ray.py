@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
+import socket
 import tempfile
 from collections.abc import Sequence
 from typing import Any
@@ -57,6 +58,33 @@ def _import_ray(address: str | None, token_dir: str) -> Any:
     return ray
 
 
+CONNECT_TIMEOUT_S = 10.0
+"""Most seconds to reach a given Ray cluster's address before ``ray.init`` is tried
+(``ray.init`` itself retries an unreachable address for many minutes)."""
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Open and close one TCP connection to ``HOST:PORT``.
+
+    Raises:
+        MatrixError: nothing accepts connections there within ``timeout`` seconds.
+        ConfigError: ``address`` is not ``HOST:PORT``.
+    """
+    host, sep, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--ray {address!r}: give the Ray cluster's address as HOST:PORT")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        reason = "no answer" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise MatrixError(
+            f"cannot reach the Ray cluster at {address} ({reason} within {timeout:g} s); "
+            "is it up, and is that its GCS address?"
+        ) from None
+
+
 def run_matrix_ray(
     tasks: Sequence[RunTask],
     address: str | None,
@@ -72,11 +100,14 @@ def run_matrix_ray(
         display: Told of each cell's progress and end.
 
     Raises:
-        ConfigError: Ray is not installed.
+        ConfigError: Ray is not installed, or ``address`` is not HOST:PORT.
         MatrixInterrupted: Ctrl-C; carries the runs that finished.
-        MatrixError: Ray lost a task (a worker or node died, out of memory).
+        MatrixError: ``address`` cannot be reached; Ray lost a task (a worker or
+            node died, out of memory).
     """
     display = display or _Silent()
+    if address is not None and address != "auto" and not address.startswith("ray://"):
+        check_reachable(address)
     with tempfile.TemporaryDirectory(prefix="deepboot-sweep-") as token_dir:
         ray = _import_ray(address, token_dir)
         from ray.util.queue import Queue

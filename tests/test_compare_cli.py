@@ -381,3 +381,33 @@ def test_a_sweep_that_cannot_run_writes_nothing(
     assert main([*argv, "--out", str(out)]) == 2
     assert_one_line_error(capsys.readouterr().err, "the run matrix could not run", "worker")
     assert not out.exists()
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again when the block ends
+
+
+@pytest.mark.parametrize(
+    ("address", "words"),
+    [
+        (f"127.0.0.1:{_closed_port()}", ("cannot reach the Ray cluster", "within 10 s")),
+        ("not-an-address", ("HOST:PORT",)),
+    ],
+    ids=["nothing-listens", "malformed"],
+)
+def test_compare_on_an_unreachable_ray_address_ends_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], address: str, words: tuple[str, ...]
+) -> None:
+    """``ray.init`` retries an address where nothing listens for minutes: the sweep
+    checks it first (bounded) and stops with one line, writing nothing."""
+    out = tmp_path / "out"
+    argv = ["compare", "--workload", str(DEMO_24), "--cluster", "4x4", "--inference-nodes", "1"]
+    argv += ["--run", "p=pollux"]
+    argv += ["--ray", address, "--no-figures", "--quiet", "--out", str(out)]
+    assert main(argv) == 2
+    assert_one_line_error(capsys.readouterr().err, *words)
+    assert not out.exists()
