@@ -44,6 +44,8 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "runtime"
 sys.path.insert(0, str(REPO))
 
+from deepboot.runtime.endpoint import connect  # noqa: E402
+from deepboot.runtime.statedir import StateDir  # noqa: E402
 from deepboot.runtime.store import EventRow, JobStore, LogKind  # noqa: E402
 
 
@@ -116,11 +118,15 @@ def _resize_after(state: Path, seq: int, shrink: bool) -> EventRow | None:
     return None
 
 
-def request(url: str, rid: str) -> float:
+def request(url: str, token: str, rid: str) -> float:
     req = urllib.request.Request(
         f"{url}/v1/echo/infer",
         data=b'{"x": [1.0]}',
-        headers={"X-Request-Id": rid},
+        headers={
+            "X-Request-Id": rid,
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/json",
+        },
         method="POST",
     )
     started = time.monotonic()
@@ -154,11 +160,12 @@ def run_mode(mode: Mode, reclaims: int, work: Path, console: Console) -> None:
             "[args]\nloss_threshold = 1e-12\nsample_delay = 0.001\n"
         )
         cli(state, "submit", str(job))
-        url = json.loads((state / "http.json").read_text())["url"]
+        endpoint = connect(StateDir.at(state))  # checked before the token is sent
+        url, token = endpoint.url, endpoint.token
         for i in range(reclaims):
             wait_for("the job on every GPU", lambda: settled(state), 600)
             before = events(state)[-1].seq
-            latency = request(url, f"reclaim-{i}")
+            latency = request(url, token, f"reclaim-{i}")
             shrink = wait_for(
                 "the shrink's new generation",
                 lambda before=before: _resize_after(state, before, shrink=True),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -169,8 +168,7 @@ def down(state: StateDir) -> str:
     record = ClusterRecord.load(state)
     stopped = stop_controller(state)
     if record.mode == "local":
-        n = raycluster.stop_local(record)
-        shutil.rmtree(record.temp_dir, ignore_errors=True)
+        n = raycluster.stop_local(record)  # and its directory, only if it is ours
         what = f"stopped the local Ray cluster ({n} processes)"
     else:
         _kill_attached_workers(record)
