@@ -1,0 +1,157 @@
+"""A services file: one TOML file, a ``[[service]]`` table per service.
+
+The one format in which the simulator, the Python API and the runtime's ``deepboot
+serve`` read services, and in which the workload loaders write them::
+
+    # Services of genai-day.csv (Alibaba GenAI 2026, CC-BY-4.0: ...)
+    [[service]]
+    name = "M0002"           # a workload's rows name it: application = "infer-M0002"
+    model = "M0002"          # a label (the simulator reads no catalog entry for it)
+    cold_start_s = 22.7
+    concurrency = 1          # tasks a replica serves at once
+    # max_replicas, queue_bound, request_timeout_s, load_timeout_s, handler_timeout_s,
+    # max_body_bytes: the runtime's keys (ServiceSpec); handler: the runtime's
+    # factory, optional and unused by the simulator
+
+Keys are :class:`~deepboot.core.service.ServiceSpec`'s fields, checked as it checks
+them. Every error is an :class:`~deepboot.core.errors.InputError` naming the file,
+the line of the service's ``[[service]]`` header and the key.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from deepboot.core.errors import ConfigError, InputError
+from deepboot.core.service import FIELDS, ServiceSpec
+
+_HEADER = re.compile(r"^\s*\[\[\s*service\s*\]\]\s*(#.*)?$")
+_FIELD_IN_MESSAGE = re.compile(r"field '(\w+)'")
+_ESCAPES = {"\\": "\\\\", '"': '\\"'}
+
+
+def _escape(c: str) -> str:
+    """A TOML basic string's form of one character (control characters as \\uXXXX)."""
+    return f"\\u{ord(c):04X}" if ord(c) < 32 or ord(c) == 0x7F else c
+
+
+def is_services_document(raw: Mapping[str, Any]) -> bool:
+    """True when a parsed TOML document is a services file (a ``[[service]]`` array)
+    rather than one service's keys at the top level (the runtime's single-service file)."""
+    return "service" in raw and isinstance(raw["service"], list)
+
+
+def parse_services(raw: Mapping[str, Any], where: str, text: str = "") -> tuple[ServiceSpec, ...]:
+    """The services of a parsed services file, in file order.
+
+    Args:
+        raw: The TOML document.
+        where: The file's name, for errors.
+        text: The file's text, to name the line of each ``[[service]]`` header in
+            errors (0 without it).
+
+    Raises:
+        InputError: no ``[[service]]`` table, another top-level key, an unknown or
+            missing key, a bad value, or two services of one name.
+    """
+    extra = sorted(set(raw) - {"service"})
+    if extra:
+        raise InputError(where, 0, extra[0], "unknown top-level key (only [[service]] tables)")
+    tables = raw.get("service")
+    if not isinstance(tables, list) or not tables:
+        raise InputError(where, 0, "service", "no [[service]] table")
+    lines = [i for i, line in enumerate(text.splitlines(), 1) if _HEADER.match(line)]
+    specs: list[ServiceSpec] = []
+    seen: dict[str, int] = {}
+    for i, table in enumerate(tables):
+        line = lines[i] if i < len(lines) else 0
+        spec = _one(table, where, line)
+        if spec.name in seen:
+            raise InputError(
+                where,
+                line,
+                "name",
+                f"{spec.name!r} is already the name of service {seen[spec.name]}",
+            )
+        seen[spec.name] = i + 1
+        specs.append(spec)
+    return tuple(specs)
+
+
+def _one(table: Any, where: str, line: int) -> ServiceSpec:
+    if not isinstance(table, dict):
+        raise InputError(where, line, "service", "must be a table")
+    unknown = sorted(set(table) - set(FIELDS))
+    if unknown:
+        raise InputError(where, line, unknown[0], f"unknown key (known: {', '.join(FIELDS)})")
+    for key in ("name", "model"):
+        if key not in table:
+            raise InputError(where, line, key, "missing (required)")
+    for key, value in table.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(where, line, key, f"must be finite, got {value!r}")
+    try:
+        return ServiceSpec(**table)
+    except (ConfigError, TypeError) as exc:
+        m = _FIELD_IN_MESSAGE.search(str(exc))
+        raise InputError(where, line, m.group(1) if m else "", str(exc)) from None
+
+
+def load_services(path: str | Path) -> tuple[ServiceSpec, ...]:
+    """Read a services file.
+
+    Raises:
+        InputError: unreadable file, bad TOML (with its line), or a bad service
+            (:func:`parse_services`).
+    """
+    where = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise InputError(where, 0, "", f"cannot read the services file: {reason}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line = int(m.group(1)) if (m := re.search(r"line (\d+)", str(exc))) else 0
+        raise InputError(where, line, "", f"not valid TOML: {exc}") from None
+    return parse_services(raw, where, text)
+
+
+def dump_services(specs: Iterable[ServiceSpec], header: Iterable[str] = ()) -> str:
+    """A services file's text: ``header`` as comment lines, then one table per spec
+    with the keys that differ from their defaults (``name`` and ``model`` always).
+    :func:`load_services` reads back equal specs."""
+    default = {k: v for k, v in ServiceSpec("x", "x").to_json().items() if k not in ("name",)}
+    out = [f"# {line}".rstrip() for line in header]
+    for spec in specs:
+        out += ["", "[[service]]"]
+        args: dict[str, Any] = {}
+        for key, value in spec.to_json().items():
+            if key == "args":
+                args = value
+            elif value is not None and (key in ("name", "model") or value != default[key]):
+                out.append(f"{key} = {_toml_value(value)}")
+        if args:
+            out.append("[service.args]")
+            out += [f"{k} = {_toml_value(v)}" for k, v in args.items()]
+    return "\n".join(out).lstrip("\n") + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + "".join(_ESCAPES.get(c) or _escape(c) for c in value) + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise ConfigError(f"{value!r}: not a TOML value deepboot writes")
