@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deepboot.core.service import ServiceSpec
+
 
 @dataclass(frozen=True, slots=True)
 class TrainingJobSpec:
@@ -31,8 +33,11 @@ class InferenceTaskSpec:
     Attributes:
         name: Unique task name.
         submit_time: Seconds since the start of the trace.
-        service: Service id, e.g. "infer-bert-1" (service 1 of model bert).
-        model: Model name of the service (e.g. "bert").
+        service: Service id: "infer-bert-1" (service 1 of model bert, without a
+            services file), or the name of a service of the services file the
+            workload was read with (its row says ``infer-<name>``).
+        model: Model name of the service: a catalog key ("bert") without a services
+            file, else the service's ``model``, a label.
         duration: Seconds the task holds one GPU once started.
         num_task: Request count carried by the task (informational).
     """
@@ -47,8 +52,19 @@ class InferenceTaskSpec:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """A loaded workload: training jobs and inference tasks, each sorted by submit time."""
+    """A loaded workload: training jobs and inference tasks, each sorted by submit time.
+
+    Attributes:
+        name: Its name (the file's stem).
+        training: Training jobs.
+        inference: Inference tasks.
+        services: The specs of the services its tasks name, in order of first use,
+            when it was read with a services file (cold start, concurrency,
+            max_replicas); empty: the simulator derives each service's spec from its
+            model (per-model cold starts, one task per replica, no cap).
+    """
 
     name: str
     training: tuple[TrainingJobSpec, ...]
     inference: tuple[InferenceTaskSpec, ...] = ()
+    services: tuple[ServiceSpec, ...] = ()

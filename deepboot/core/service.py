@@ -144,6 +144,11 @@ class ServiceSpec:
                     f"(0, {MAX_REQUEST_TIMEOUT_S:g}] seconds, got {timeout!r}"
                 )
 
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        # ``args`` is a read-only mappingproxy, which pickle refuses: rebuild from
+        # plain JSON values (a workload's specs travel to worker processes).
+        return (_from_json, (self.to_json(),))
+
     @property
     def handler_deadline_s(self) -> float:
         """Most seconds one call of the handler may run."""
@@ -215,3 +220,8 @@ class ServiceSpec:
             if key not in data:
                 raise ConfigError(f"service field {key!r}: missing (required)")
         return cls(**dict(data))
+
+
+def _from_json(data: dict[str, Any]) -> ServiceSpec:
+    """Unpickle a :class:`ServiceSpec` (see ``ServiceSpec.__reduce__``)."""
+    return ServiceSpec.from_json(data)

@@ -65,7 +65,7 @@ def parse_services(raw: Mapping[str, Any], where: str, text: str = "") -> tuple[
     tables = raw.get("service")
     if not isinstance(tables, list) or not tables:
         raise InputError(where, 0, "service", "no [[service]] table")
-    lines = [i for i, line in enumerate(text.splitlines(), 1) if _HEADER.match(line)]
+    lines = header_lines(text)
     specs: list[ServiceSpec] = []
     seen: dict[str, int] = {}
     for i, table in enumerate(tables):
@@ -102,12 +102,30 @@ def _one(table: Any, where: str, line: int) -> ServiceSpec:
         raise InputError(where, line, m.group(1) if m else "", str(exc)) from None
 
 
+def header_lines(text: str) -> tuple[int, ...]:
+    """The 1-based line of each ``[[service]]`` header of a services file's text, in
+    file order (the line errors about that service name)."""
+    return tuple(i for i, line in enumerate(text.splitlines(), 1) if _HEADER.match(line))
+
+
 def load_services(path: str | Path) -> tuple[ServiceSpec, ...]:
     """Read a services file.
 
     Raises:
         InputError: unreadable file, bad TOML (with its line), or a bad service
             (:func:`parse_services`).
+    """
+    raw, text = read_document(path)
+    return parse_services(raw, str(path), text)
+
+
+def read_document(path: str | Path) -> tuple[dict[str, Any], str]:
+    """A services file's TOML document and its text, read once (so that a pipe such
+    as ``--services <(...)`` works), for callers that check more than
+    :func:`parse_services` does (the runtime's handlers, the header lines).
+
+    Raises:
+        InputError: unreadable file or bad TOML (with its line).
     """
     where = str(path)
     try:
@@ -120,7 +138,7 @@ def load_services(path: str | Path) -> tuple[ServiceSpec, ...]:
     except tomllib.TOMLDecodeError as exc:
         line = int(m.group(1)) if (m := re.search(r"line (\d+)", str(exc))) else 0
         raise InputError(where, line, "", f"not valid TOML: {exc}") from None
-    return parse_services(raw, where, text)
+    return raw, text
 
 
 def dump_services(specs: Iterable[ServiceSpec], header: Iterable[str] = ()) -> str:

@@ -12,8 +12,16 @@ the simulator and the runtime alike:
   shrinks: ``Resize``) or evict another service's SLEEP replica. A cold start is
   refused (the task waits) while its service has ``max_replicas`` replicas loaded
   (``Snapshot.services``); warm reuse always goes ahead.
-* **INFERENCE_DONE**: the replica goes RUNNING -> PROTECT (-> SLEEP at once when its
-  protect time is 0), then a retry.
+  A service whose replicas serve several tasks at once (``concurrency > 1``): the
+  task first joins a RUNNING replica of its service with a free slot
+  (``Snapshot.replicas``; no cold start, whatever ``max_replicas``): a loaded one
+  (fewest tasks in flight, then GPU order) before asking the policy; a replica still
+  in its cold start (the one ready first) only when the policy offers no warm reuse
+  either, rather than a new cold start. Only a task that finds every replica full
+  goes to the policy as above.
+* **INFERENCE_DONE**: a replica that serves nothing more goes RUNNING -> PROTECT
+  (-> SLEEP at once when its protect time is 0); one that still serves tasks
+  (``Snapshot.replicas``) stays RUNNING. Then a retry.
 * **PROTECT_EXPIRED**: PROTECT -> SLEEP, then a retry.
 * **JOB_FINISHED**: a retry (the world has freed the job's GPUs).
 * **JOB_SUBMITTED**: nothing until the next tick.
@@ -87,6 +95,24 @@ _LOADED = frozenset({GpuState.RUNNING, GpuState.PROTECT, GpuState.SLEEP})
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaLoad:
+    """What a RUNNING replica of a service with ``concurrency > 1`` serves.
+
+    Attributes:
+        in_flight: Tasks placed on it and not finished (>= 1).
+        ready_at: When its cold start ends (<= now once it is loaded): a task that
+            joins it starts serving then.
+    """
+
+    in_flight: int
+    ready_at: float
+
+
+def _no_replicas() -> Mapping[GpuId, ReplicaLoad]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """What the world reports before a step; never mutated.
 
@@ -99,7 +125,13 @@ class Snapshot:
         loads: Recent load per service (for the lending reserve; TICK only).
         services: The services' specs, by name: a placement that would cold-start a
             replica of a service with ``max_replicas`` loaded already is refused (a
-            service missing here has no cap).
+            service missing here has no cap), and a task may join a replica with
+            fewer than ``concurrency`` tasks in flight.
+        replicas: The RUNNING replicas of services with ``concurrency > 1``, by GPU,
+            as the world counts their tasks. A RUNNING replica missing here takes no
+            other task, and serves nothing more once an INFERENCE_DONE names it (the
+            simulator with ``concurrency = 1``; the runtime, whose router fills free
+            slots itself and reports a replica only once it is idle).
     """
 
     now: float
@@ -109,6 +141,7 @@ class Snapshot:
     waiting: tuple[PendingTask, ...] = ()
     loads: Mapping[str, ServiceLoad] = field(default_factory=_no_loads)
     services: Mapping[str, ServiceSpec] = field(default_factory=_no_services)
+    replicas: Mapping[GpuId, ReplicaLoad] = field(default_factory=_no_replicas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,11 +317,19 @@ class ControlLoop:
     ) -> tuple[AnyOperation, ...] | None:
         if self.inference is None:
             raise InvalidDecisionError(f"inference task {task!r} but no inference policy")
+        slot = _free_slot(service, snap) if snap.replicas else None
+        if slot is not None and slot[1].ready_at <= snap.now:
+            return (_join(slot[0], service, task),)
         state = InferenceState(snap.now, snap.cluster, snap.gpus, snap.jobs, self.settings.lending)
         placement = self.inference.place(state, service, rng)
+        if placement is not None and placement.action.warm:
+            return placement_ops(placement, task, service, snap)
+        if slot is not None:
+            # A replica still loading has room: wait for it rather than start another.
+            return (_join(slot[0], service, task),)
         if placement is None:
             return None
-        if not placement.action.warm and _at_cap(service, snap):
+        if _at_cap(service, snap):
             return None  # no new replica; warm reuse stays allowed
         return placement_ops(placement, task, service, snap)
 
@@ -296,6 +337,8 @@ class ControlLoop:
         gpu = _gpu(snap, event.gpu)
         if gpu.state is not GpuState.RUNNING:
             raise InvalidDecisionError(f"task {event.job!r} ended on a {gpu.state.name} GPU")
+        if snap.replicas and gpu.gpu_id in snap.replicas:
+            return Step(retry=_retry_cursor(snap))  # it still serves: a slot is free
         hold = protect_time(gpu.hits, self.settings.lifecycle)
         ops: list[AnyOperation] = [ProtectReplica(gpu.gpu_id, snap.now + hold)]
         if hold <= 0:
@@ -362,6 +405,33 @@ def _at_cap(service: str, snap: Snapshot) -> bool:
         return False
     loaded = sum(1 for g in snap.gpus if g.service == service and g.state in _LOADED)
     return loaded >= spec.max_replicas
+
+
+def _free_slot(service: str, snap: Snapshot) -> tuple[GpuView, ReplicaLoad] | None:
+    """The RUNNING replica of ``service`` a task joins: one with fewer than its
+    ``concurrency`` tasks in flight, ready first, then the fewest tasks, then GPU
+    order; None when every replica is full (or the service shares none)."""
+    spec = snap.services.get(service)
+    if spec is None or spec.concurrency <= 1:
+        return None
+    best: tuple[GpuView, ReplicaLoad] | None = None
+    best_key: tuple[float, int] | None = None
+    for g in snap.gpus:
+        load = snap.replicas.get(g.gpu_id)
+        if load is None or g.service != service or load.in_flight >= spec.concurrency:
+            continue
+        key = (max(load.ready_at, snap.now), load.in_flight)
+        if best_key is None or key < best_key:
+            best, best_key = (g, load), key
+    return best
+
+
+def _join(gpu: GpuView, service: str, task: str) -> StartReplica:
+    """Task ``task`` joins the RUNNING replica on ``gpu`` (no cold start; its hit
+    count stays)."""
+    if gpu.state is not GpuState.RUNNING:
+        raise InvalidDecisionError(f"task {task!r} joins GPU {gpu.gpu_id}, {gpu.state.name}")
+    return StartReplica(gpu.gpu_id, service, task, cold=False, hits=gpu.hits)
 
 
 def _retry_cursor(snap: Snapshot) -> Retry | None:

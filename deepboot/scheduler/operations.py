@@ -63,7 +63,9 @@ class StartReplica:
 
     Attributes:
         cold: A new replica is started (the model's start-up time first); False for a
-            warm reuse of the service's PROTECT or SLEEP replica on that GPU.
+            warm reuse of the service's PROTECT or SLEEP replica on that GPU, or for
+            a task joining its RUNNING replica (a free slot of ``concurrency``; the
+            task starts once the replica is loaded).
         hits: The replica's warm-reuse count from now on.
     """
 

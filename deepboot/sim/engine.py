@@ -309,7 +309,7 @@ class Simulation:
                 config.inference_policy, config.inference_params
             )
             inference = InferenceScheduler(policy)
-            services = service_specs(workload.inference, config.cold_start_of)
+            services = service_specs(workload.inference, config.cold_start_of, workload.services)
             self.serving = Serving(workload.inference, services)
         self.loop = ControlLoop(
             scheduler,
@@ -325,6 +325,8 @@ class Simulation:
         self._services: Mapping[str, ServiceSpec] = (
             MappingProxyType({}) if self.serving is None else self.serving.services
         )
+        # Replicas serve several tasks at once (some service's concurrency > 1).
+        self._shared = self.serving is not None and self.serving.shared
 
     def _check_schedulable(self, scheduler: Scheduler) -> None:
         """Refuse a job whose smallest size exceeds every GPU its policy may give it.
@@ -560,7 +562,7 @@ class Simulation:
                 if serving is not None and self._lending and reserve.enabled
                 else {}
             )
-            return Snapshot(
+            snap = Snapshot(
                 now,
                 self.cluster,
                 jobs,
@@ -569,10 +571,15 @@ class Simulation:
                 MappingProxyType(loads),
                 self._services,
             )
-        jobs = self._job_views() if serving is not None else ()
-        return Snapshot(
-            now, self.cluster, jobs, self.board.views(), waiting, services=self._services
-        )
+        else:
+            jobs = self._job_views() if serving is not None else ()
+            snap = Snapshot(
+                now, self.cluster, jobs, self.board.views(), waiting, services=self._services
+            )
+        if self._shared:
+            assert serving is not None
+            snap = dataclasses.replace(snap, replicas=serving.replica_loads())
+        return snap
 
     def apply(self, step: Step) -> None:
         """Carry out a step's operations in order (see :mod:`deepboot.scheduler.operations`)."""
@@ -601,15 +608,14 @@ class Simulation:
             elif isinstance(op, ops.StartReplica):
                 assert serving is not None
                 gpu = board.get(op.gpu)
-                if gpu.state is not GpuState.RUNNING:
+                # A RUNNING replica takes another task (a free slot of its concurrency).
+                joined = gpu.state is GpuState.RUNNING
+                if not joined:
                     board.move(gpu, GpuState.RUNNING)
                 gpu.service = op.service
                 gpu.hits = op.hits
                 board.touch(gpu)
-                cold_start = serving.services[op.service].cold_start_s
-                assert cold_start is not None  # set for every service (service_specs)
-                start = now + (cold_start if op.cold else 0.0)
-                task = serving.started(op.task, op.gpu, op.cold, start)
+                task = serving.started(op.task, op.gpu, op.cold, now, joined)
                 self._task_waits.pop(op.task, None)
                 assert task.end is not None
                 self._queue.push(task.end, Event(EventKind.INFERENCE_DONE, op.task, gpu=op.gpu))

@@ -2,10 +2,12 @@
 
 The simulator's record of the inference side, and nothing more: each service's spec
 (:func:`service_specs`), where each task runs and when it starts and ends, the FIFO
-queue of tasks that found no GPU, and each service's recent arrivals and run times
-(for the lending reserve). Where a task goes, and every replica's lifecycle, is
-decided by the control loop (:mod:`deepboot.scheduler.control`); the engine applies
-its operations and tells this ledger.
+queue of tasks that found no GPU, each service's recent arrivals and run times (for
+the lending reserve), and, for services whose replicas serve several tasks at once
+(``concurrency > 1``), what each of their RUNNING replicas serves. Where a task
+goes, and every replica's lifecycle, is decided by the control loop
+(:mod:`deepboot.scheduler.control`); the engine applies its operations and tells this
+ledger.
 """
 
 from __future__ import annotations
@@ -19,29 +21,42 @@ from deepboot.core.gpu import GpuId
 from deepboot.core.jobs import InferenceTaskSpec
 from deepboot.core.service import ServiceSpec
 from deepboot.policies.lending import ServiceLoad
-from deepboot.scheduler.control import PendingTask
+from deepboot.scheduler.control import PendingTask, ReplicaLoad
 from deepboot.scheduler.events import Event, EventKind
 from deepboot.sim.metrics import InferenceRecord
 
 
 def service_specs(
-    tasks: Sequence[InferenceTaskSpec], cold_start_of: Callable[[str], float]
+    tasks: Sequence[InferenceTaskSpec],
+    cold_start_of: Callable[[str], float],
+    given: Sequence[ServiceSpec] = (),
 ) -> Mapping[str, ServiceSpec]:
-    """One spec per service of ``tasks``, in order of first arrival: its model, and
-    the cold start of that model (``cold_start_of``); no replica cap.
+    """One spec per service of ``tasks``, in order of first arrival.
+
+    Without ``given``: its model, the cold start of that model (``cold_start_of``),
+    one task per replica, no replica cap. With ``given`` (a services file's specs):
+    the spec of that name, as written.
 
     Raises:
-        ConfigError: a service's tasks name two models, or a service id is not a valid
-            service name (letters, digits, ``_.-``; at most 63 characters).
+        ConfigError: a service's tasks name two models, a service id is not a valid
+            service name (letters, digits, ``_.-``; at most 63 characters), or a
+            service is missing from ``given`` or has no cold start there.
     """
+    named = {s.name: s for s in given}
     specs: dict[str, ServiceSpec] = {}
     for t in tasks:
         spec = specs.get(t.service)
         if spec is None:
-            try:
-                spec = ServiceSpec(t.service, t.model, cold_start_s=cold_start_of(t.model))
-            except ConfigError as exc:
-                raise ConfigError(f"inference task {t.name!r}: {exc}") from None
+            if named:
+                spec = named.get(t.service)
+                if spec is None or spec.cold_start_s is None:
+                    why = "has no cold_start_s" if spec else "is not among the workload's services"
+                    raise ConfigError(f"inference task {t.name!r}: service {t.service!r} {why}")
+            else:
+                try:
+                    spec = ServiceSpec(t.service, t.model, cold_start_s=cold_start_of(t.model))
+                except ConfigError as exc:
+                    raise ConfigError(f"inference task {t.name!r}: {exc}") from None
             specs[t.service] = spec
         elif spec.model != t.model:
             raise ConfigError(
@@ -105,6 +120,11 @@ class Serving:
         self, tasks: Sequence[InferenceTaskSpec], services: Mapping[str, ServiceSpec]
     ) -> None:
         self.services = services
+        self.shared = any(s.concurrency > 1 for s in services.values())
+        """Some service's replicas serve several tasks at once (then
+        :meth:`replica_loads` says what each serves)."""
+        self._replicas: dict[GpuId, ReplicaLoad] = {}
+        self._replica_view: Mapping[GpuId, ReplicaLoad] | None = None
         self.tasks: dict[str, SimTask] = {t.name: SimTask(t) for t in tasks}
         self._order = [self.tasks[t.name] for t in tasks]
         self._waiting: dict[str, SimTask] = {}
@@ -141,6 +161,13 @@ class Serving:
             )
         return self._pending
 
+    def replica_loads(self) -> Mapping[GpuId, ReplicaLoad]:
+        """What each RUNNING replica of a service with ``concurrency > 1`` serves
+        (read-only; ``Snapshot.replicas``)."""
+        if self._replica_view is None:
+            self._replica_view = MappingProxyType(dict(self._replicas))
+        return self._replica_view
+
     def records(self) -> tuple[InferenceRecord, ...]:
         """One record per task, in arrival order."""
         return tuple(t.record() for t in self._order)
@@ -157,15 +184,36 @@ class Serving:
             self._waiting[name] = self.tasks[name]
             self._pending = None
 
-    def started(self, name: str, gpu: GpuId, cold: bool, start: float) -> SimTask:
-        """Task ``name`` runs on ``gpu`` from ``start`` (it leaves the queue)."""
+    def started(
+        self, name: str, gpu: GpuId, cold: bool, now: float, joined: bool = False
+    ) -> SimTask:
+        """Task ``name`` is placed on ``gpu`` at ``now`` (it leaves the queue).
+
+        It starts serving after its service's cold start when ``cold``; when it
+        ``joined`` a RUNNING replica, once that replica is loaded; else at once.
+        """
         task = self.tasks[name]
         if self._waiting.pop(name, None) is not None:
             self._pending = None
+        spec = self.services[task.spec.service]
+        start = now
+        if cold:
+            assert spec.cold_start_s is not None  # set for every service (service_specs)
+            start = now + spec.cold_start_s
+        elif joined:
+            start = max(now, self._replicas[gpu].ready_at)
         task.gpu = gpu
         task.cold = cold
         task.start = start
         task.end = start + task.spec.duration
+        if spec.concurrency > 1:
+            load = self._replicas.get(gpu) if joined else None
+            self._replicas[gpu] = (
+                ReplicaLoad(1, start)
+                if load is None
+                else ReplicaLoad(load.in_flight + 1, load.ready_at)
+            )
+            self._replica_view = None
         return task
 
     def ended(self, name: str, now: float) -> GpuId:
@@ -174,6 +222,13 @@ class Serving:
         assert task.gpu is not None
         task.done = True
         self.finished += 1
+        load = self._replicas.get(task.gpu) if self.shared else None
+        if load is not None:
+            if load.in_flight > 1:
+                self._replicas[task.gpu] = ReplicaLoad(load.in_flight - 1, load.ready_at)
+            else:
+                del self._replicas[task.gpu]
+            self._replica_view = None
         if task.start is not None:
             self._runs.setdefault(task.spec.service, deque()).append((now, now - task.start))
         return task.gpu

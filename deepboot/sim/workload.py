@@ -8,7 +8,10 @@ line:
   only; the duration column is ignored.
 * DeepBoot: the same plus ``duration,num_task``. Rows whose application is
   ``infer-<model>-<k>`` are inference tasks; all others are training jobs, whose
-  ``duration`` and ``num_task`` columns are ignored.
+  ``duration`` and ``num_task`` columns are ignored. Read with a services file
+  (:mod:`deepboot.sim.services`), a row whose application starts with ``infer-`` is
+  an inference task of the service named by the rest, which must be one of the
+  file's; its model is the service's (a label, not a catalog entry).
 
 Every bad input raises :class:`~deepboot.core.errors.InputError` naming the file, the
 1-based line and the column; nothing is half-loaded.
@@ -29,6 +32,8 @@ import numpy as np
 from deepboot.core.errors import InputError, csv_read_errors
 from deepboot.core.jobs import InferenceTaskSpec, TrainingJobSpec, Workload
 from deepboot.core.params import BatchLimits
+from deepboot.core.service import ServiceSpec
+from deepboot.sim.services import INFER_PREFIX, ServicesFile
 
 POLLUX_COLUMNS: tuple[str, ...] = ("name", "time", "application", "num_replicas", "batch_size")
 """Header of a Pollux workload (training jobs only)."""
@@ -112,6 +117,7 @@ def load_workload(
     path: str | Path,
     known_apps: Collection[str],
     limits: Mapping[str, BatchLimits] | None = None,
+    services: ServicesFile | None = None,
 ) -> Workload:
     """Load a Pollux or DeepBoot workload CSV.
 
@@ -126,6 +132,9 @@ def load_workload(
         known_apps: Model names the caller can simulate (catalog or profile keys).
             Training rows and inference services must name one of them.
         limits: Batch limits per model, to check each training row's batch size.
+        services: A services file: inference rows name its services
+            (``infer-<service>``) instead of ``infer-<model>-<k>``; the workload keeps
+            the specs of those it uses (``Workload.services``).
 
     Returns:
         A :class:`Workload` whose training jobs and inference tasks are each sorted by
@@ -134,14 +143,17 @@ def load_workload(
     Raises:
         InputError: the file is missing or unreadable, empty, has only a header or an
             unknown header, or a row is malformed (wrong column count, non-numeric or
-            negative time, non-positive replicas or batch size, unknown model,
-            duplicate name). The error names the file, the 1-based line and the column.
+            negative time, non-positive replicas or batch size, unknown model or
+            service, duplicate name). The error names the file, the 1-based line and
+            the column; a used service without ``cold_start_s`` names the services
+            file, the service's line and ``cold_start_s``.
     """
     p = Path(path)
     spath = str(path)
     known = frozenset(known_apps)
     training: list[TrainingJobSpec] = []
     inference: list[InferenceTaskSpec] = []
+    used: dict[str, ServiceSpec] = {}
     seen: dict[str, int] = {}
     for row in _rows(p, spath):
         name = row.text("name")
@@ -150,32 +162,34 @@ def load_workload(
         seen[name] = row.line
         time = row.bounded("time", MAX_TIME_S)
         application = row.text("application")
-        match = _INFER_RE.fullmatch(application)
+        if services is not None:
+            if application.startswith(INFER_PREFIX) and "num_task" in row.values:
+                service = application[len(INFER_PREFIX) :]
+                spec = used.get(service)
+                if spec is None:
+                    if service not in services.specs:
+                        raise row.error(
+                            "application",
+                            f"{service!r} is not a service of {services.path}; {services.known()}",
+                        )
+                    spec = services.for_simulation(service, f"{spath} line {row.line}")
+                    used[service] = spec
+                inference.append(_task(row, name, time, service, spec.model))
+                continue
+            match = None
+        else:
+            match = _INFER_RE.fullmatch(application)
         if match is not None and "num_task" in row.values:
             model = match.group("model")
             if model not in known:
                 raise row.error(
                     "application", f"unknown model {model!r} in {application!r}; {_known(known)}"
                 )
-            for column in ("num_replicas", "batch_size"):
-                if row.positive_int(column) != 1:
-                    raise row.error(
-                        column, "must be 1 for an inference row (each task runs on one GPU)"
-                    )
-            inference.append(
-                InferenceTaskSpec(
-                    name=name,
-                    submit_time=time,
-                    service=application,
-                    model=model,
-                    duration=row.bounded("duration", MAX_TIME_S, allow_zero=False),
-                    num_task=row.count("num_task", MAX_TIME_S),
-                )
-            )
+            inference.append(_task(row, name, time, application, model))
             continue
         if application not in known:
             hint = ""
-            if match is not None:
+            if match is not None or (services is not None and application.startswith(INFER_PREFIX)):
                 hint = " (inference rows need the DeepBoot header with duration,num_task)"
             raise row.error("application", f"unknown model {application!r}{hint}; {_known(known)}")
         replicas = row.positive_int("num_replicas")
@@ -199,7 +213,27 @@ def load_workload(
         )
     training.sort(key=lambda j: j.submit_time)
     inference.sort(key=lambda t: t.submit_time)
-    return Workload(name=p.stem, training=tuple(training), inference=tuple(inference))
+    return Workload(
+        name=p.stem,
+        training=tuple(training),
+        inference=tuple(inference),
+        services=tuple(used.values()),
+    )
+
+
+def _task(row: _Row, name: str, time: float, service: str, model: str) -> InferenceTaskSpec:
+    """The inference task of ``row`` (its replicas and batch size must be 1)."""
+    for column in ("num_replicas", "batch_size"):
+        if row.positive_int(column) != 1:
+            raise row.error(column, "must be 1 for an inference row (each task runs on one GPU)")
+    return InferenceTaskSpec(
+        name=name,
+        submit_time=time,
+        service=service,
+        model=model,
+        duration=row.bounded("duration", MAX_TIME_S, allow_zero=False),
+        num_task=row.count("num_task", MAX_TIME_S),
+    )
 
 
 def _known(known: frozenset[str]) -> str:

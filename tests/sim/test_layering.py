@@ -29,6 +29,7 @@ ALLOWED_FROM_SCHEDULER = {
     "Snapshot",
     "Step",
     "PendingTask",
+    "ReplicaLoad",
     "run_event",
     "Event",
     "EventKind",
