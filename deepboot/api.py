@@ -11,6 +11,10 @@
     # Many runs side by side, in worker processes (the run syntax of `deepboot compare`):
     cells = deepboot.compare(["w.csv"], ["deepboot", "pollux-only=pollux:no-lending,no-afe"])
 
+    # Inference services of a services file (rows "infer-<service>"; cold starts,
+    # concurrency and max_replicas from the file):
+    workload = deepboot.load_workload("genai-day.csv", services="genai-day.toml")
+
 Everything here is a thin layer over the library (``deepboot.sim``, ``deepboot.perf``,
 ``deepboot.policies``), with the command line's defaults: the same inputs give the
 same summary as ``deepboot simulate``.
@@ -46,16 +50,32 @@ def load_apps(profiles: str | Path | None = None) -> Mapping[str, Application]:
     return load_catalog()
 
 
-def load_workload(path: str | Path, profiles: str | Path | None = None) -> Workload:
+def load_workload(
+    path: str | Path,
+    profiles: str | Path | None = None,
+    *,
+    services: str | Path | None = None,
+) -> Workload:
     """Load a Pollux- or DeepBoot-format workload CSV, checked against the models.
 
+    Args:
+        path: The workload CSV.
+        profiles: Measured profiles instead of the built-in catalog.
+        services: A services file (``[[service]]`` tables): inference rows name its
+            services (``infer-<service>``), whose models are labels; each used
+            service needs ``cold_start_s``. The workload carries their specs
+            (``Workload.services``: cold start, ``concurrency``, ``max_replicas``).
+
     Raises:
-        InputError: a bad row, naming the file, the line and the column.
+        InputError: a bad row, naming the file, the line and the column; a bad
+            services file, naming it, the service's line and the key.
     """
+    from deepboot.sim.services import read_services_file
     from deepboot.sim.workload import load_workload as load
 
     apps = load_apps(profiles)
-    return load(path, apps.keys(), {name: app.limits for name, app in apps.items()})
+    table = None if services is None else read_services_file(services)
+    return load(path, apps.keys(), {name: app.limits for name, app in apps.items()}, table)
 
 
 def cluster(shape: str = "16x4", inference_nodes: int = 0) -> ClusterSpec:
@@ -129,6 +149,7 @@ def simulate(
     ats_i_params: Mapping[str, object] | None = None,
     reserve: bool = False,
     reserve_target: float | None = None,
+    services: str | Path | None = None,
 ) -> Result:
     """Simulate ``policy`` on ``workload`` and ``cluster``, as ``deepboot simulate``.
 
@@ -143,11 +164,17 @@ def simulate(
         max_time: Stop at this simulated time (None: when every job is done).
         lending, lifecycle, protect_factor, afe, ats_i, ats_i_params, reserve,
             reserve_target: the shared-cluster knobs (see ``deepboot simulate --help``).
+        services: A services file whose specs the workload's inference services
+            take (cold start, ``concurrency``, ``max_replicas``): it must hold every
+            service the tasks name (``deepboot simulate --services``). None: the
+            workload's own (:func:`load_workload` ``services=``), else per-model
+            defaults.
 
     Returns:
         The summary and the per-job and per-task records.
 
     Raises:
+        InputError: a bad services file, or one without a service the workload uses.
         ConfigError: an unknown policy or parameter, or a value out of range.
         UnschedulableError: a job can never run on this cluster.
         SimulationStalledError: the run stopped making progress.
@@ -179,6 +206,10 @@ def simulate(
     from deepboot.policies import inference
 
     inference.make_config(settings["inference_policy"], **settings["inference_params"])
+    if services is not None:
+        from deepboot.sim.services import bind_services, read_services_file
+
+        workload = bind_services(workload, read_services_file(services))
     if workload.inference and inference_nodes == 0:
         workload = dataclasses.replace(workload, inference=())
     config = SimConfig(interval=interval, seed=seed, max_time=max_time, **settings)
@@ -225,6 +256,7 @@ def compare(
     seed: int = 0,
     max_time: float | None = None,
     procs: int | None = None,
+    services: str | Path | None = None,
 ) -> list[Cell]:
     """Simulate every run on every workload, ``procs`` at a time (``deepboot compare``
     without its outputs; each cell's summary equals that of the same run alone).
@@ -238,6 +270,8 @@ def compare(
         profiles: Measured profiles instead of the built-in catalog.
         interval, seed, max_time: As :func:`simulate`.
         procs: Worker processes (default: the CPUs, at most one per cell).
+        services: A services file the workloads are read with (see
+            :func:`load_workload`; ``deepboot compare --services``).
 
     Returns:
         One :class:`Cell` per (workload, run), workload-major.
@@ -263,6 +297,7 @@ def compare(
             interval=interval,
             seed=seed,
             max_time=max_time,
+            services=None if services is None else str(services),
         )
         for i, (path, name) in enumerate(zip(workloads, names, strict=True))
         for j, run in enumerate(specs)

@@ -283,6 +283,8 @@ class RunTask:
             parent and sent with the task, it reaches worker processes and Ray tasks
             even when the path is a pipe (``--workload <(cat w.csv)``) they could not
             open or read again.
+        services: A services file the run reads ``workload_path`` with when
+            ``workload`` is None (a loaded workload carries its services' specs).
     """
 
     index: int
@@ -298,6 +300,7 @@ class RunTask:
     replication: int | None = None
     jitter_s: float = 30.0
     workload: Workload | None = None
+    services: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,12 +338,14 @@ ProgressFn = Callable[[int, float, int, int], None]
 def _task_inputs(
     task: RunTask, apps: Mapping[str, Application]
 ) -> tuple[Workload, ClusterSpec, SimConfig]:
+    from deepboot.sim.services import read_services_file
     from deepboot.sim.workload import jitter_submissions, load_workload
 
     workload = task.workload
     if workload is None:
+        services = None if task.services is None else read_services_file(task.services)
         workload = load_workload(
-            task.workload_path, apps.keys(), {n: a.limits for n, a in apps.items()}
+            task.workload_path, apps.keys(), {n: a.limits for n, a in apps.items()}, services
         )
     if task.run.no_inference:
         workload = dataclasses.replace(workload, inference=())

@@ -42,6 +42,7 @@ from deepboot.cli.params import (
     split_pairs,
 )
 from deepboot.cli.progress import SimProgress
+from deepboot.cli.services import read_services_arg
 from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.errors import ConfigError, InputError
 from deepboot.report.schema import conform_summary
@@ -62,6 +63,8 @@ def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
 
     workload_path = require_path(args.workload, "--workload")
     profiles = None if args.profiles is None else require_path(args.profiles, "--profiles")
+    if args.services is not None:
+        require_path(args.services, "--services")
     summary_json = args.summary_json
     if summary_json is not None:
         require_path(summary_json, "--summary-json")
@@ -73,12 +76,15 @@ def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     params = split_pairs(args.param)
     registry.config_class(args.policy)  # unknown policy: fail before loading anything
     if summary_json is not None:
-        check_outputs(
-            [PathArg("--summary-json", summary_json)],
-            [PathArg("--workload", workload_path), *model_inputs(profiles)],
-        )
+        inputs = [PathArg("--workload", workload_path), *model_inputs(profiles)]
+        if args.services is not None:
+            inputs.append(PathArg("--services", args.services))
+        check_outputs([PathArg("--summary-json", summary_json)], inputs)
+    services = read_services_arg(args.services)
     apps = _load_apps(profiles)
-    workload = load_workload(workload_path, apps.keys(), {n: a.limits for n, a in apps.items()})
+    workload = load_workload(
+        workload_path, apps.keys(), {n: a.limits for n, a in apps.items()}, services
+    )
     if workload.inference and args.inference_nodes == 0:
         log.warning(
             "%s: ignoring its %d inference tasks: there is no inference pool "

@@ -58,6 +58,7 @@ from deepboot.cli.files import (
 )
 from deepboot.cli.params import add_interval_and_seed
 from deepboot.cli.progress import format_sim_time
+from deepboot.cli.services import SERVICES_EPILOG, add_services_flag, read_services_arg
 from deepboot.core.cluster import ClusterSpec
 from deepboot.core.errors import ConfigError, InputError
 from deepboot.matrix import (
@@ -99,7 +100,13 @@ examples:
   deepboot compare --workload small.csv --workload middle.csv --inference-nodes 8 \\
       --run deepboot --run pollux:no-lending --out out/both --procs 4
 
-Outputs in --out: results.csv, summaries/*.json, *.png figures, report.html."""
+  # inference services from a services file (every workload is read with it)
+  deepboot compare --workload genai.csv --services services.toml --inference-nodes 8 \\
+      --run deepboot --run pollux:no-lending --out out/genai
+
+Outputs in --out: results.csv, summaries/*.json, *.png figures, report.html.
+
+{SERVICES_EPILOG}"""
 
 
 _LOCAL_RAY = "local"
@@ -173,6 +180,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--workload", action="append", required=True, metavar="FILE", help="workload CSV; repeat"
     )
+    add_services_flag(p)
     p.add_argument(
         "--run",
         action="append",
@@ -262,6 +270,8 @@ def command_line(args: argparse.Namespace) -> str:
     words = ["deepboot", "compare"]
     for w in args.workload:
         words += ["--workload", w]
+    if getattr(args, "services", None):
+        words += ["--services", args.services]
     words += ["--cluster", args.cluster, "--inference-nodes", str(args.inference_nodes)]
     if args.profiles:
         words += ["--profiles", args.profiles]
@@ -322,6 +332,8 @@ def _validate(
         raise ConfigError(f"--replications must be in [1, 100]; got {args.replications}")
     for path in args.workload:
         require_path(path, "--workload")
+    if args.services is not None:
+        require_path(args.services, "--services")
     if args.profiles is not None:
         require_path(args.profiles, "--profiles")
     require_path(args.out, "--out")
@@ -353,15 +365,17 @@ def _validate(
         _matplotlib_figure_class()  # missing matplotlib: fail now, not after the runs
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise ConfigError(f"--out {args.out} is not a directory; give an output folder")
-    check_outputs(
-        output_files(args, runs),
-        [*(PathArg("--workload", w) for w in args.workload), *model_inputs(args.profiles)],
-        need_directory=False,
-    )
+    inputs = [*(PathArg("--workload", w) for w in args.workload), *model_inputs(args.profiles)]
+    if args.services is not None:
+        inputs.append(PathArg("--services", args.services))
+    check_outputs(output_files(args, runs), inputs, need_directory=False)
+    services = read_services_arg(args.services)
     apps = load_apps(args.profiles)
     workloads = []
     for path in args.workload:
-        workload = load_workload(path, apps.keys(), {n: a.limits for n, a in apps.items()})
+        workload = load_workload(
+            path, apps.keys(), {n: a.limits for n, a in apps.items()}, services
+        )
         if not workload.training:
             raise InputError(path, 0, "application", "the workload has no training jobs")
         workloads.append(workload)

@@ -20,6 +20,7 @@ from rich.console import Console
 from deepboot import __version__
 from deepboot.cli import commands, compare, limits, load, runtime
 from deepboot.cli.params import add_interval_and_seed, add_shared_cluster_flags
+from deepboot.cli.services import SERVICES_EPILOG, add_services_flag
 from deepboot.core.errors import DeepbootError
 
 EXIT_OK = 0
@@ -119,10 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulate a scheduling policy on a workload and print the result table",
         description="Replay a workload on a simulated cluster under one policy and report "
         "JCT, makespan, queueing, restarts and scheduler latency.",
-        epilog=_SIMULATE_EPILOG,
+        epilog=_SIMULATE_EPILOG + "\n\n" + SERVICES_EPILOG,
         formatter_class=_Formatter,
     )
     sim.add_argument("--workload", required=True, metavar="FILE", help="workload CSV")
+    add_services_flag(sim)
     sim.add_argument(
         "--policy", required=True, metavar="NAME", help="policy name (see 'deepboot policies')"
     )
