@@ -80,7 +80,22 @@ example service file (paths are relative to it):
 then: curl -X POST -H @.deepboot/http-header -H 'Content-Type: application/json' \\
         -H 'X-Request-Id: r1' -d '{"x": [1, 2]}' http://127.0.0.1:8470/v1/echo/infer
 (STATE_DIR/http-header: the bearer token's header, mode 0600; the body must be JSON,
-sent as application/json, else 415). See examples/runtime/ and docs/runtime.md."""
+sent as application/json, else 415). See examples/runtime/ and docs/runtime.md.
+
+Several services in one file (the services file 'deepboot simulate --services'
+reads; here every service needs a handler):
+  [[service]]
+  name = "echo"
+  model = "tiny-mlp"
+  handler = "echo_service.py:load"
+  cold_start_s = 2.0                 # the simulator's; measured here
+  [[service]]
+  name = "echo-wide"
+  model = "tiny-mlp"
+  handler = "echo_service.py:load"
+  concurrency = 4
+  [service.args]
+  hidden = 128"""
 
 
 def _state_flag(p: argparse.ArgumentParser) -> None:
@@ -187,9 +202,10 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         sub,
         formatter,
         "serve",
-        help="register an inference service (TOML)",
-        description="Validate a service file and register the service; requests to "
-        "POST /v1/<service>/infer then start replicas on inference GPUs (ATS-I).",
+        help="register inference services (TOML)",
+        description="Validate a service file (or a services file: one [[service]] table "
+        "per service) and register its services; requests to POST /v1/<service>/infer "
+        "then start replicas on inference GPUs (ATS-I).",
         epilog=_SERVE_EPILOG,
     )
     serve.add_argument("service_file", metavar="SERVICE.toml")
@@ -334,21 +350,24 @@ def cmd_submit(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
-    from deepboot.runtime.servicespec import load_service
+    from deepboot.runtime.servicespec import load_service_file
 
-    spec = load_service(args.service_file)
+    specs = load_service_file(args.service_file)  # every service checked before any is stored
     store = _store(args)
-    fresh = store.register_service(spec)
     state = StateDir.at(args.state_dir)
-    url = _wait_until_served(state, spec.name)
-    where = (
-        f" at {url}/v1/{spec.name}/infer" if url else " (the controller takes it up when it runs)"
-    )
-    cap = spec.max_replicas or "no cap"
-    out.print(
-        f"{'registered' if fresh else 'already registered:'} service {spec.name} "
-        f"({spec.concurrency} in flight per replica, replicas {cap}){where}"
-    )
+    for spec in specs:
+        fresh = store.register_service(spec)
+        url = _wait_until_served(state, spec.name)
+        where = (
+            f" at {url}/v1/{spec.name}/infer"
+            if url
+            else " (the controller takes it up when it runs)"
+        )
+        cap = spec.max_replicas or "no cap"
+        out.print(
+            f"{'registered' if fresh else 'already registered:'} service {spec.name} "
+            f"({spec.concurrency} in flight per replica, replicas {cap}){where}"
+        )
     return 0
 
 

@@ -21,6 +21,12 @@ Example (examples/runtime/echo.toml)::
 
 Every error names the file and the key (``InputError``; TOML syntax errors carry
 the line).
+
+``deepboot serve`` also reads a services file (:mod:`deepboot.core.servicefile`: one
+``[[service]]`` table per service, the file the simulator's ``--services`` reads):
+:func:`load_service_file` takes either. There every service needs a ``handler``
+(relative files resolved against the file's directory), and errors name the line of
+the service's ``[[service]]`` header.
 """
 
 from __future__ import annotations
@@ -40,6 +46,12 @@ from deepboot.core.service import (
     MAX_REPLICAS,
     MAX_REQUEST_TIMEOUT_S,
     ServiceSpec,
+)
+from deepboot.core.servicefile import (
+    header_lines,
+    is_services_document,
+    parse_services,
+    read_document,
 )
 from deepboot.runtime.specfile import check_keys, int_key, read_toml, resolve_callable
 
@@ -63,6 +75,34 @@ def load_service(path: str | Path) -> ServiceSpec:
     """
     raw, where, base = read_toml(path, "service")
     return parse_service(raw, where, base)
+
+
+def load_service_file(path: str | Path) -> tuple[ServiceSpec, ...]:
+    """Read a service file (one service's keys at the top level) or a services file
+    (``[[service]]`` tables), read once.
+
+    Raises:
+        InputError: as :func:`load_service` for a service file; for a services file,
+            a bad table as :func:`~deepboot.core.servicefile.parse_services` says, or
+            a missing or bad ``handler`` (naming the file, the line of the service's
+            ``[[service]]`` header and the key).
+    """
+    raw, text = read_document(path)
+    where, base = str(path), Path(path).parent
+    if not is_services_document(raw):
+        return (parse_service(raw, where, base),)
+    parse_services(raw, where, text)  # the file's own checks, each naming its line
+    lines = header_lines(text)
+    specs = []
+    for i, table in enumerate(raw["service"]):
+        line = lines[i] if i < len(lines) else 0
+        if "handler" not in table:
+            raise InputError(where, line, "handler", "missing (required by deepboot serve)")
+        try:
+            specs.append(parse_service(table, where, base))
+        except InputError as exc:
+            raise InputError(where, line, exc.field, exc.message) from None
+    return tuple(specs)
 
 
 def parse_service(raw: dict[str, Any], where: str, base: Path) -> ServiceSpec:
