@@ -251,10 +251,9 @@ class Controller:
         self._timers: list[tuple[float, GpuId, int]] = []  # (protect end, GPU, version)
         self._adopt: list[GpuRec] = []  # replicas recovered, for the router once it runs
         self._cold_starts: list[tuple[str, float]] = []
-        # Crash-loop back-offs to record: service -> (loads failed in a row, Unix time
-        # before which none starts, or None once a replica loaded).
+        # Crash-loop back-offs to record: service -> (failures in a row, Unix time
+        # before which no replica starts, or None once it ended).
         self._backoffs: dict[str, tuple[int, float | None]] = {}
-        self._load_failures: dict[str, int] = {}
         self._pending_log: list[tuple[LogKind, str, dict[str, Any]]] = []
         self._next_tick = 0.0
         self._last = clock()
@@ -587,6 +586,9 @@ class Controller:
                 self.arrived[msg.task] = msg.service
                 event = Event(EventKind.INFERENCE_ARRIVAL, job=msg.task, service=msg.service)
                 run_event(self.loop, event, self.backend, self.rng)
+            elif isinstance(msg, rt.Backoff):
+                until = self.clock() + msg.seconds if msg.failures else None
+                self._backoffs[msg.service] = (msg.failures, until)
             elif isinstance(msg, rt.Withdraw):
                 self.arrived.pop(msg.task, None)
                 self.waiting.pop(msg.task, None)
@@ -599,8 +601,6 @@ class Controller:
                 rec = self.gpus[parse_gpu(msg.gpu)]
                 if rec.replica == msg.replica and rec.service:
                     self._cold_starts.append((rec.service, round(msg.load_seconds, 3)))
-                    if self._load_failures.pop(rec.service, 0):
-                        self._backoffs[rec.service] = (0, None)
                     self.note(
                         LogKind.REPLICA,
                         gpu=msg.gpu,
@@ -619,10 +619,6 @@ class Controller:
                     LogKind.REPLICA, gpu=msg.gpu, service=rec.service, op="died",
                     error=msg.error[-2000:], phase=msg.phase, backoff_s=round(msg.backoff_s, 3),
                 )  # fmt: skip
-                if msg.phase == "load" and rec.service:
-                    failures = self._load_failures.get(rec.service, 0) + 1
-                    self._load_failures[rec.service] = failures
-                    self._backoffs[rec.service] = (failures, self.clock() + msg.backoff_s)
                 rec.unload()
                 run_event(self.loop, RETRY, self.backend, self.rng)
         if self._pending_log:

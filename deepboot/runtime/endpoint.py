@@ -7,7 +7,10 @@ The contract with the controller (see :mod:`deepboot.runtime.router`):
 * ``STATE_DIR/http.json`` records the running controller's endpoint: a JSON object
   with at least ``"url"`` (``http://HOST:PORT``) and ``"instance"``, a random hex id
   the controller draws when it starts serving.
-* ``GET {url}/healthz`` needs no token and answers 200 ``{"ok": true, "instance": ID}``.
+* ``GET {url}/healthz`` needs no token and answers 200 ``{"ok": true, "instance": ID}``;
+  ``GET {url}/healthz?challenge=C`` (C: 32-128 hex digits the client draws) adds
+  ``"proof"``: :func:`healthz_proof` of the token and C, which only a process that
+  holds the token can compute, and which reveals nothing of it.
 * Every other route needs ``Authorization: Bearer <STATE_DIR/http-token>``, on
   loopback too; POST bodies are JSON (``Content-Type: application/json``).
 
@@ -15,8 +18,9 @@ Why check first: http.json outlives its controller (a SIGKILL, a crash, a reboot
 Its port is then free, and any process on the machine (or, off loopback, on the
 network) may listen there: a client that sent the token to the recorded URL would
 hand it over. :func:`connect` sends nothing secret until ``/healthz`` at that URL has
-echoed http.json's ``instance``, which only the controller that wrote the file (in a
-directory only its owner can read) knows.
+echoed http.json's ``instance`` and proved it holds the token by answering a fresh
+random challenge (an instance id alone can be learnt from the live controller's
+``/healthz`` by anyone, and replayed by a squatter once it dies).
 
 No aiohttp here (the base install's CLI imports this): urllib, with no proxy (a
 proxy would see the token) and no redirects (urllib would carry the token along).
@@ -24,8 +28,11 @@ proxy would see the token) and no redirects (urllib would carry the token along)
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import re
+import secrets
 import threading
 import urllib.error
 import urllib.request
@@ -42,6 +49,17 @@ HEALTH_TIMEOUT_S = 5.0
 
 _MAX_BODY = 1 << 20
 """Most bytes read from an answer of the endpoint."""
+
+
+CHALLENGE_RE = re.compile(r"[0-9a-f]{32,128}")
+"""A ``/healthz`` challenge: lowercase hex digits."""
+
+
+def healthz_proof(token: str, challenge: str) -> str:
+    """HMAC-SHA256 of ``challenge`` under the bearer token (hex): what ``/healthz``
+    answers to a challenge, proving it holds the token without revealing it."""
+    key = token.encode("utf-8", "surrogateescape")
+    return hmac.new(key, b"deepboot-healthz|" + challenge.encode(), hashlib.sha256).hexdigest()
 
 
 class EndpointError(DeepbootError):
@@ -161,9 +179,10 @@ def read_record(path: Path) -> tuple[str, str]:
     return url, instance
 
 
-def health(url: str, timeout: float = HEALTH_TIMEOUT_S) -> str:
-    """The instance id that ``GET {url}/healthz`` answers (sent without the token);
-    the whole exchange takes at most ``timeout`` seconds.
+def health(url: str, timeout: float = HEALTH_TIMEOUT_S, challenge: str = "") -> tuple[str, str]:
+    """The instance id and the proof (:func:`healthz_proof`; "" without a challenge)
+    that ``GET {url}/healthz?challenge=...`` answers (sent without the token); the
+    whole exchange takes at most ``timeout`` seconds.
 
     Raises:
         EndpointError: no answer within ``timeout``, or not a deepboot controller's.
@@ -172,7 +191,8 @@ def health(url: str, timeout: float = HEALTH_TIMEOUT_S) -> str:
 
     def ask() -> None:
         try:
-            with _OPENER.open(url + "/healthz", timeout=timeout) as r:
+            query = f"?challenge={challenge}" if challenge else ""
+            with _OPENER.open(url + "/healthz" + query, timeout=timeout) as r:
                 result.append(json.loads(r.read(_MAX_BODY)))
         except urllib.error.HTTPError as exc:
             exc.close()
@@ -199,7 +219,8 @@ def health(url: str, timeout: float = HEALTH_TIMEOUT_S) -> str:
     instance = answer.get("instance") if isinstance(answer, dict) else None
     if not isinstance(instance, str):
         raise _refused(url, "answered GET /healthz without an instance id")
-    return instance
+    proof = answer.get("proof", "") if isinstance(answer, dict) else ""
+    return instance, proof if isinstance(proof, str) else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,17 +248,25 @@ class Recorded:
 
     def check(self, timeout: float = HEALTH_TIMEOUT_S) -> Endpoint:
         """The endpoint, once its ``GET /healthz`` (without the token) has echoed the
-        recorded instance id.
+        recorded instance id and answered a fresh challenge with the token's proof.
 
         Raises:
             EndpointError: it does not answer within ``timeout``, or is not the
                 controller that wrote http.json (the token was not sent).
         """
-        if health(self.url, timeout) != self.instance:
+        challenge = secrets.token_hex(16)
+        instance, proof = health(self.url, timeout, challenge)
+        if instance != self.instance:
             raise _refused(
                 self.url,
                 "answered GET /healthz with another instance id than http.json's (the "
                 "file is stale, and another process listens there)",
+            )
+        if not hmac.compare_digest(proof, healthz_proof(self.token, challenge)):
+            raise _refused(
+                self.url,
+                "did not prove it holds the token (a wrong answer to GET /healthz's "
+                "challenge: the file is stale, and another process listens there)",
             )
         return Endpoint(self.url, self.token, self.instance)
 

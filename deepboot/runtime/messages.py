@@ -57,7 +57,17 @@ class Died:
     backoff_s: float = 0.0
 
 
-Message = Arrival | Withdraw | Idle | Ready | Died
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """``service``'s crash-loop back-off changed: ``failures`` in a row (0: it ended,
+    a replica loaded or answered), and no new replica for ``seconds`` from now."""
+
+    service: str
+    failures: int
+    seconds: float
+
+
+Message = Arrival | Withdraw | Idle | Ready | Died | Backoff
 
 
 class Inbox:

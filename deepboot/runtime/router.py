@@ -80,7 +80,6 @@ import collections
 import contextlib
 import hmac
 import ipaddress
-import itertools
 import json
 import logging
 import os
@@ -97,7 +96,8 @@ from aiohttp import web
 
 from deepboot.core.errors import ConfigError, InputError
 from deepboot.core.service import ServiceSpec, valid_name
-from deepboot.runtime.messages import Arrival, Died, Idle, Inbox, Ready, Withdraw
+from deepboot.runtime.endpoint import CHALLENGE_RE, healthz_proof
+from deepboot.runtime.messages import Arrival, Backoff, Died, Idle, Inbox, Ready, Withdraw
 from deepboot.runtime.metrics import Metrics
 
 log = logging.getLogger("deepboot.router")
@@ -149,6 +149,7 @@ class Pending:
     posted: bool = False
     deaths: int = 0
     timer: asyncio.TimerHandle | None = None
+    abandoned: bool = False  # its client went away while it ran: never retried
 
 
 @dataclass(eq=False)
@@ -163,12 +164,13 @@ class Replica:
     active: bool = True
     dead: bool = False
     inflight: int = 0
+    killed: bool = False  # the router restarted it (a call past its deadline)
 
 
 @dataclass
 class ServiceQueue:
     """A service's queue, its measured cold start (seconds of ``load``) and its
-    crash-loop back-off (loads failed in a row; no arrival posted before
+    crash-loop back-off (failures in a row; no arrival posted before
     ``backoff_until``, a monotonic time)."""
 
     spec: ServiceSpec
@@ -176,6 +178,8 @@ class ServiceQueue:
     cold_s: float | None = None
     load_failures: int = 0
     backoff_until: float = 0.0
+    reading: int = 0  # requests admitted whose body is being read (hold a queue place)
+    serve_deaths: int = 0  # replicas that died serving since the last 200
 
     def backing_off(self, now: float) -> bool:
         return now < self.backoff_until
@@ -261,13 +265,13 @@ class Router:
         self.metrics = metrics
         self.host, self.port = host, port
         self.token = token
+        self._token_bytes = token.encode("utf-8", "surrogateescape")
         self.open_reads = is_loopback(host)
         self.instance = instance or secrets.token_hex(16)
         self._submit, self._register = submit, register
         self.services: dict[str, ServiceQueue] = {}
         self.replicas: dict[str, Replica] = {}
         self._ids: set[str] = set()
-        self._counter = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -442,13 +446,19 @@ class Router:
         except TimeoutError:
             self._load_failed(rep, f"replica {rep.name} {stage}", broken=False)
             return
+        except asyncio.CancelledError:
+            if _we_are_cancelled():
+                raise
+            self._load_failed(rep, f"replica {rep.name}: its load was cancelled", broken=False)
+            return
         except Exception as exc:  # the actor died, or the handler failed to build
             self._load_failed(rep, f"{type(exc).__name__}: {exc}", broken=_is_task_error(exc))
             return
         if rep.dead:
             return
         rep.ready = True
-        q.load_failures, q.backoff_until = 0, 0.0
+        if q.serve_deaths == 0:  # a replica that loads but dies serving ends nothing
+            self._reset_backoff(q)
         if cold:
             if q.cold_s is None:
                 q.cold_s = float(seconds)
@@ -461,26 +471,41 @@ class Router:
         if rep.dead:
             return
         q = self.services[rep.service]
-        q.load_failures += 1
-        backoff = min(BACKOFF_BASE_S * 2 ** (q.load_failures - 1), BACKOFF_CAP_S)
-        q.backoff_until = time.monotonic() + backoff
-        log.warning(
-            "service %s: replica %s failed to load (%d in a row; next in %g s): %s",
-            rep.service, rep.name, q.load_failures, backoff, error,
-        )  # fmt: skip
+        backoff = self._back_off(q, f"replica {rep.name} failed to load: {error}")
         self._replica_lost(rep, error, phase="load", backoff=backoff)
         if broken:
             # The handler cannot load: fail what waits rather than let it wait for
             # the next attempt (the log has the handler's error).
             while q.queue:
                 self._drop(q, q.queue[0], 502, "the service's handler failed to load")
-        # No GPU is reclaimed for a service in back-off: withdraw its arrivals.
+
+    def _back_off(self, q: ServiceQueue, why: str) -> float:
+        """One more failure in a row for ``q``'s service: no arrival is posted for it
+        (so no GPU is reclaimed) for the back-off; returns its seconds. Its posted
+        arrivals are withdrawn first, so that the controller, which reads messages in
+        order, hears of the withdrawals before the death that frees a GPU."""
+        q.load_failures += 1
+        backoff = min(BACKOFF_BASE_S * 2.0 ** (q.load_failures - 1), BACKOFF_CAP_S)
+        q.backoff_until = time.monotonic() + backoff
+        service = q.spec.name
+        log.warning(
+            "service %s backs off %g s (%d failures in a row): %s",
+            service, backoff, q.load_failures, why,
+        )  # fmt: skip
         for p in q.queue:
             if p.posted:
                 self.inbox.put(Withdraw(p.id))
                 p.posted = False
+        self.inbox.put(Backoff(service, q.load_failures, backoff))
         assert self._loop is not None
-        self._loop.call_later(backoff, self._post_uncovered, rep.service)
+        self._loop.call_later(backoff, self._post_uncovered, service)
+        return backoff
+
+    def _reset_backoff(self, q: ServiceQueue) -> None:
+        q.serve_deaths = 0
+        if q.load_failures:
+            q.load_failures, q.backoff_until = 0, 0.0
+            self.inbox.put(Backoff(q.spec.name, 0, 0.0))
 
     def _free_replica(self, service: str) -> Replica | None:
         best: Replica | None = None
@@ -573,38 +598,61 @@ class Router:
                 self.inbox.put(Arrival(p.id, p.service))
 
     async def _dispatch(self, p: Pending, rep: Replica) -> None:
-        spec = self.services[p.service].spec
-        limit = max(min(spec.handler_deadline_s, p.deadline - time.monotonic()), 0.001)
+        q = self.services[p.service]
+        limit = max(min(q.spec.handler_deadline_s, p.deadline - time.monotonic()), 0.001)
         try:
             result = await asyncio.wait_for(_ray_future(rep.handle.infer.remote(p.body)), limit)
         except TimeoutError:
             self._answer(p, 504, {"error": f"no answer within {limit:.3g} s"})
             # The call may still be running: the replica goes (the controller kills
             # it and a new one starts), so its slot is never reused meanwhile.
+            rep.killed = True
             self._replica_lost(rep, f"request {p.id} ran past {limit:.3g} s", phase="serve")
+        except asyncio.CancelledError:
+            if _we_are_cancelled():
+                raise
+            self._died_serving(p, rep, "the call was cancelled")
         except Exception as exc:
             if _is_task_error(exc):  # the handler raised: the service's own error
                 log.info("service %s, request %s: the handler raised: %s", p.service, p.id, exc)
                 self._answer(p, 500, {"error": f"the handler raised {_cause_name(exc)}"})
             else:  # the replica died with the request in flight
-                p.deaths += 1
-                self._replica_lost(rep, f"{type(exc).__name__}: {exc}", phase="serve")
-                if p.deaths >= MAX_DEATHS:
-                    log.warning(
-                        "request %s of %s: in flight on %d replicas that died; not retried",
-                        p.id, p.service, p.deaths,
-                    )  # fmt: skip
-                    self._answer(p, 502, {"error": f"{p.deaths} replicas died serving it"})
-                else:
-                    log.info("request %s: replica %s died; retrying", p.id, rep.name)
-                    self._enqueue(p, front=True)
+                self._died_serving(p, rep, f"{type(exc).__name__}: {exc}")
         else:
             self._answer(p, 200, {"result": result, "replica": rep.gpu})
+            self._reset_backoff(q)
         finally:
             rep.inflight -= 1
         if not rep.dead:
             self._pump(rep.service)
             self._maybe_idle(rep)
+
+    def _died_serving(self, p: Pending, rep: Replica, error: str) -> None:
+        """``rep`` died with ``p`` in flight: ``p`` is retried at the head of the queue,
+        unless it was in flight on :data:`MAX_DEATHS` replicas that died (502), or
+        its client went away. A replica the router restarted itself (a call past its
+        deadline) counts against no request; deaths in a row back the service off."""
+        q = self.services[p.service]
+        if not rep.killed:
+            p.deaths += 1
+        if not rep.dead:
+            backoff = 0.0
+            if not rep.killed:
+                q.serve_deaths += 1
+                if q.serve_deaths >= MAX_DEATHS:
+                    backoff = self._back_off(q, f"{q.serve_deaths} replicas died serving")
+            self._replica_lost(rep, error, phase="serve", backoff=backoff)
+        if p.abandoned:
+            self._answer(p, 499, {"error": "the client went away"})
+        elif p.deaths >= MAX_DEATHS:
+            log.warning(
+                "request %s of %s: in flight on %d replicas that died; not retried",
+                p.id, p.service, p.deaths,
+            )  # fmt: skip
+            self._answer(p, 502, {"error": f"{p.deaths} replicas died serving it"})
+        else:
+            log.info("request %s: replica %s died; retrying", p.id, rep.name)
+            self._enqueue(p, front=True)
 
     def _replica_lost(self, rep: Replica, error: str, phase: str, backoff: float = 0.0) -> None:
         if rep.dead:
@@ -622,6 +670,7 @@ class Router:
             return
         if p.timer is not None:
             p.timer.cancel()
+        self._ids.discard(p.id)  # an id is in progress until its request is answered
         spent = time.monotonic() - p.arrived
         body = {"id": p.id, "service": p.service, **body}
         p.future.set_result(Answer(status, body, {"X-Request-Id": p.id, **headers}))
@@ -634,7 +683,7 @@ class Router:
     def _request_id(self, request: web.Request) -> str:
         rid = request.headers.get("X-Request-Id")
         if rid is None:
-            return f"req-{next(self._counter)}"
+            return f"req-{secrets.token_hex(8)}"  # never one a client chose before
         if not _SAFE_ID.fullmatch(rid):
             raise Refused(400, f"X-Request-Id: 1-{MAX_REQUEST_ID} printable characters")
         return rid
@@ -650,9 +699,9 @@ class Router:
 
     def _token_ok(self, request: web.Request) -> bool:
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            given.strip().encode(), self.token.encode()
-        )
+        # Header bytes outside ASCII arrive surrogate-escaped: compare bytes, never fail.
+        raw = given.strip().encode("utf-8", "surrogateescape")
+        return scheme.lower() == "bearer" and hmac.compare_digest(raw, self._token_bytes)
 
     def _needs_token(self, request: web.Request) -> bool:
         if request.method != "GET":
@@ -730,38 +779,52 @@ class Router:
         if rid in self._ids:
             raise Refused(409, "a request with this id is in progress")
         spec = q.spec
-        if self._free_replica(service) is None and len(q.queue) >= spec.queue_bound:
+        if self._free_replica(service) is None and len(q.queue) + q.reading >= spec.queue_bound:
             # Before the body is read: a full queue costs a client nothing to learn.
             self.metrics.requests.labels(service, "503").inc()
             retry = str(max(1, round(spec.request_timeout_s / 4)))
             return _error(503, "queue full", rid, **{"Retry-After": retry})
         self._ids.add(rid)
         try:
-            body = await self._read_json(request, spec.max_body_bytes)
-            now = time.monotonic()
-            p = Pending(
-                rid, service, body, asyncio.get_running_loop().create_future(), now,
-                now + spec.request_timeout_s,
-                now + spec.request_timeout_s + spec.handler_deadline_s,
-            )  # fmt: skip
-            self._enqueue(p)
+            # The body is read with a queue place held (so that slow uploads cannot
+            # overfill the queue) and within request_timeout_s.
+            q.reading += 1
             try:
-                # The router answers every request by its deadline; the extra second
-                # is a backstop, never the bound.
-                answer = await asyncio.wait_for(
-                    asyncio.shield(p.future), p.deadline - time.monotonic() + 1.0
+                body = await asyncio.wait_for(
+                    self._read_json(request, spec.max_body_bytes), spec.request_timeout_s
                 )
             except TimeoutError:
-                log.error("request %s: no answer by its deadline (a router bug)", rid)
-                self._drop(q, p, 504, "no answer in time")
-                answer = p.future.result()
-            except asyncio.CancelledError:  # the client went away (handler_cancellation)
-                if p in q.queue:
-                    log.info("request %s: the client went away while queued; withdrawn", rid)
-                    self._drop(q, p, 499, "the client went away")
-                raise
-        finally:
+                reason = f"the body did not arrive within {spec.request_timeout_s:g} s"
+                raise Refused(408, reason) from None
+            finally:
+                q.reading -= 1
+        except BaseException:
             self._ids.discard(rid)
+            raise
+        now = time.monotonic()
+        p = Pending(
+            rid, service, body, asyncio.get_running_loop().create_future(), now,
+            now + spec.request_timeout_s,
+            now + spec.request_timeout_s + spec.handler_deadline_s,
+        )  # fmt: skip
+        self._enqueue(p)  # from here on, answering the request releases its id
+        try:
+            # The router answers every request by its deadline; the extra second
+            # is a backstop, never the bound.
+            answer = await asyncio.wait_for(
+                asyncio.shield(p.future), p.deadline - time.monotonic() + 1.0
+            )
+        except TimeoutError:
+            log.error("request %s: no answer by its deadline (a router bug)", rid)
+            self._drop(q, p, 504, "no answer in time")
+            answer = p.future.result()
+        except asyncio.CancelledError:  # the client went away (handler_cancellation)
+            if p in q.queue:
+                log.info("request %s: the client went away while queued; withdrawn", rid)
+                self._drop(q, p, 499, "the client went away")
+            else:  # in flight: it runs to its end, but is never retried
+                p.abandoned = True
+            raise
         return web.json_response(answer.body, status=answer.status, headers=answer.headers)
 
     async def _list_services(self, request: web.Request) -> web.Response:
@@ -818,7 +881,15 @@ class Router:
         )
 
     async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"ok": True, "instance": self.instance})
+        """Liveness and the instance id; with ``?challenge=C`` (hex) also the proof
+        that this endpoint holds the token (:func:`~deepboot.runtime.endpoint.healthz_proof`)."""
+        answer: dict[str, Any] = {"ok": True, "instance": self.instance}
+        challenge = request.query.get("challenge")
+        if challenge is not None:
+            if not CHALLENGE_RE.fullmatch(challenge):
+                raise Refused(400, "challenge: 32-128 lowercase hex digits")
+            answer["proof"] = healthz_proof(self.token, challenge)
+        return web.json_response(answer)
 
 
 def _error(status: int, reason: str, rid: str, **headers: str) -> web.Response:
@@ -827,6 +898,12 @@ def _error(status: int, reason: str, rid: str, **headers: str) -> web.Response:
     if rid:
         headers["X-Request-Id"] = rid
     return web.json_response(body, status=status, headers=headers)
+
+
+def _we_are_cancelled() -> bool:
+    """True when the running task itself is being cancelled (not an awaited future)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _cause_name(exc: BaseException) -> str:

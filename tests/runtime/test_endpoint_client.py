@@ -17,9 +17,11 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from deepboot.runtime.endpoint import healthz_proof
 from tests.cli_helpers import assert_one_line_error, run_cli
 
 TOKEN = "s3cret-token"
@@ -31,9 +33,13 @@ class _Server:
     """An HTTP server on loopback that records (method, path, headers) of every request.
 
     ``health``: what ``GET /healthz`` answers: "ok" (``{"ok": true, "instance":
-    INSTANCE}``), "other" (another instance id), "none" (no instance), "404", "slow"
-    (nothing until the server stops). ``GET /redirect`` answers 302 to ``redirect_to``.
-    Every other request gets 200 with a JSON body that pleases the CLI.
+    INSTANCE, "proof": ...}``, the proof computed with TOKEN), "replay" (INSTANCE, as a
+    squatter that learnt it from the live controller's /healthz, but no proof: it
+    has no token), "forged" (INSTANCE and a proof made with another token), "other"
+    (another instance id), "none" (no instance), "404", "slow" (nothing until the
+    server stops). Recorded paths leave out the query string. ``GET /redirect``
+    answers 302 to ``redirect_to``. Every other request gets 200 with a JSON body that
+    pleases the CLI.
     """
 
     def __init__(self, health: str) -> None:
@@ -56,14 +62,17 @@ class _Server:
                 self.wfile.write(data)
 
             def _record(self) -> None:
-                server.requests.append((self.command, self.path, dict(self.headers.items())))
+                path = urlsplit(self.path).path
+                server.requests.append((self.command, path, dict(self.headers.items())))
                 length = int(self.headers.get("Content-Length") or 0)
                 if length:
                     self.rfile.read(length)
 
             def do_GET(self) -> None:
                 self._record()
-                if self.path == "/healthz":
+                url = urlsplit(self.path)
+                challenge = parse_qs(url.query).get("challenge", [""])[0]
+                if url.path == "/healthz":
                     if server.health == "slow":
                         server.stopping.wait(60)
                         self._answer(200, {"ok": True, "instance": INSTANCE})
@@ -71,12 +80,19 @@ class _Server:
                         self._answer(404, {"error": "not found"})
                     elif server.health == "none":
                         self._answer(200, {"ok": True})
+                    elif server.health == "replay":
+                        self._answer(200, {"ok": True, "instance": INSTANCE})
+                    elif server.health == "forged":
+                        proof = healthz_proof("not-" + TOKEN, challenge)
+                        self._answer(200, {"ok": True, "instance": INSTANCE, "proof": proof})
+                    elif server.health == "other":
+                        self._answer(200, {"ok": True, "instance": "f" * 16})
                     else:
-                        other = "f" * 16 if server.health == "other" else INSTANCE
-                        self._answer(200, {"ok": True, "instance": other})
-                elif self.path == "/v1/services":
+                        proof = healthz_proof(TOKEN, challenge)
+                        self._answer(200, {"ok": True, "instance": INSTANCE, "proof": proof})
+                elif url.path == "/v1/services":
                     self._answer(200, [{"service": "echo"}])
-                elif self.path == "/redirect":
+                elif url.path == "/redirect":
                     self.send_response(302)
                     self.send_header("Location", server.redirect_to)
                     self.send_header("Content-Length", "0")
@@ -165,7 +181,7 @@ def _dead_url() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
-@pytest.mark.parametrize("squatter", ["other", "none", "404"], indirect=True)
+@pytest.mark.parametrize("squatter", ["other", "replay", "forged", "none", "404"], indirect=True)
 def test_load_never_sends_the_token_to_a_squatter(
     squatter: _Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -238,7 +254,7 @@ def test_connect_checks_the_instance_then_requests_carry_the_token(
     ]
 
 
-@pytest.mark.parametrize("squatter", ["other", "none", "404"], indirect=True)
+@pytest.mark.parametrize("squatter", ["other", "replay", "forged", "none", "404"], indirect=True)
 def test_connect_refuses_a_squatter_without_sending_the_token(
     squatter: _Server, tmp_path: Path
 ) -> None:

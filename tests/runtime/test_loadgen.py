@@ -201,7 +201,11 @@ class _Server:
         return web.json_response({"id": rid, "echo": body})
 
     async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"ok": True, "instance": INSTANCE})
+        from deepboot.runtime.endpoint import healthz_proof
+
+        challenge = request.query.get("challenge", "")
+        proof = healthz_proof(TOKEN, challenge)
+        return web.json_response({"ok": True, "instance": INSTANCE, "proof": proof})
 
     async def _start(self) -> int:
         app = web.Application()
