@@ -322,3 +322,36 @@ def test_generated_request_ids_are_random(router: rt.Router) -> None:
         conn.close()
     assert len(ids) == 3 and all(len(i) == len("req-") + 16 for i in ids), ids
     assert not out
+
+
+def test_a_retried_request_keeps_its_deadlines(router: rt.Router) -> None:
+    """request_timeout_s 1, handler_timeout_s 3: a request whose replica dies after
+    its queue deadline is not queued again (503 at once), and one that waits in the
+    queue after a retry is answered 503 at its queue deadline (measured from its
+    arrival, not from the retry); neither outlives request + handler timeouts."""
+    serve(router, request_timeout_s=1, handler_timeout_s=3)
+    inbox = Inbox(router)
+    out: dict[str, tuple[int, Any]] = {}
+    sent = time.monotonic()
+    post(router, "late", out)
+    wait_until("posted", lambda: msg.Arrival("late", "svc") in inbox.all())
+    rep = FakeReplica()
+    router.start_replica("2.0", "svc", "r|svc|2.0|1", rep, cold=True, task="late")
+    rep.settle_start()
+    wait_until("the call", lambda: bool(rep.infers))
+    # Past the queue deadline (1 s from arrival), inside the handler's (3 s more).
+    wait_until("past the queue deadline", lambda: time.monotonic() - sent > 1.2)
+    rep.infers[0].set_exception(RuntimeError("the actor died"))
+    wait_until("answered", lambda: "late" in out)
+    assert out["late"][0] == 503 and queued(router) == []
+
+    post(router, "early", out)
+    wait_until("posted", lambda: msg.Arrival("early", "svc") in inbox.all())
+    second = FakeReplica()
+    router.start_replica("2.1", "svc", "r|svc|2.1|2", second, cold=True, task="early")
+    second.settle_start()
+    wait_until("the call", lambda: bool(second.infers))
+    second.infers[0].set_exception(RuntimeError("the actor died"))  # at once: retried
+    wait_until("queued again", lambda: queued(router) == ["early"])
+    wait_until("answered", lambda: "early" in out)  # by its queue deadline, no replica
+    assert out["early"][0] == 503 and queued(router) == []
