@@ -18,7 +18,7 @@ from typing import NoReturn
 from rich.console import Console
 
 from deepboot import __version__
-from deepboot.cli import commands, compare, limits, load, runtime
+from deepboot.cli import commands, compare, limits, load, runtime, traces
 from deepboot.cli.params import add_interval_and_seed, add_shared_cluster_flags
 from deepboot.cli.services import SERVICES_EPILOG, add_services_flag
 from deepboot.core.errors import DeepbootError
@@ -36,6 +36,7 @@ _EPILOG = """\
 examples:
   deepboot simulate --workload examples/demo-24.csv --policy pollux --cluster 4x4
   deepboot workload from-philly --philly philly.csv --jobs 160 --hours 8 --out w.csv
+  deepboot workload from-genai --trace lora_request_trace.csv --cold-start 20 --out g.csv
   deepboot catalog fit --profiles ../shared/traces/profiles --out catalog.json
   deepboot policies
   deepboot up --training-nodes 2 --gpus-per-node 2 && deepboot submit job.toml
@@ -174,7 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     wl = sub.add_parser(
         "workload",
         help="generate workload files",
-        description="Generate workload files.",
+        description="Generate workload files: training jobs from the Philly trace, "
+        "inference streams from production traces (Alibaba GenAI 2026, Azure LLM 2023), "
+        "rate profiles, and compositions of them.",
         formatter_class=_Formatter,
     )
     wl_sub = wl.add_subparsers(dest="workload_command", metavar="COMMAND", required=True)
@@ -207,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="output workload CSV (written atomically; not the --philly file)",
     )
     ph.set_defaults(func=commands.workload_from_philly)
+    traces.add_parsers(wl_sub, _Formatter)
 
     cat = sub.add_parser(
         "catalog",

@@ -1,0 +1,581 @@
+"""``deepboot workload from-genai | from-azure-llm | rate-shape | compose``: workloads
+from the public production inference traces (see :mod:`deepboot.sim.traces`).
+
+Every subcommand checks its flags against the ranges its help states (one error line,
+exit 2), refuses an output that is one of its inputs, writes every file atomically and
+prints one summary line that credits the trace (CC-BY-4.0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from deepboot.cli import limits
+from deepboot.cli.files import (
+    PathArg,
+    check_outputs,
+    require_path,
+    same_file,
+    write_atomic,
+    write_text,
+)
+from deepboot.core.errors import ConfigError
+from deepboot.core.service import MAX_CONCURRENCY
+
+_GENAI_EPILOG = """\
+example: the busiest 24 hours of the trace, compressed to 8 hours, the 10 busiest
+models as services and the rest merged into 'other':
+  deepboot workload from-genai \\
+      --trace ../shared/traces/inference/alibaba-genai-2026/lora_request_trace.csv \\
+      --load-latency \\
+      ../shared/traces/inference/alibaba-genai-2026/basemodel_update_latency_anon.csv \\
+      --window busiest-24h --compress 3 --top 10 --seed 1 --out genai-day.csv
+
+Writes genai-day.csv (DeepBoot format: one inference row per request, application
+infer-<service>, duration = exec_time_seconds) and genai-day.toml (the services file:
+one [[service]] per model, cold_start_s drawn from the measured base-model loads, or
+--cold-start S for all). Simulate them with
+  deepboot simulate --workload genai-day.csv --services genai-day.toml ...
+
+Rows: SUCCEED kept; FAILED kept (each held its GPU for its exec time before failing:
+load the pool carried; --drop-failed drops them); PROCESSING kept (its exec time so
+far); PENDING dropped (never ran; exec time 0); rows without a model dropped (in the
+real trace all 25 are PENDING); an exec time of 0 on a kept row becomes 0.5 s (the
+trace has whole seconds; the workload loader refuses 0). Every count is in the
+summary line. --top N merges the other models into one service 'other', which hides
+their cold starts (one replica of 'other' serves them all). The busiest window is a
+sliding window over the arrival times, not a calendar day.
+
+Source: Alibaba cluster-trace-v2026-GenAI, CC-BY-4.0 (credited in the services file)."""
+
+_AZURE_EPILOG = """\
+example: the conversation trace tiled to 8 hours, 8 requests per replica:
+  deepboot workload from-azure-llm \\
+      --trace ../shared/traces/inference/azure-llm-2023/AzureLLMInferenceTrace_conv.csv \\
+      --hours 8 --concurrency 8 --seed 1 --out conv-8h.csv
+
+A request runs overhead + prefill x ContextTokens + decode x GeneratedTokens seconds.
+Defaults, for a 7B model on one A100 80GB (one replica = one GPU): decode 0.012 s per
+token (measured: NVIDIA NeMo's Llama-2-7B table, one A100, batch 1); prefill 0.0001 s
+per token and overhead 0.05 s are estimates (FLOPs per token at about half the A100's
+fp16 peak; request handling); the trace's mean request runs about 2.7 s. Each request
+keeps its batch-1 duration whatever --concurrency (optimistic: at batch 8 NeMo
+measures about 1.4x). --cold-start 20 s is an estimate (13.5 GB of weights at about
+1 GB/s plus the engine's start).
+
+--hours H: the trace covers one hour; the first tile is the trace, every later tile
+the trace rotated by a seeded random shift (so bursts do not repeat at the same
+minute), cut at H hours. Output stops at --max-requests (earliest first), said in
+the summary line.
+
+Source: Azure LLM inference trace 2023 (Splitwise, ISCA'24), CC-BY-4.0."""
+
+_RATE_EPILOG = """\
+example: the platform's day as a 22-hour profile peaking at 20 requests/s:
+  deepboot workload rate-shape \\
+      --qps ../shared/traces/inference/alibaba-genai-2026/qps.csv \\
+      --peak-rps 20 --window-s 600 --out genai-shape.csv
+  deepboot load SERVICE --rate-profile genai-shape.csv
+
+The samples of each --window-s window are summed (per-container QPS, about one a
+minute per container; a missing sample counts as 0), only whole windows are kept,
+and the sums are scaled so that the largest is --peak-rps. --compress F shortens
+the profile F times (22 h into 1 h with --compress 22) at the same rates. The last
+row (rps 0) ends the profile, as 'deepboot load --rate-profile' requires.
+
+Source: Alibaba cluster-trace-v2026-GenAI, CC-BY-4.0."""
+
+_COMPOSE_EPILOG = """\
+example: Pollux workload 6 with the busiest GenAI day, at a peak busy fraction of
+0.8 of the inference pool (8 nodes x 4 GPUs):
+  deepboot workload compose \\
+      --training ../shared/traces/workloads/pollux/workload-6.csv \\
+      --inference genai-day.csv --services genai-day.toml \\
+      --cluster 16x4 --inference-nodes 8 --peak-busy 0.8 --seed 1 \\
+      --out w6-genai.csv --services-out w6-genai.toml
+
+Repeat --inference FILE --services FILE for more streams (paired in order; service
+names must not clash). Each stream is shifted so that its first request arrives
+with the first training job. The busy fraction of a 10-minute window (--window-s) is
+the GPU-seconds the requests need in it (duration / concurrency, each run's part
+inside the window) over the window's length times the inference GPUs. Requests are
+thinned (kept with probability s) or replicated (copies delayed by a seeded draw
+below the stream's mean gap) so that the largest window's fraction reaches
+--peak-busy; the achieved peak and average are printed. Training rows are kept as
+they are; inference rows of the training file are dropped (counted)."""
+
+
+# ------------------------------------------------------------------ ranges
+
+MAX_HOURS = 24.0 * 366
+MAX_REQUESTS = 10_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Range:
+    """A numeric flag's valid range: ``[low, high]``, or ``(low, high]`` with ``open_low``;
+    its help and its check come from here, so they cannot disagree."""
+
+    kind: type
+    low: float
+    high: float
+    open_low: bool = False
+
+    def text(self, name: str) -> str:
+        return f"{_n(self.low)} {'<' if self.open_low else '<='} {name} <= {_n(self.high)}"
+
+    def check(self, flag: str, value: float | None) -> None:
+        if value is None:
+            return
+        low_ok = self.low < value if self.open_low else self.low <= value
+        if not (math.isfinite(value) and low_ok and value <= self.high):
+            bracket = "(" if self.open_low else "["
+            raise ConfigError(
+                f"{flag} must be in {bracket}{_n(self.low)}, {_n(self.high)}], got {value}"
+            )
+
+
+def _n(x: float) -> str:
+    return f"{x:g}" if x < 1e6 else f"{int(x):,}"
+
+
+RANGES: dict[str, _Range] = {
+    "--cold-start": _Range(float, 0, 86_400),
+    "--hours": _Range(float, 0, MAX_HOURS, open_low=True),
+    "--compress": _Range(float, 0, 1e4, open_low=True),
+    "--top": _Range(int, 1, 100_000),
+    "--prefill-s-per-token": _Range(float, 0, 10),
+    "--decode-s-per-token": _Range(float, 0, 10),
+    "--overhead-s": _Range(float, 0, 3600),
+    "--concurrency": _Range(int, 1, MAX_CONCURRENCY),
+    "--max-requests": _Range(int, 1, MAX_REQUESTS),
+    "--peak-rps": _Range(float, 0, 100_000, open_low=True),  # runtime.loadgen.MAX_RPS
+    "--window-s": _Range(float, 1, 86_400),
+    "--peak-busy": _Range(float, 0, 4, open_low=True),
+}
+"""Every numeric flag of these subcommands (``--seed`` and ``--cluster``: cli.limits)."""
+
+
+def _number(
+    p: argparse._ActionsContainer, flag: str, metavar: str, help: str, **kwargs: Any
+) -> None:
+    """Add the numeric ``flag`` with its range in the help (see :data:`RANGES`)."""
+    r = RANGES[flag]
+    p.add_argument(flag, type=r.kind, metavar=metavar, help=f"{help}, {r.text(metavar)}", **kwargs)
+
+
+def _check_numbers(args: argparse.Namespace, *flags: str) -> None:
+    for flag in flags:
+        RANGES[flag].check(flag, getattr(args, flag.lstrip("-").replace("-", "_")))
+
+
+# ------------------------------------------------------------------ parsers
+
+
+def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    """Add the trace subcommands to ``deepboot workload``."""
+    _add_genai(sub, formatter)
+    _add_azure(sub, formatter)
+    _add_rate_shape(sub, formatter)
+    _add_compose(sub, formatter)
+
+
+def _common(p: argparse.ArgumentParser, seed: str, inputs: str, *, services: bool = True) -> None:
+    p.add_argument("--seed", type=int, default=0, help=f"seed of {seed}, {limits.SEED_HELP}")
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE",
+        help=f"output CSV (written atomically; not {inputs})",
+    )
+    if services:
+        p.add_argument(
+            "--services-out",
+            metavar="FILE",
+            help="output services file (default: --out with the suffix .toml)",
+        )
+
+
+def _add_genai(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "from-genai",
+        help="an inference workload from the Alibaba GenAI 2026 request trace",
+        description="Turn lora_request_trace.csv (Alibaba GenAI 2026) into a DeepBoot "
+        "workload of inference requests and its services file.",
+        epilog=_GENAI_EPILOG,
+        formatter_class=formatter,
+    )
+    p.add_argument("--trace", required=True, metavar="FILE", help="lora_request_trace.csv")
+    cold = p.add_mutually_exclusive_group(required=True)
+    cold.add_argument(
+        "--load-latency",
+        metavar="FILE",
+        help="basemodel_update_latency_anon.csv: draw each service's cold start from it",
+    )
+    _number(cold, "--cold-start", "S", "every service's cold start in seconds")
+    p.add_argument(
+        "--window",
+        default="all",
+        metavar="all|busiest-Hh",
+        help="the arrivals kept: all, or the busiest H hours (e.g. busiest-24h)",
+    )
+    p.add_argument(
+        "--start",
+        metavar="'YYYY-MM-DD HH:MM:SS'",
+        help="keep arrivals from this time (the trace's clock; not with --window busiest-)",
+    )
+    _number(p, "--hours", "H", "keep H hours (from --start, or the first arrival)")
+    _number(
+        p, "--compress", "F", "divide arrival times (from the window's start) by F; "
+        "durations unchanged", default=1.0,
+    )  # fmt: skip
+    _number(
+        p, "--top", "N", "keep the N busiest models as services and merge the rest into "
+        "'other' (merging hides the merged models' cold starts; default: every model)",
+    )  # fmt: skip
+    p.add_argument(
+        "--drop-failed", action="store_true", help="drop FAILED rows instead of keeping them"
+    )
+    p.add_argument(
+        "--service-prefix",
+        default="",
+        metavar="P",
+        help="put P before every service name (to compose two GenAI streams)",
+    )
+    _common(p, "the cold-start draws", "--trace or --load-latency")
+    p.set_defaults(func=workload_from_genai)
+
+
+def _add_azure(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    from deepboot.sim.traces.azure_llm import AzureConfig, CostModel
+
+    conf, cost = AzureConfig(), CostModel()
+    p: argparse.ArgumentParser = sub.add_parser(
+        "from-azure-llm",
+        help="an inference workload from the Azure LLM inference trace 2023",
+        description="Turn an Azure LLM inference trace (TIMESTAMP,ContextTokens,"
+        "GeneratedTokens) into a DeepBoot workload of one inference service and its "
+        "services file.",
+        epilog=_AZURE_EPILOG,
+        formatter_class=formatter,
+    )
+    p.add_argument("--trace", required=True, metavar="FILE", help="AzureLLMInferenceTrace_conv.csv")
+    p.add_argument("--service", default=conf.service, metavar="NAME", help="the service's name")
+    p.add_argument("--model", default=conf.model, metavar="LABEL", help="its model label")
+    for flag, default, what in (
+        ("--prefill-s-per-token", cost.prefill_s_per_token, "seconds per context token (estimate)"),
+        ("--decode-s-per-token", cost.decode_s_per_token, "seconds per generated token (measured)"),
+        ("--overhead-s", cost.overhead_s, "fixed seconds per request (estimate)"),
+        ("--cold-start", conf.cold_start_s, "the service's cold start in seconds (estimate)"),
+    ):
+        _number(p, flag, "S", what, default=default)
+    _number(
+        p, "--concurrency", "K", "requests one replica serves at once", default=conf.concurrency
+    )
+    _number(
+        p, "--hours", "H", "tile the one-hour trace with seeded shifts to H hours "
+        "(default: the trace as it is)",
+    )  # fmt: skip
+    _number(p, "--max-requests", "N", "stop after N requests", default=conf.max_requests)
+    _common(p, "the tiles' shifts", "--trace")
+    p.set_defaults(func=workload_from_azure_llm)
+
+
+def _add_rate_shape(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "rate-shape",
+        help="a rate profile (time_s,rps) from the GenAI trace's QPS samples",
+        description="Sum the QPS samples of qps.csv per window, scale the peak to "
+        "--peak-rps and write a rate profile for 'deepboot load --rate-profile'.",
+        epilog=_RATE_EPILOG,
+        formatter_class=formatter,
+    )
+    p.add_argument("--qps", required=True, metavar="FILE", help="qps.csv")
+    _number(p, "--peak-rps", "R", "the busiest window's rate in requests/s", required=True)
+    _number(p, "--window-s", "S", "window in seconds", default=600.0)
+    p.add_argument(
+        "--request-type",
+        metavar="TYPE",
+        help="only samples of this request_type (e.g. 'Generative Requests'; default: all)",
+    )
+    _number(
+        p, "--compress", "F", "divide the profile's times by F (rates unchanged; windows "
+        "stay >= 1 s)", default=1.0,
+    )  # fmt: skip
+    p.add_argument("--out", required=True, metavar="FILE", help="output profile CSV (not --qps)")
+    p.set_defaults(func=workload_rate_shape)
+
+
+def _add_compose(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "compose",
+        help="a training workload plus inference streams at a target peak busy fraction",
+        description="Merge a training workload and inference streams (with their services "
+        "files) into one DeepBoot workload, time-aligned, with the inference load scaled "
+        "to a peak busy fraction of the inference pool.",
+        epilog=_COMPOSE_EPILOG,
+        formatter_class=formatter,
+    )
+    p.add_argument(
+        "--training", required=True, metavar="FILE", help="Pollux or DeepBoot workload CSV"
+    )
+    p.add_argument(
+        "--inference",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="an inference stream (DeepBoot CSV of infer-<service> rows); repeatable",
+    )
+    p.add_argument(
+        "--services",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="the services file of the --inference at the same position; repeatable",
+    )
+    p.add_argument("--cluster", default="16x4", metavar="NODESxGPUS", help=limits.CLUSTER_HELP)
+    p.add_argument(
+        "--inference-nodes",
+        type=int,
+        default=8,
+        metavar="N",
+        help="the last N nodes form the inference pool, 1 <= N < NODES",
+    )
+    _number(
+        p, "--peak-busy", "F", "scale the inference load to this peak busy fraction "
+        "(default: no scaling)",
+    )  # fmt: skip
+    _number(p, "--window-s", "S", "window of the busy fraction in seconds", default=600.0)
+    _number(p, "--max-requests", "N", "most inference requests written", default=1_000_000)
+    _common(p, "the thinning and the copies", "an input")
+    p.set_defaults(func=workload_compose)
+
+
+# ------------------------------------------------------------------ handlers
+
+
+@dataclass(frozen=True, slots=True)
+class _Outputs:
+    workload: str
+    services: str
+
+
+def _output_paths(args: argparse.Namespace, inputs: Sequence[PathArg]) -> _Outputs:
+    """``--out`` and ``--services-out`` (default: ``--out`` with ``.toml``), checked."""
+    out = require_path(args.out, "--out")
+    services = (
+        str(Path(out).with_suffix(".toml"))
+        if args.services_out is None
+        else require_path(args.services_out, "--services-out")
+    )
+    if same_file(out, services):
+        raise ConfigError(f"--services-out {services} is --out; give --services-out another file")
+    check_outputs([PathArg("--out", out), PathArg("--services-out", services)], inputs)
+    return _Outputs(out, services)
+
+
+def _write(outputs: _Outputs, command: str, rows: Any, specs: Any, notes: Sequence[str]) -> None:
+    from deepboot.core.servicefile import dump_services
+    from deepboot.sim.traces.common import write_rows
+
+    header = [
+        f"Services of {Path(outputs.workload).name}, written by 'deepboot workload {command}'.",
+        *notes,
+    ]
+    header = [" ".join(line.split()) for line in header]  # one comment line each
+    write_atomic(outputs.workload, lambda p: write_rows(p, rows))
+    write_text(outputs.services, dump_services(specs, header))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _say(out: Console, text: str) -> None:
+    out.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+_BUSIEST = re.compile(r"busiest-(\d+(?:\.\d+)?)h")
+
+
+def _window(args: argparse.Namespace) -> Any:
+    from deepboot.sim.traces.genai import Window
+
+    _check_numbers(args, "--hours")
+    start = None
+    if args.start is not None:
+        try:
+            when = datetime.fromisoformat(args.start.strip())
+        except ValueError:
+            raise ConfigError(
+                f"--start {args.start!r} is not a date and time like '2024-11-20 08:00:00'"
+            ) from None
+        if when.tzinfo is not None:
+            raise ConfigError("--start: give the time without a zone (the trace's clock)")
+        start = (when - datetime(1970, 1, 1)).total_seconds()
+    if args.window == "all":
+        return Window(start=start, hours=args.hours)
+    m = _BUSIEST.fullmatch(args.window)
+    if m is None:
+        raise ConfigError(f"--window {args.window!r}: use all or busiest-Hh (e.g. busiest-24h)")
+    hours = float(m.group(1))
+    RANGES["--hours"].check("--window busiest-Hh hours", hours)
+    if start is not None or args.hours is not None:
+        raise ConfigError("--window busiest-Hh takes neither --start nor --hours")
+    return Window(busiest_hours=hours)
+
+
+def workload_from_genai(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``deepboot workload from-genai``."""
+    from deepboot.sim.traces.genai import (
+        GenaiConfig,
+        genai_stream,
+        read_load_latencies,
+        read_requests,
+    )
+
+    trace = require_path(args.trace, "--trace")
+    inputs = [PathArg("--trace", trace)]
+    if args.load_latency is not None:
+        inputs.append(PathArg("--load-latency", require_path(args.load_latency, "--load-latency")))
+    limits.check_seed(args.seed)
+    _check_numbers(args, "--cold-start", "--compress", "--top")
+    window = _window(args)
+    config = GenaiConfig(
+        window=window,
+        compress=args.compress,
+        top=args.top,
+        drop_failed=args.drop_failed,
+        cold_start_s=args.cold_start,
+        service_prefix=args.service_prefix,
+    )
+    outputs = _output_paths(args, inputs)
+    requests = read_requests(trace)
+    loads = None if args.load_latency is None else read_load_latencies(args.load_latency)
+    stream = genai_stream(requests, config, np.random.default_rng(args.seed), loads)
+    return _finish(out, outputs, "from-genai", stream)
+
+
+def workload_from_azure_llm(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``deepboot workload from-azure-llm``."""
+    from deepboot.sim.traces.azure_llm import AzureConfig, CostModel, azure_stream, read_requests
+
+    trace = require_path(args.trace, "--trace")
+    limits.check_seed(args.seed)
+    _check_numbers(
+        args, "--prefill-s-per-token", "--decode-s-per-token", "--overhead-s", "--cold-start",
+        "--concurrency", "--hours", "--max-requests",
+    )  # fmt: skip
+    if not args.model.strip():
+        raise ConfigError("--model is empty; give a label")
+    cost = CostModel(args.prefill_s_per_token, args.decode_s_per_token, args.overhead_s)
+    config = AzureConfig(
+        service=args.service,
+        model=args.model.strip(),
+        concurrency=args.concurrency,
+        cold_start_s=args.cold_start,
+        hours=args.hours,
+        max_requests=args.max_requests,
+        cost=cost,
+    )
+    outputs = _output_paths(args, [PathArg("--trace", trace)])
+    stream = azure_stream(read_requests(trace), config, np.random.default_rng(args.seed))
+    return _finish(out, outputs, "from-azure-llm", stream)
+
+
+def _finish(out: Console, outputs: _Outputs, command: str, stream: Any) -> int:
+    from deepboot.sim.traces.common import request_rows
+
+    _write(outputs, command, request_rows(stream.requests), stream.services, stream.notes)
+    _say(out, stream.summary)
+    _say(
+        out,
+        f"wrote {outputs.workload} ({len(stream.requests):,} requests) and "
+        f"{outputs.services} ({_plural(len(stream.services), 'service')})",
+    )
+    return 0
+
+
+def workload_rate_shape(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``deepboot workload rate-shape``."""
+    from deepboot.runtime.loadgen import MAX_PROFILE_TIME_S
+    from deepboot.runtime.loadgen import MAX_REQUESTS as LOAD_MAX_REQUESTS
+    from deepboot.sim.traces.rateshape import rate_shape, read_qps, write_profile
+
+    qps = require_path(args.qps, "--qps")
+    out_path = require_path(args.out, "--out")
+    _check_numbers(args, "--peak-rps", "--window-s", "--compress")
+    if args.window_s / args.compress < 1:
+        raise ConfigError(
+            f"--compress {args.compress:g} leaves windows of {args.window_s / args.compress:g} "
+            "s; they must last at least 1 s"
+        )
+    check_outputs([PathArg("--out", out_path)], [PathArg("--qps", qps)])
+    shape = rate_shape(
+        read_qps(qps, args.request_type), args.peak_rps, args.window_s, args.compress
+    )
+    if shape.times[-1] > MAX_PROFILE_TIME_S:
+        raise ConfigError(
+            f"the profile lasts {shape.times[-1]:g} s, more than 'deepboot load' accepts "
+            f"({MAX_PROFILE_TIME_S:g} s); raise --compress"
+        )
+    if shape.expected_requests() > LOAD_MAX_REQUESTS:
+        raise ConfigError(
+            f"the profile asks for {shape.expected_requests():,.0f} requests, more than "
+            f"'deepboot load' sends ({LOAD_MAX_REQUESTS:,}); lower --peak-rps or raise --compress"
+        )
+    write_atomic(out_path, lambda p: write_profile(p, shape))
+    _say(out, shape.summary())
+    _say(out, f"wrote {out_path} ({len(shape.rates) + 1} rows)")
+    return 0
+
+
+def workload_compose(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``deepboot workload compose``."""
+    from deepboot.core.cluster import ClusterSpec, Pool
+    from deepboot.core.servicefile import load_services
+    from deepboot.sim.traces.compose import ComposeConfig, compose, read_stream, read_training
+
+    training = require_path(args.training, "--training")
+    pairs = list(zip(args.inference, args.services, strict=False))
+    if len(args.inference) != len(args.services):
+        raise ConfigError(
+            f"{len(args.inference)} --inference but {len(args.services)} --services: give "
+            "one services file per inference stream, in the same order"
+        )
+    inputs = [PathArg("--training", training)]
+    for stream, services in pairs:
+        inputs += [
+            PathArg("--inference", require_path(stream, "--inference")),
+            PathArg("--services", require_path(services, "--services")),
+        ]
+    limits.check_seed(args.seed)
+    limits.check_cluster(args.cluster, args.inference_nodes)
+    if args.inference_nodes < 1:
+        raise ConfigError("--inference-nodes must be at least 1: compose needs an inference pool")
+    cluster = ClusterSpec.parse(args.cluster, args.inference_nodes)
+    gpus = sum(node.gpus for node in cluster.pool_nodes(Pool.INFERENCE))
+    _check_numbers(args, "--peak-busy", "--window-s", "--max-requests")
+    config = ComposeConfig(gpus, args.peak_busy, args.window_s, args.max_requests)
+    outputs = _output_paths(args, inputs)
+    train = read_training(training)
+    streams = [read_stream(w, load_services(s), s) for w, s in pairs]
+    result = compose(train, streams, config, np.random.default_rng(args.seed))
+    _write(outputs, "compose", result.rows, result.services, result.notes)
+    _say(out, result.summary)
+    _say(
+        out,
+        f"wrote {outputs.workload} ({len(result.rows):,} rows) and {outputs.services} "
+        f"({_plural(len(result.services), 'service')})",
+    )
+    return 0
