@@ -61,7 +61,7 @@ from deepboot.sim.traces.common import (
 )
 from deepboot.sim.workload import DEEPBOOT_COLUMNS, MAX_REPLICAS, POLLUX_COLUMNS
 
-MAX_BATCH = 10**9
+MAX_BATCH = 1_000_000_000
 """Largest training ``batch_size`` accepted here."""
 BISECTION_STEPS = 60
 GOLDEN = (math.sqrt(5) - 1) / 2
