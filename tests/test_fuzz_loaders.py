@@ -23,7 +23,8 @@ service is the file's, with a finite cold start >= 0 and its concurrency and rep
 cap in range), or an InputError names one of the two files, the line of the service at
 fault (0: the file as a whole) and says so in one line. A few of them also go through
 ``deepboot simulate --services`` in-process: exit 0 or 2, never a traceback. What the
-fuzzing found is in :data:`KNOWN_BUGS`, each pinned by a strict xfail.
+fuzzing found (:data:`FOUND`) is fixed; its triggers are still generated, and its
+minimal reproducers are tests of their own.
 
 ``FUZZ_EXAMPLES`` (default 60) sets the number of examples per test (a tenth of it for
 the in-process ``deepboot simulate`` runs).
@@ -53,9 +54,9 @@ from deepboot.cli.main import main as cli_main
 from deepboot.core.errors import ConfigError, InputError
 from deepboot.core.jobs import Workload
 from deepboot.core.params import BatchLimits
-from deepboot.core.service import FIELDS, MAX_CONCURRENCY, ServiceSpec
+from deepboot.core.service import MAX_CONCURRENCY, ServiceSpec
 from deepboot.core.service import MAX_REPLICAS as MAX_SERVICE_REPLICAS
-from deepboot.core.servicefile import dump_services, load_services
+from deepboot.core.servicefile import dump_services, load_services, printable
 from deepboot.perf.catalog import load_catalog
 from deepboot.perf.profiles import (
     PLACEMENT_COLUMNS,
@@ -488,29 +489,24 @@ LINE_BREAKS = ["\u2028", "\u2029", "\x85"]
 """Characters TOML allows in comments and strings at which ``str.splitlines`` breaks a
 line (TOML, tomllib and editors do not)."""
 
-LINE_BUGS = frozenset({"line-breaks", "string-header", "quoted-header"})
-"""Known loader bugs (see :data:`KNOWN_BUGS`) that make an error name a wrong line."""
-
-KNOWN_BUGS = {
-    "line-breaks": "servicefile.header_lines numbers lines with str.splitlines, which also "
+FOUND = {
+    "line-breaks": "servicefile.header_lines numbered lines with str.splitlines, which also "
     "breaks at U+2028, U+2029 and U+0085 (legal in TOML comments and strings): every "
-    "[[service]] header after one is numbered one line too far",
-    "string-header": "servicefile.header_lines takes a '[[service]]' line inside a "
-    "multi-line string for a header: the services after it get the wrong header lines",
-    "quoted-header": 'servicefile.header_lines misses a quoted header ([["service"]], '
-    "valid TOML): the services after it get the next service's header line (or 0)",
-    "raw-key": "servicefile.parse_services puts an unknown key into InputError.field as "
-    "written: a quoted key with a newline or an escape character makes a multi-line "
-    "message (and reaches the terminal raw)",
-    "huge-cold-start": "a service's cold_start_s is checked finite and >= 0 but not "
-    "bounded (workload times stop at MAX_TIME_S = 1e9 s): two tasks of 1e308 s cold starts "
-    "overflow the summary's mean delay (sim/metrics.py _stat) to inf, and 'deepboot "
-    "simulate --summary-json' writes the non-JSON token Infinity",
+    "[[service]] header after one was numbered one line too far",
+    "string-header": "servicefile.header_lines took a '[[service]]' line inside a "
+    "multi-line string for a header: the services after it got the wrong header lines",
+    "quoted-header": 'servicefile.header_lines missed a quoted header ([["service"]], '
+    "valid TOML): the services after it got the next service's header line (or 0)",
+    "raw-key": "servicefile.parse_services put an unknown key into InputError.field as "
+    "written: a quoted key with a newline or an escape character made a multi-line "
+    "message (and reached the terminal raw)",
+    "huge-cold-start": "a service's cold_start_s was checked finite and >= 0 but not "
+    "bounded: two tasks of 1e308 s cold starts overflowed the summary's mean delay to "
+    "inf, and 'deepboot simulate --summary-json' wrote the non-JSON token Infinity "
+    "(now cold_start_s <= 86400)",
 }
-"""Loader bugs the services fuzz tests found (pinned by strict xfails below: fixing one
-turns its xfail into a failure, and then its entry and its allowance here go). While
-one is open the fuzz test still generates its trigger; an example that holds it may
-break that one property (the error's line, or the message's one line), and only that."""
+"""Loader bugs the services fuzz tests found, all fixed. A draft's ``bugs`` says which
+of their triggers it holds (the generator keeps making them)."""
 
 
 @dataclass
@@ -533,7 +529,7 @@ class ServicesDraft:
         names: The valid service names it gives (workloads name them).
         exact: False when ``tables`` and ``top_keys`` may not describe what a TOML
             reader sees (a mangled file, an odd header): then only the weak checks.
-        bugs: The known loader bugs (:data:`KNOWN_BUGS`) the file may trigger.
+        bugs: The triggers of fixed bugs (:data:`FOUND`) the file holds.
     """
 
     data: bytes
@@ -728,14 +724,15 @@ def misplaced(err: InputError, draft: ServicesDraft) -> str:
         return ""
     by_line = {t.header: t for t in draft.tables if t.header}
     if err.line == 0:
-        whole = err.field in ("", "service") or err.field in draft.top_keys
+        whole = err.field in ("", "service") or err.field in {printable(k) for k in draft.top_keys}
         return "" if whole or not by_line else "line 0 for an error in a service"
     table = by_line.get(err.line)
     if table is None:
         return f"line {err.line} is no service's header (headers: {sorted(by_line)})"
     if err.field == "cold_start_s" and "has none" in err.message:
         return "" if "cold_start_s" not in table.keys else "that service has a cold start"
-    if err.field not in ("", "name", "model", "service") and err.field not in table.keys:
+    keys = {printable(k) for k in table.keys}
+    if err.field not in ("", "name", "model", "service") and err.field not in keys:
         return f"the service on line {err.line} has no key {err.field!r}"
     return ""
 
@@ -751,17 +748,13 @@ def check_services_error(
         count("services-error-workload")
         return
     count("services-error-file")
-    if not one_line(str(err)):
-        assert "raw-key" in draft.bugs and err.field not in FIELDS, err
-        count("services-known-bug")
+    assert one_line(str(err)), err
     assert err.line >= 0, err
     if err.line > 0:
         lines = spath.read_text(encoding="utf-8").split("\n")
         assert err.line <= len(lines), (err, len(lines))
     problem = misplaced(err, draft)
-    if problem:
-        assert draft.bugs & LINE_BUGS, (problem, str(err), draft.data)
-        count("services-known-bug")
+    assert not problem, (problem, str(err), draft.data)
 
 
 def check_bound(workload: Workload, services: ServicesFile, draft: ServicesDraft) -> None:
@@ -783,9 +776,7 @@ def check_bound(workload: Workload, services: ServicesFile, draft: ServicesDraft
     assert {s.name: s for s in rebound.services} == used, rebound.services
     if draft.exact:
         lines = [services.lines[name] for name in services.specs]
-        if lines != [t.header for t in draft.tables]:
-            assert draft.bugs & LINE_BUGS, (lines, draft)
-            count("services-known-bug")
+        assert lines == [t.header for t in draft.tables], (lines, draft)
 
 
 @FUZZ
@@ -876,12 +867,6 @@ is in the service whose header is on ``line``."""
 
 
 @pytest.mark.parametrize(("text", "line"), HEADER_BUGS)
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known loader bug (deepboot/core/servicefile.py:108, header_lines): "
-    "KNOWN_BUGS[<the test id>]",
-)
 def test_a_services_file_error_names_its_services_header(
     tmp_path: Path, text: str, line: int
 ) -> None:
@@ -895,12 +880,6 @@ def test_a_services_file_error_names_its_services_header(
 
 
 @pytest.mark.parametrize("key", ['"a\\nb"', '"\\u001b[2J"'], ids=["newline", "escape"])
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known loader bug (deepboot/core/servicefile.py:91, :64 for a top-level key): "
-    "KNOWN_BUGS['raw-key']",
-)
 def test_an_unknown_keys_error_is_one_printable_line(tmp_path: Path, key: str) -> None:
     path = tmp_path / "s.toml"
     path.write_text(f'[[service]]\nname = "a"\nmodel = "m"\n{key} = 1\n', encoding="utf-8")
@@ -912,12 +891,6 @@ def test_an_unknown_keys_error_is_one_printable_line(tmp_path: Path, key: str) -
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known bug (cold_start_s unbounded; deepboot/sim/metrics.py:124 overflows): "
-    "KNOWN_BUGS['huge-cold-start']",
-)
 def test_a_huge_cold_start_is_refused_or_summarized_in_json(tmp_path: Path) -> None:
     services, workload = tmp_path / "s.toml", tmp_path / "w.csv"
     services.write_text(

@@ -25,6 +25,8 @@ MAX_CONCURRENCY = 1024
 MAX_REPLICAS = 4096
 MAX_QUEUE_BOUND = 100_000
 MAX_REQUEST_TIMEOUT_S = 86_400.0
+MAX_COLD_START_S = 86_400.0
+"""Longest cold start accepted (a day: longer is a typo, and overflows a summary)."""
 MAX_BODY_BYTES = 67_108_864  # 64 MiB
 DEFAULT_BODY_BYTES = 1_048_576  # 1 MiB
 DEFAULT_LOAD_TIMEOUT_S = 300.0
@@ -73,8 +75,8 @@ class ServiceSpec:
         args: Keyword arguments of the factory (read-only).
         concurrency: Requests in flight per replica, in [1, 1024].
         max_replicas: Most replicas loaded at once; 0 = no cap; in [0, 4096].
-        cold_start_s: Start-up seconds of a new replica (finite, >= 0); None = measured
-            on the first start (runtime).
+        cold_start_s: Start-up seconds of a new replica, in [0, 86400]; None =
+            measured on the first start (runtime).
         queue_bound: Runtime: most requests waiting for a replica (then 503), in
             [1, 100000].
         request_timeout_s: Runtime: most seconds a request waits in the queue (then
@@ -128,10 +130,10 @@ class ServiceSpec:
         self._int("queue_bound", 1, MAX_QUEUE_BOUND)
         if self.cold_start_s is not None:
             cold = self._number("cold_start_s")
-            if cold < 0.0:
+            if not 0.0 <= cold <= MAX_COLD_START_S:
                 raise ConfigError(
-                    f"service {self.name!r} field 'cold_start_s': must be >= 0 seconds, "
-                    f"got {cold!r}"
+                    f"service {self.name!r} field 'cold_start_s': must be in "
+                    f"[0, {MAX_COLD_START_S:g}] seconds, got {cold!r}"
                 )
         self._int("max_body_bytes", 1, MAX_BODY_BYTES)
         for key in ("request_timeout_s", "load_timeout_s", "handler_timeout_s"):

@@ -30,9 +30,18 @@ from typing import Any
 from deepboot.core.errors import ConfigError, InputError
 from deepboot.core.service import FIELDS, ServiceSpec
 
-_HEADER = re.compile(r"^\s*\[\[\s*service\s*\]\]\s*(#.*)?$")
+_HEADER = re.compile(
+    r"""^[ \t]*\[\[[ \t]*(?:service|"service"|'service')[ \t]*\]\][ \t]*(?:#.*)?\r?$"""
+)
 _FIELD_IN_MESSAGE = re.compile(r"field '(\w+)'")
 _ESCAPES = {"\\": "\\\\", '"': '\\"'}
+
+
+def printable(key: str, limit: int = 80) -> str:
+    """``key`` fit for a one-line message: characters that are not printable (line
+    breaks, escape sequences) written as ``\\uXXXX``, and at most ``limit`` of them."""
+    shown = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in key)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def _escape(c: str) -> str:
@@ -61,7 +70,9 @@ def parse_services(raw: Mapping[str, Any], where: str, text: str = "") -> tuple[
     """
     extra = sorted(set(raw) - {"service"})
     if extra:
-        raise InputError(where, 0, extra[0], "unknown top-level key (only [[service]] tables)")
+        raise InputError(
+            where, 0, printable(extra[0]), "unknown top-level key (only [[service]] tables)"
+        )
     tables = raw.get("service")
     if not isinstance(tables, list) or not tables:
         raise InputError(where, 0, "service", "no [[service]] table")
@@ -88,7 +99,9 @@ def _one(table: Any, where: str, line: int) -> ServiceSpec:
         raise InputError(where, line, "service", "must be a table")
     unknown = sorted(set(table) - set(FIELDS))
     if unknown:
-        raise InputError(where, line, unknown[0], f"unknown key (known: {', '.join(FIELDS)})")
+        raise InputError(
+            where, line, printable(unknown[0]), f"unknown key (known: {', '.join(FIELDS)})"
+        )
     for key in ("name", "model"):
         if key not in table:
             raise InputError(where, line, key, "missing (required)")
@@ -104,8 +117,28 @@ def _one(table: Any, where: str, line: int) -> ServiceSpec:
 
 def header_lines(text: str) -> tuple[int, ...]:
     """The 1-based line of each ``[[service]]`` header of a services file's text, in
-    file order (the line errors about that service name)."""
-    return tuple(i for i, line in enumerate(text.splitlines(), 1) if _HEADER.match(line))
+    file order (the line errors about that service name).
+
+    Lines are counted at ``\\n`` only, as TOML does (not at the other breaks
+    ``str.splitlines`` knows). A line that looks like a header is one only where the
+    text before it is a whole TOML document holding one service fewer: so a
+    ``[[service]]`` inside a multi-line string is not, and a quoted one
+    (``[["service"]]``) is. Meant for valid documents; quadratic in the number of
+    services, which a services file keeps small.
+    """
+    lines = text.split("\n")
+    found: list[int] = []
+    for i, line in enumerate(lines):
+        if not _HEADER.match(line):
+            continue
+        try:
+            before = tomllib.loads("\n".join(lines[:i]))
+        except tomllib.TOMLDecodeError:
+            continue  # inside a multi-line string (or a broken document)
+        services = before.get("service")
+        if (len(services) if isinstance(services, list) else 0) == len(found):
+            found.append(i + 1)
+    return tuple(found)
 
 
 def load_services(path: str | Path) -> tuple[ServiceSpec, ...]:
