@@ -123,14 +123,17 @@ def header_lines(text: str) -> tuple[int, ...]:
     ``str.splitlines`` knows). A line that looks like a header is one only where the
     text before it is a whole TOML document holding one service fewer: so a
     ``[[service]]`` inside a multi-line string is not, and a quoted one
-    (``[["service"]]``) is. Meant for valid documents; quadratic in the number of
-    services, which a services file keeps small.
+    (``[["service"]]``) is. Meant for valid documents. Linear without a multi-line
+    string in the text (a line can then only look like a header by being one);
+    otherwise each candidate is confirmed by parsing the text before it.
     """
     lines = text.split("\n")
+    looks = [i for i, line in enumerate(lines) if _HEADER.match(line)]
+    if '"""' not in text and "'''" not in text:
+        # No multi-line string: a line can only look like a header by being one.
+        return tuple(i + 1 for i in looks)
     found: list[int] = []
-    for i, line in enumerate(lines):
-        if not _HEADER.match(line):
-            continue
+    for i in looks:
         try:
             before = tomllib.loads("\n".join(lines[:i]))
         except tomllib.TOMLDecodeError:

@@ -109,11 +109,17 @@ class ServiceLoad:
     duration_s: float = 0.0
 
 
-def replicas_needed(load: ServiceLoad, horizon_s: float, target: float) -> int:
-    """Replicas of a service to hold warm (see the module docstring); 0 when quiet."""
+def replicas_needed(
+    load: ServiceLoad, horizon_s: float, target: float, concurrency: int = 1
+) -> int:
+    """Replicas of a service to hold warm (see the module docstring); 0 when quiet.
+
+    The tasks to have room for (those in flight, at the ``target`` quantile, and the
+    next arrival) fill ``concurrency`` slots per replica."""
     if load.rate <= 0.0 or detmath.exp_scalar(-load.rate * horizon_s) >= target:
         return 0
-    return poisson_quantile(load.rate * load.duration_s, target) + 1
+    tasks = poisson_quantile(load.rate * load.duration_s, target) + 1
+    return -(-tasks // max(concurrency, 1))
 
 
 def reserved_gpus(
@@ -121,6 +127,7 @@ def reserved_gpus(
     loads: Mapping[str, ServiceLoad],
     horizon_s: float,
     config: LendReserveConfig,
+    concurrency: Mapping[str, int] | None = None,
 ) -> frozenset[GpuId]:
     """Idle inference-pool GPUs (SLEEP or FREE) to keep back from this training round.
 
@@ -130,6 +137,7 @@ def reserved_gpus(
         horizon_s: Seconds the reserve must cover (used when ``config.horizon_s`` is
             None), > 0.
         config: The reserve's parameters.
+        concurrency: Tasks one replica of each service serves at once (missing: 1).
 
     Returns:
         GPU ids to leave out of ``ClusterState.capacity``; empty when disabled.
@@ -150,7 +158,8 @@ def reserved_gpus(
     deficit = 0
     # Sorted services: the FREE GPUs go to the deficits in a deterministic order.
     for service in sorted(loads):
-        need = replicas_needed(loads[service], horizon, config.target) - busy[service]
+        slots = (concurrency or {}).get(service, 1)
+        need = replicas_needed(loads[service], horizon, config.target, slots) - busy[service]
         if need <= 0:
             continue
         mine = sorted(sleeping.get(service, []), key=lambda g: g.gpu_id)[:need]

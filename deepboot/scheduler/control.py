@@ -268,7 +268,8 @@ class ControlLoop:
         s = self.settings
         reserved: frozenset[GpuId] = frozenset()
         if s.lending and s.reserve.enabled:
-            reserved = reserved_gpus(snap.gpus, snap.loads, s.interval, s.reserve)
+            slots = {name: spec.concurrency for name, spec in snap.services.items()}
+            reserved = reserved_gpus(snap.gpus, snap.loads, s.interval, s.reserve, slots)
         return lendable_capacity(cluster, snap.gpus, s.lending, reserved)
 
     def _round(self, snap: Snapshot, rng: np.random.Generator) -> Step:

@@ -99,7 +99,12 @@ def bind_services(workload: Workload, services: ServicesFile) -> Workload:
     """
     used: dict[str, ServiceSpec] = {}
     tasks = []
+    # A workload read without a services file names its services by the whole row
+    # ("infer-bert-1"); with one, by what follows "infer-" ("bert-1"), as here.
+    renamed = not workload.services
     for t in workload.inference:
+        if renamed and t.service.startswith(INFER_PREFIX):
+            t = dataclasses.replace(t, service=t.service[len(INFER_PREFIX) :])
         spec = used.get(t.service)
         if spec is None:
             if t.service not in services.specs:

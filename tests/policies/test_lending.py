@@ -75,6 +75,30 @@ def test_replicas_needed_follows_the_concurrency_an_arrival_sees() -> None:
     assert replicas_needed(load(0.0), 60.0, 0.8) == 0
 
 
+@pytest.mark.parametrize(
+    ("concurrency", "replicas"), [(1, 3), (2, 2), (3, 1), (8, 1)], ids=["c1", "c2", "c3", "c8"]
+)
+def test_replicas_with_several_slots_hold_several_tasks(concurrency: int, replicas: int) -> None:
+    # Three tasks to have room for (two in flight at the 0.8 quantile, and the next).
+    assert replicas_needed(load(1 / 5), 60.0, 0.8, concurrency) == replicas
+
+
+def test_the_reserve_counts_slots_not_tasks() -> None:
+    """Azure-like load (14.6 tasks in flight) on replicas of 8 slots, one of them
+    RUNNING: the reserve keeps 2 more, not all 7 idle GPUs."""
+    gpus = [gpu(1, 0, GpuState.RUNNING, "a")] + [
+        gpu(1 + i // 4, i % 4, GpuState.FREE) for i in range(1, 8)
+    ]
+    kept = reserved_gpus(
+        gpus, {"a": load(5.4, 2.7)}, 60.0, LendReserveConfig(enabled=True, target=0.9), {"a": 8}
+    )
+    assert len(kept) == 2
+    every = reserved_gpus(
+        gpus, {"a": load(5.4, 2.7)}, 60.0, LendReserveConfig(enabled=True, target=0.9)
+    )
+    assert len(every) == 7
+
+
 def test_disabled_or_quiet_services_keep_nothing() -> None:
     gpus = [gpu(1, 0, GpuState.SLEEP, "a"), gpu(1, 1, GpuState.FREE)]
     assert reserved_gpus(gpus, {"a": load(1.0)}, 60.0, LendReserveConfig()) == frozenset()

@@ -454,3 +454,26 @@ def test_services_file_of_the_sim_is_read_once(tmp_path: Path) -> None:
     table = read_services_file(path)
     assert isinstance(table, ServicesFile)
     assert list(table.specs) == ["chat", "img.v2"] and dict(table.lines) == {"chat": 1, "img.v2": 6}
+
+
+def test_a_workload_read_without_the_file_binds_to_it_like_one_read_with_it(
+    tmp_path: Path,
+) -> None:
+    """``simulate(load_workload(w), services=f)`` names the services as
+    ``load_workload(w, services=f)`` does ("infer-ncf-1" -> "ncf-1")."""
+    import deepboot
+
+    demo = Path(__file__).resolve().parents[2] / "examples" / "demo-deepboot.csv"
+    plain = deepboot.load_workload(demo)
+    names = sorted({t.service.removeprefix("infer-") for t in plain.inference})
+    services = tmp_path / "s.toml"
+    services.write_text(
+        "".join(f'[[service]]\nname = "{n}"\nmodel = "m"\ncold_start_s = 5.0\n\n' for n in names)
+    )
+    shape = deepboot.cluster("4x4", inference_nodes=2)
+    late = deepboot.simulate(plain, shape, policy="deepboot", max_time=3600, services=services)
+    early = deepboot.simulate(
+        deepboot.load_workload(demo, services=services), shape, policy="deepboot", max_time=3600
+    )
+    assert late.summary["inference"] == early.summary["inference"]
+    assert late.summary["training"] == early.summary["training"]
