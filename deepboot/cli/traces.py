@@ -543,8 +543,14 @@ def workload_rate_shape(args: argparse.Namespace, out: Console, err: Console) ->
 def workload_compose(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``deepboot workload compose``."""
     from deepboot.core.cluster import ClusterSpec, Pool
-    from deepboot.core.servicefile import load_services
-    from deepboot.sim.traces.compose import ComposeConfig, compose, read_stream, read_training
+    from deepboot.core.servicefile import parse_services, read_document
+    from deepboot.sim.traces.compose import (
+        ComposeConfig,
+        comments_of,
+        compose,
+        read_stream,
+        read_training,
+    )
 
     training = require_path(args.training, "--training")
     pairs = list(zip(args.inference, args.services, strict=False))
@@ -569,7 +575,10 @@ def workload_compose(args: argparse.Namespace, out: Console, err: Console) -> in
     config = ComposeConfig(gpus, args.peak_busy, args.window_s, args.max_requests)
     outputs = _output_paths(args, inputs)
     train = read_training(training)
-    streams = [read_stream(w, load_services(s), s) for w, s in pairs]
+    streams = []
+    for w, s in pairs:
+        raw, text = read_document(s)  # once: a pipe (<(...)) reads only once
+        streams.append(read_stream(w, parse_services(raw, str(s), text), s, comments_of(text)))
     result = compose(train, streams, config, np.random.default_rng(args.seed))
     _write(outputs, "compose", result.rows, result.services, result.notes)
     _say(out, result.summary)

@@ -146,10 +146,14 @@ class Stream:
 
 
 def read_stream(
-    path: str | Path, services: Sequence[ServiceSpec], services_path: str | Path
+    path: str | Path,
+    services: Sequence[ServiceSpec],
+    services_path: str | Path,
+    notes: tuple[str, ...] | None = None,
 ) -> Stream:
     """Read an inference stream: a DeepBoot CSV whose every row names one of
-    ``services`` (read from ``services_path``, whose header comments are kept).
+    ``services`` (read from ``services_path``, whose header comments are kept:
+    ``notes``, or read from the file when None).
 
     Raises:
         InputError: a bad row, a row that is not an inference row of one of the
@@ -172,7 +176,8 @@ def read_stream(
         duration = row.number("duration", MAX_TIME_S, low_open=True)
         requests.append(Request(time, service, duration))
     requests.sort(key=lambda r: r.time)
-    notes = header_comments(services_path)
+    if notes is None:
+        notes = header_comments(services_path)
     return Stream(str(path), str(services_path), tuple(requests), tuple(services), notes)
 
 
@@ -186,6 +191,11 @@ def header_comments(path: str | Path) -> tuple[str, ...]:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         raise InputError(str(path), 0, "", "cannot read the services file") from None
+    return comments_of(text)
+
+
+def comments_of(text: str) -> tuple[str, ...]:
+    """The comment lines at the top of ``text``, without their ``#``."""
     out: list[str] = []
     for line in text.splitlines():
         if not line.strip():
@@ -361,7 +371,9 @@ def compose(
             raise ConfigError(f"{stream.source} has no inference rows")
         concurrency = {s.name: s.concurrency for s in stream.services}
         first, last = stream.requests[0].time, stream.requests[-1].time
-        gap = (last - first) / len(stream.requests)
+        # The mean gap between arrivals (n - 1 gaps); a stream whose requests all
+        # arrive at once spreads its copies over a window instead.
+        gap = (last - first) / max(len(stream.requests) - 1, 1) or config.window_s
         for r in stream.requests:
             times.append(origin + r.time - first)
             durations.append(r.duration)
