@@ -218,3 +218,66 @@ def test_composed_files_load_in_the_simulator(tmp_path: Path) -> None:
     )  # fmt: skip
     assert len(workload.training) == 3
     assert len(workload.inference) == sum(r[2].startswith("infer-") for r in result.rows)
+
+
+# ------------------------------------------------------------------ the copies' delays
+
+
+def copies_by_request(
+    tmp: Path, times: list[float], config: ComposeConfig, seed: int = 0
+) -> dict[int, list[float]]:
+    """Compose a one-service stream whose request ``i`` arrives at ``times[i]`` and runs
+    ``10 + i`` s (its duration names it), and give each request's arrivals, every copy
+    and the original, measured from the first training job (50 s)."""
+    specs = [ServiceSpec("a", "A", cold_start_s=5.0)]
+    requests = [Request(t, "a", 10.0 + i) for i, t in enumerate(times)]
+    csv_path, toml_path = stream_files(tmp, "gaps", specs, requests)
+    training = read_training(training_file(tmp / "t.csv", TRAINING))
+    result = compose(
+        training, [read_stream(csv_path, specs, toml_path)], config, np.random.default_rng(seed)
+    )
+    arrivals: dict[int, list[float]] = {i: [] for i in range(len(times))}
+    for row in result.rows:
+        if row[2].startswith("infer-"):
+            arrivals[round(float(row[5])) - 10].append(float(row[1]) - 50.0)
+    return arrivals
+
+
+@pytest.mark.parametrize(
+    "times",
+    [[0.0, 100.0, 200.0], [300.0, 310.0, 460.0, 475.0, 900.0, 1210.0]],
+    ids=["three-100s-apart", "irregular"],
+)
+def test_copies_arrive_within_the_mean_gap_of_n_minus_1_gaps(
+    tmp_path: Path, times: list[float]
+) -> None:
+    gap = (times[-1] - times[0]) / (len(times) - 1)  # 100 s for three 100 s apart, not 66.7
+    config = ComposeConfig(1, peak_busy=0.6, window_s=3600)
+    arrivals = copies_by_request(tmp_path, times, config)
+    for i, got in arrivals.items():
+        start = times[i] - times[0]
+        delays = sorted(a - start for a in got)
+        assert len(delays) >= 8  # replicated about 10 times
+        assert delays[0] == 0.0 and all(0 < d < gap for d in delays[1:])  # original first
+        # Copy k >= 1 is delayed by gap x frac(w + k x golden): the delays over the gap
+        # are a Weyl set for some w (so they use this gap, not (last - first) / n), and
+        # spread over it (a golden Weyl set of 8+ points leaves no hole of a third).
+        golden = (5**0.5 - 1) / 2
+        fractions = sorted(d / gap for d in delays[1:])
+        candidates = (
+            sorted((w + k * golden) % 1.0 for k in range(1, len(fractions) + 1))
+            for w in ((f - golden) % 1.0 for f in fractions)
+        )
+        assert any(c == pytest.approx(fractions, abs=1e-4) for c in candidates)
+        assert fractions[-1] > 2 / 3
+
+
+def test_a_stream_arriving_at_once_spreads_its_copies_over_a_window(tmp_path: Path) -> None:
+    config = ComposeConfig(1, peak_busy=0.5, window_s=600)
+    arrivals = copies_by_request(tmp_path, [500.0, 500.0, 500.0], config)
+    every = [a for got in arrivals.values() for a in got]
+    assert len(every) > 3 * 8  # replicated
+    assert all(0.0 <= a < 600 for a in every)  # within the window
+    assert len(set(every)) > len(every) - 3  # no synchronised duplicates (originals aside)
+    for got in arrivals.values():
+        assert got.count(0.0) == 1 and max(got) > 300  # spread over the window
