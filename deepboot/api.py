@@ -278,6 +278,7 @@ def compare(
 
     Raises:
         ConfigError: a malformed run, an unknown policy or a bad parameter.
+        InputError: a bad workload or services file (read before any run).
     """
     import os
 
@@ -285,11 +286,15 @@ def compare(
 
     specs = [parse_run(text) for text in runs]
     names = [Path(w).stem for w in workloads]
+    # Each workload is read once, here: the runs get its value (a path such as a
+    # shell's <(...) pipe can be read only once, and only by this process).
+    loaded = [load_workload(w, profiles, services=services) for w in workloads]
     tasks = [
         RunTask(
             index=i * len(specs) + j,
             workload_path=str(path),
             workload_name=name,
+            workload=workload,
             run=run,
             cluster=cluster,
             inference_nodes=inference_nodes,
@@ -299,7 +304,7 @@ def compare(
             max_time=max_time,
             services=None if services is None else str(services),
         )
-        for i, (path, name) in enumerate(zip(workloads, names, strict=True))
+        for i, (path, name, workload) in enumerate(zip(workloads, names, loaded, strict=True))
         for j, run in enumerate(specs)
     ]
     count = procs or max(1, min(os.cpu_count() or 1, len(tasks)))

@@ -94,3 +94,28 @@ def test_compare_runs_cells_as_if_alone() -> None:
     assert machine_free(cells[0].summary) == machine_free(alone.summary)
     assert cells[1].error is None and cells[1].summary["policy"] == "fifo"
     assert cells[2].error is not None and "p must be in" in cells[2].error
+
+
+def test_compare_reads_a_piped_workload_once(tmp_path: Path) -> None:
+    """A workload given as a pipe (what a shell's <(cat w.csv) passes) is read once, by
+    the caller, and every run gets it: the same cells as from the file."""
+    import os
+    import threading
+
+    path = REPO / "examples" / "demo-24.csv"
+    read, write = os.pipe()
+    feeder = threading.Thread(target=lambda: (os.write(write, path.read_bytes()), os.close(write)))
+    feeder.start()
+    try:
+        piped = deepboot.compare(
+            [f"/dev/fd/{read}"], ["pollux", "fifo"], cluster="4x4", inference_nodes=0, procs=2
+        )
+    finally:
+        feeder.join(30)
+        os.close(read)
+    filed = deepboot.compare([path], ["pollux", "fifo"], cluster="4x4", inference_nodes=0, procs=2)
+    assert [c.error for c in piped] == [None, None]
+    for a, b in zip(piped, filed, strict=True):
+        assert machine_free(a.summary) | {"workload": ""} == machine_free(b.summary) | {
+            "workload": ""
+        }
