@@ -478,6 +478,11 @@ class Controller:
             router = serve(0)  # the old port is taken: any free one (http.json says)
         self.router = router
         router.set_services(self.specs, self._measured_cold_starts())
+        now = self.clock()  # a back-off outlives the controller that started it
+        for row in self.store.services():
+            if row.load_failures and row.spec.name in self.specs:
+                left = (row.backoff_until or now) - now
+                router.restore_backoff(row.spec.name, row.load_failures, left)
         for rec in self._adopt:
             assert rec.replica is not None and rec.service is not None
             router.adopt_replica(

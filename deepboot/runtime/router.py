@@ -377,6 +377,11 @@ class Router:
         """The registered services (and the cold starts measured so far, seconds)."""
         self.call(self._set_services, dict(specs), dict(cold or {}))
 
+    def restore_backoff(self, service: str, failures: int, seconds_left: float) -> None:
+        """A restarted controller's record of ``service``'s crash-loop back-off (after
+        :meth:`set_services`): ``failures`` in a row, ``seconds_left`` of it to run."""
+        self.call(self._restore_backoff, service, failures, seconds_left)
+
     def start_replica(
         self, gpu: str, service: str, name: str, handle: Any, cold: bool, task: str = ""
     ) -> None:
@@ -403,6 +408,15 @@ class Router:
                 q.spec = spec
             if q.cold_s is None:
                 q.cold_s = cold.get(name)
+
+    def _restore_backoff(self, service: str, failures: int, seconds_left: float) -> None:
+        q = self.services.get(service)
+        if q is None or failures <= 0:
+            return
+        left = max(seconds_left, 0.0)
+        q.load_failures, q.backoff_until = failures, time.monotonic() + left
+        assert self._loop is not None
+        self._loop.call_later(left, self._post_uncovered, service)
 
     def _start_replica(
         self, gpu: str, service: str, name: str, handle: Any, cold: bool, task: str

@@ -209,3 +209,27 @@ def test_controller_requires_the_token_for_work_everywhere(tmp_path: Path, where
         store.close()
     finally:
         ctl.router.stop()
+
+
+def test_a_restarted_controller_keeps_a_services_back_off(tmp_path: Path) -> None:
+    """The back-off is in the store: a new controller's router holds it (no arrival
+    posted for the service until it ends), and the failure count it doubles from."""
+    ctl = _controller(tmp_path, "127.0.0.1")
+    spec = ServiceSpec("s1", "m", handler=f"{EXAMPLES / 'echo_service.py'}:load")
+    store = JobStore(ctl.state.db)
+    store.register_service(spec)
+    with store.transaction() as db:
+        store.set_backoff(db, "s1", 3, time.time() + 30)
+    store.close()
+    ctl.take_services()
+    ctl.start_router()
+    assert ctl.router is not None
+    try:
+        deadline = time.monotonic() + 30
+        while not (q := ctl.router.services.get("s1")) or not q.load_failures:
+            assert time.monotonic() < deadline, "the back-off never reached the router"
+            time.sleep(0.05)
+        assert q.load_failures == 3 and q.backing_off(time.monotonic())
+        assert 20 < q.backoff_until - time.monotonic() <= 30
+    finally:
+        ctl.router.stop()
