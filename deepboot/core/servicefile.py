@@ -163,12 +163,25 @@ def read_document(path: str | Path) -> tuple[dict[str, Any], str]:
     Raises:
         InputError: unreadable file or bad TOML (with its line).
     """
+    return read_toml(path, "services")
+
+
+def read_toml(path: str | Path, what: str) -> tuple[dict[str, Any], str]:
+    """A TOML file's document and its text, read once (UTF-8).
+
+    Args:
+        path: The file.
+        what: What it is, for the message of an unreadable file ("job", "services").
+
+    Raises:
+        InputError: unreadable file, not UTF-8, or bad TOML (with its line).
+    """
     where = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise InputError(where, 0, "", f"cannot read the services file: {reason}") from None
+        raise InputError(where, 0, "", f"cannot read the {what} file: {reason}") from None
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -7,13 +7,12 @@ endpoint a spec came through) and the key; TOML syntax errors carry the line.
 
 from __future__ import annotations
 
-import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from deepboot.core.errors import InputError
 from deepboot.core.service import valid_name
+from deepboot.core.servicefile import read_toml as core_read_toml
 
 
 def read_toml(path: str | Path, what: str) -> tuple[dict[str, Any], str, Path]:
@@ -23,18 +22,8 @@ def read_toml(path: str | Path, what: str) -> tuple[dict[str, Any], str, Path]:
         path: The file.
         what: What it is, for the message of an unreadable file ("job", "service").
     """
-    p = Path(path)
-    where = str(p)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise InputError(where, 0, "", f"cannot read the {what} file: {exc.strerror}") from None
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        line = int(m.group(1)) if (m := re.search(r"line (\d+)", str(exc))) else 0
-        raise InputError(where, line, "", f"not valid TOML: {exc}") from None
-    return raw, where, p.parent
+    raw, _ = core_read_toml(path, what)
+    return raw, str(path), Path(path).parent
 
 
 def check_keys(where: str, raw: dict[str, Any], known: set[str], required: tuple[str, ...]) -> None:
