@@ -205,7 +205,9 @@ def health(url: str, timeout: float = HEALTH_TIMEOUT_S, challenge: str = "") -> 
     asker = threading.Thread(target=ask, name="deepboot-healthz", daemon=True)
     asker.start()
     asker.join(timeout)
-    if not result:
+    # urllib's own timeout (the same length) can fire just before the join ends:
+    # that is the same "no answer in time", not an endpoint that does not speak HTTP.
+    if not result or _timed_out(result[0]):
         raise _refused(url, f"did not answer GET /healthz within {timeout:g} s")
     answer = result[0]
     if isinstance(answer, urllib.error.HTTPError):
@@ -290,6 +292,13 @@ def _refused(url: str, what: str) -> EndpointError:
         f"the endpoint at {url} (recorded in http.json) {what}: it is down, or not this "
         "state directory's controller; the bearer token was not sent"
     )
+
+
+def _timed_out(answer: object) -> bool:
+    """``answer`` is urllib's read or connect timeout (bare, or wrapped in a URLError)."""
+    if isinstance(answer, urllib.error.URLError) and not isinstance(answer, urllib.error.HTTPError):
+        answer = answer.reason
+    return isinstance(answer, TimeoutError)
 
 
 def _one_line(reason: object) -> str:

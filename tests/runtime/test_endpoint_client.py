@@ -339,3 +339,16 @@ def test_serve_asks_a_checked_endpoint_with_the_token(
     assert code == 0, err
     assert f"{controller.url}/v1/echo/infer" in " ".join(out.split())
     assert controller.authorized() == ["/v1/services"]
+
+
+def test_urllibs_own_timeout_is_no_answer_in_time() -> None:
+    """urllib's timeout has the deadline's length and can fire just before the join
+    ends (CI, 2cd965b): that is "no answer in time", not "does not speak HTTP"."""
+    import urllib.error
+
+    from deepboot.runtime.endpoint import _timed_out
+
+    assert _timed_out(TimeoutError("timed out"))
+    assert _timed_out(urllib.error.URLError(TimeoutError("timed out")))
+    assert not _timed_out(urllib.error.URLError(ConnectionRefusedError(111, "refused")))
+    assert not _timed_out(ValueError("not JSON"))
