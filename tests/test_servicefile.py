@@ -25,6 +25,9 @@ concurrency = 2
 name = "chat"
 model = "llama"
 max_replicas = 4
+slo_wait_s = 45.0
+slo_target = 0.95
+guaranteed_replicas = 2
 [service.args]
 hidden = 64
 """
@@ -39,7 +42,16 @@ def _write(tmp_path: Path, text: str) -> Path:
 def test_a_services_file_reads_into_specs(tmp_path: Path) -> None:
     a, b = load_services(_write(tmp_path, GOOD))
     assert a == ServiceSpec("M0002", "sd-xl", cold_start_s=22.7, concurrency=2)
-    assert b == ServiceSpec("chat", "llama", max_replicas=4, args={"hidden": 64})
+    assert b == ServiceSpec(
+        "chat",
+        "llama",
+        max_replicas=4,
+        args={"hidden": 64},
+        slo_wait_s=45.0,
+        slo_target=0.95,
+        guaranteed_replicas=2,
+    )
+    assert (a.slo_wait_s, a.slo_target, a.guaranteed_replicas) == (1.0, 0.99, 0)  # defaults
 
 
 @pytest.mark.parametrize(
@@ -56,12 +68,18 @@ def test_a_services_file_reads_into_specs(tmp_path: Path) -> None:
          "finite"),
         ("[[service]]\nname = 'a'\nmodel = 'm'\ncold_start_s = -1\n", 1, "cold_start_s",
          "[0, 86400]"),
+        ("[[service]]\nname = 'a'\nmodel = 'm'\nslo_target = 1.0\n", 1, "slo_target",
+         "(0, 1)"),
+        ("[[service]]\nname = 'a'\nmodel = 'm'\nslo_wait_s = 0\n", 1, "slo_wait_s",
+         "(0, 86400]"),
+        ("[[service]]\nname = 'a'\nmodel = 'm'\nmax_replicas = 2\nguaranteed_replicas = 3\n",
+         1, "guaranteed_replicas", "more than max_replicas"),
         ("name = 'a'\n", 0, "name", "unknown top-level key"),
         ("", 0, "service", "no [[service]]"),
         ("[[service]\n", 1, "", "not valid TOML"),
     ],
-    ids=["missing", "duplicate", "unknown", "range", "newline", "nan", "negative", "flat",
-         "empty", "syntax"],
+    ids=["missing", "duplicate", "unknown", "range", "newline", "nan", "negative", "target",
+         "wait", "guaranteed", "flat", "empty", "syntax"],
 )  # fmt: skip
 def test_every_error_names_the_file_line_and_key(
     tmp_path: Path, text: str, line: int, field: str, words: str
@@ -79,14 +97,19 @@ def test_an_unreadable_file_is_an_input_error(tmp_path: Path) -> None:
 
 
 _names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,20}", fullmatch=True)
-_specs = st.builds(
-    ServiceSpec,
-    name=_names,
-    model=st.text(min_size=1, max_size=12).filter(lambda s: all(ord(c) >= 32 for c in s)),
-    concurrency=st.integers(1, 1024),
-    max_replicas=st.integers(0, 4096),
-    cold_start_s=st.none() | st.floats(0, 86_400, allow_nan=False),
-    request_timeout_s=st.floats(0.001, 86_400),
+_specs = st.integers(0, 4096).flatmap(
+    lambda cap: st.builds(
+        ServiceSpec,
+        name=_names,
+        model=st.text(min_size=1, max_size=12).filter(lambda s: all(ord(c) >= 32 for c in s)),
+        concurrency=st.integers(1, 1024),
+        max_replicas=st.just(cap),
+        cold_start_s=st.none() | st.floats(0, 86_400, allow_nan=False),
+        request_timeout_s=st.floats(0.001, 86_400),
+        slo_wait_s=st.floats(0.001, 86_400),
+        slo_target=st.floats(0.001, 0.999),
+        guaranteed_replicas=st.integers(0, min(cap, 16) if cap else 16),
+    )
 )
 
 

@@ -17,7 +17,10 @@ unused here). The workload's inference rows then name its services, application 
 "infer-<name>" (every such row must name one of them); a service's model is a label,
 its cold start is its cold_start_s (required for every service the workload uses),
 one replica serves up to concurrency tasks at once (a task that finds every replica
-of its service full starts another), and max_replicas caps its replicas:
+of its service full starts another), and max_replicas caps its replicas. Its SLO:
+a request meets it when it starts within slo_wait_s (default 1 s); slo_target of
+its requests should (default 0.99); guaranteed_replicas are never lent. Every run
+reports the attainment (docs/slo.md):
 
   # services.toml
   [[service]]
@@ -26,6 +29,8 @@ of its service full starts another), and max_replicas caps its replicas:
   cold_start_s = 22.7
   concurrency = 2
   max_replicas = 4
+  slo_wait_s = 45.0
+  slo_target = 0.95
 
   deepboot simulate --workload genai.csv --services services.toml --policy deepboot \\
       --cluster 16x4 --inference-nodes 8"""
@@ -37,8 +42,9 @@ def add_services_flag(p: argparse.ArgumentParser) -> None:
         "--services",
         metavar="FILE",
         help="services file ([[service]] tables: name, model, cold_start_s, concurrency, "
-        "max_replicas): the workload's inference rows name its services "
-        "(application infer-<name>); see the services example below",
+        "max_replicas, slo_wait_s, slo_target, guaranteed_replicas): the workload's "
+        "inference rows name its services (application infer-<name>); see the services "
+        "example below",
     )
 
 

@@ -29,6 +29,10 @@ MAX_COLD_START_S = 86_400.0
 """Longest cold start accepted (a day: longer is a typo, and overflows a summary)."""
 MAX_BODY_BYTES = 67_108_864  # 64 MiB
 DEFAULT_BODY_BYTES = 1_048_576  # 1 MiB
+DEFAULT_SLO_WAIT_S = 1.0
+"""A request's default SLO: handed to a ready replica within a second ..."""
+DEFAULT_SLO_TARGET = 0.99
+"""... for 99% of the service's requests."""
 DEFAULT_LOAD_TIMEOUT_S = 300.0
 """A replica's load timeout before any cold start of its service was measured."""
 LOAD_TIMEOUT_FACTOR = 3.0
@@ -49,6 +53,9 @@ FIELDS = (
     "load_timeout_s",
     "handler_timeout_s",
     "max_body_bytes",
+    "slo_wait_s",
+    "slo_target",
+    "guaranteed_replicas",
 )
 """Every field, in declaration order (the keys of :meth:`ServiceSpec.to_json`)."""
 
@@ -91,6 +98,15 @@ class ServiceSpec:
             handler_timeout_s`` in the system, whatever retries happen.
         max_body_bytes: Runtime: largest request body accepted (then 413), in
             [1, 64 MiB]; 1 MiB by default.
+        slo_wait_s: The request SLO: most seconds a request may wait before a ready
+            replica takes it (queueing, cold start and reclaim included: the
+            simulator's ``delay``), in (0, 86400]; 1 s by default. Below the cold
+            start only a replica already warm meets it (see docs/slo.md).
+        slo_target: Fraction of the service's requests that must meet
+            ``slo_wait_s``, in (0, 1); 0.99 by default.
+        guaranteed_replicas: Replicas of the service held warm and never lent
+            (Kueue's ``lendingLimit`` for serving), in [0, 4096] and at most
+            ``max_replicas`` when that caps; 0 by default.
 
     Raises:
         ConfigError: a field is out of range or of the wrong type; the message names it.
@@ -108,6 +124,9 @@ class ServiceSpec:
     load_timeout_s: float | None = None
     handler_timeout_s: float | None = None
     max_body_bytes: int = DEFAULT_BODY_BYTES
+    slo_wait_s: float = DEFAULT_SLO_WAIT_S
+    slo_target: float = DEFAULT_SLO_TARGET
+    guaranteed_replicas: int = 0
 
     def __post_init__(self) -> None:
         if not valid_name(self.name):
@@ -136,8 +155,20 @@ class ServiceSpec:
                     f"[0, {MAX_COLD_START_S:g}] seconds, got {cold!r}"
                 )
         self._int("max_body_bytes", 1, MAX_BODY_BYTES)
-        for key in ("request_timeout_s", "load_timeout_s", "handler_timeout_s"):
-            if getattr(self, key) is None and key != "request_timeout_s":
+        self._int("guaranteed_replicas", 0, MAX_REPLICAS)
+        if 0 < self.max_replicas < self.guaranteed_replicas:
+            raise ConfigError(
+                f"service {self.name!r} field 'guaranteed_replicas': "
+                f"{self.guaranteed_replicas} is more than max_replicas = {self.max_replicas}"
+            )
+        target = self._number("slo_target")
+        if not 0.0 < target < 1.0:
+            raise ConfigError(
+                f"service {self.name!r} field 'slo_target': must be in (0, 1) "
+                f"(a fraction of requests), got {target!r}"
+            )
+        for key in ("request_timeout_s", "load_timeout_s", "handler_timeout_s", "slo_wait_s"):
+            if getattr(self, key) is None and key in ("load_timeout_s", "handler_timeout_s"):
                 continue
             timeout = self._number(key)
             if not 0.0 < timeout <= MAX_REQUEST_TIMEOUT_S:
@@ -204,6 +235,9 @@ class ServiceSpec:
             "load_timeout_s": self.load_timeout_s,
             "handler_timeout_s": self.handler_timeout_s,
             "max_body_bytes": self.max_body_bytes,
+            "slo_wait_s": self.slo_wait_s,
+            "slo_target": self.slo_target,
+            "guaranteed_replicas": self.guaranteed_replicas,
         }
 
     @classmethod

@@ -9,6 +9,8 @@ serve`` read services, and in which the workload loaders write them::
     model = "M0002"          # a label (the simulator reads no catalog entry for it)
     cold_start_s = 22.7
     concurrency = 1          # tasks a replica serves at once
+    slo_wait_s = 45.0        # the request SLO (docs/slo.md): 45 s for 95% of requests
+    slo_target = 0.95
     # max_replicas, queue_bound, request_timeout_s, load_timeout_s, handler_timeout_s,
     # max_body_bytes: the runtime's keys (ServiceSpec); handler: the runtime's
     # factory, optional and unused by the simulator

@@ -25,13 +25,17 @@ LEADING_COLUMNS: tuple[str, ...] = ("workload", "run", "spec")
 def flatten_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
     """``{"training": {"avg_jct_s": 1.0}}`` -> ``{"training.avg_jct_s": 1.0}``.
 
-    One level of nesting is flattened; a value that is still not a scalar (a deeper
-    mapping, a list) is written as its ``str``. ``summary`` is never mutated.
+    One level of nesting is flattened; a deeper mapping (``inference.per_service``:
+    a column per service and field would be hundreds) stays in the JSON summary
+    only; another value that is still not a scalar (a list) is written as its
+    ``str``. ``summary`` is never mutated.
     """
     out: dict[str, Any] = {}
     for key, value in summary.items():
         if isinstance(value, Mapping):
             for sub, inner in value.items():
+                if isinstance(inner, Mapping):
+                    continue
                 out[f"{key}.{sub}"] = inner if _scalar(inner) else str(inner)
         else:
             out[key] = value if _scalar(value) else str(value)

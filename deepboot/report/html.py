@@ -134,9 +134,9 @@ def render_report(page: ReportPage) -> str:
         f"<title>{_e(page.title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_e(page.title)}</h1>",
         f'<p class="sub">{len(page.rows)} runs. In the JCT, makespan, restart and '
-        f"inference columns lower is better, and each workload's best value is "
-        f"highlighted; reference runs (italic) are not ranked. The last column is the "
-        f"change in average training JCT against {_e(base)}.</p>",
+        f"inference delay columns lower is better, in the SLO column higher, and each "
+        f"workload's best value is highlighted; reference runs (italic) are not "
+        f"ranked. The last column is the change in average training JCT against {_e(base)}.</p>",
     ]
     if page.figures:
         links = "".join(

@@ -181,6 +181,8 @@ class Column:
             value to mean anything ("" = always shown).
         lower_is_better: Whether the lowest value is the best one; False for
             descriptive columns (lent GPU-hours, reclaims), never highlighted.
+        higher_is_better: The highest value is the best one (SLO attainment);
+            overrides ``lower_is_better``.
     """
 
     header: str
@@ -190,6 +192,7 @@ class Column:
     decimals: int = 0
     only_if: str = ""
     lower_is_better: bool = True
+    higher_is_better: bool = False
 
     def value(self, summary: Mapping[str, Any]) -> float | None:
         """The raw summary value, or None when missing, not a finite number, or
@@ -219,6 +222,17 @@ COMPARE_COLUMNS: tuple[Column, ...] = (
     Column("Max restarts/job", "training", "max_job_restarts"),
     Column("Cold starts", "inference", "cold_starts", only_if="tasks"),
     Column("Inference avg delay (s)", "inference", "avg_delay_s", decimals=2, only_if="tasks"),
+    Column("Inference p99 delay (s)", "inference", "p99_delay_s", decimals=2, only_if="tasks"),
+    # Requests started within their service's slo_wait_s (deepboot.sim.slo).
+    Column(
+        "SLO attained (%)",
+        "inference",
+        "slo_attainment",
+        divisor=0.01,
+        decimals=1,
+        only_if="tasks",
+        higher_is_better=True,
+    ),
     # Lending more is the point, but reclaims are its price: neither is "best" alone.
     Column(
         "Lent GPU-h",
@@ -306,7 +320,8 @@ def best_cells(rows: Sequence[MatrixRow]) -> set[tuple[int, int]]:
     """``(row, column)`` indices into :func:`matrix_cells` of each workload's best value.
 
     Best = lowest, per workload and per lower-is-better :data:`COMPARE_COLUMNS`
-    column, among the non-reference rows that have the value; ties are all best.
+    column (highest for a higher-is-better one), among the non-reference rows that
+    have the value; ties are all best.
     Used to highlight cells.
     """
     best: set[tuple[int, int]] = set()
@@ -314,14 +329,14 @@ def best_cells(rows: Sequence[MatrixRow]) -> set[tuple[int, int]]:
     for workload in dict.fromkeys(r.workload for r in rows):
         members = [i for i, r in enumerate(rows) if r.workload == workload and not r.reference]
         for j, col in enumerate(COMPARE_COLUMNS):
-            if not col.lower_is_better:
+            if not (col.lower_is_better or col.higher_is_better):
                 continue
             values = {i: col.value(rows[i].summary) for i in members}
             present = [v for v in values.values() if v is not None]
             if len(present) < 2:
                 continue
-            low = min(present)
-            best.update((i, offset + j) for i, v in values.items() if v == low)
+            top = max(present) if col.higher_is_better else min(present)
+            best.update((i, offset + j) for i, v in values.items() if v == top)
     return best
 
 

@@ -15,6 +15,8 @@ Example (examples/runtime/echo.toml)::
     #                                   # default: 3x the measured cold start, 300 s before one
     # max_body_bytes = 1048576          # largest request body (then 413)
     # cold_start_s = 2.0                # measured on the first start when absent
+    # slo_wait_s = 1.0, slo_target = 0.99, guaranteed_replicas = 0: the request SLO
+    #                                   # (kept; only the simulator acts on it for now)
 
     [args]                              # passed to the factory as keyword arguments
     hidden = 64
@@ -39,6 +41,8 @@ from typing import Any
 from deepboot.core.errors import ConfigError, InputError
 from deepboot.core.service import (
     DEFAULT_BODY_BYTES,
+    DEFAULT_SLO_TARGET,
+    DEFAULT_SLO_WAIT_S,
     FIELDS,
     MAX_BODY_BYTES,
     MAX_CONCURRENCY,
@@ -58,10 +62,12 @@ from deepboot.runtime.specfile import check_keys, int_key, read_toml, resolve_ca
 _KNOWN = set(FIELDS)
 
 
-def _seconds(path: str, raw: dict[str, Any], key: str, default: float) -> float:
+def _seconds(
+    path: str, raw: dict[str, Any], key: str, default: float, unit: str = " of seconds"
+) -> float:
     value = raw.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InputError(path, 0, key, f"must be a finite number of seconds, got {value!r}")
+        raise InputError(path, 0, key, f"must be a finite number{unit}, got {value!r}")
     return float(value)
 
 
@@ -157,6 +163,10 @@ def parse_service(raw: dict[str, Any], where: str, base: Path) -> ServiceSpec:
             max_body_bytes=int_key(
                 where, raw, "max_body_bytes", DEFAULT_BODY_BYTES, 1, MAX_BODY_BYTES
             ),
+            # Kept with the service; the runtime does not act on its SLO yet.
+            slo_wait_s=_seconds(where, raw, "slo_wait_s", DEFAULT_SLO_WAIT_S),
+            slo_target=_seconds(where, raw, "slo_target", DEFAULT_SLO_TARGET, ""),
+            guaranteed_replicas=int_key(where, raw, "guaranteed_replicas", 0, 0, MAX_REPLICAS),
         )
     except ConfigError as exc:  # a check above missed it: still name the key
         m = re.search(r"field '(\w+)'", str(exc))

@@ -11,6 +11,7 @@ import numpy as np
 
 from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.gpu import GpuState
+from deepboot.core.service import DEFAULT_SLO_TARGET, DEFAULT_SLO_WAIT_S
 from deepboot.sim.job import SimJob
 
 _BUSY = (GpuState.TRAINING, GpuState.LENT, GpuState.RUNNING)
@@ -145,9 +146,13 @@ class SimResult:
         timeline: GPU counts per state after each event time, consecutive duplicates
             dropped (a step function over the run).
         reclaim_times: Time of each GPU taken back from training, in order.
+        proactive_reclaim_times: The reclaims of ``reclaim_times`` made ahead of
+            demand (before the requests that need the GPU arrived), in order.
         start_time: Virtual time of the first event handled.
         gpu_seconds: GPU-seconds per (pool, state) over [start_time, end_time]; they
             add up to the cluster's GPUs times that span.
+        slo_wait_s: Each service's request SLO, seconds (missing: the default, 1 s).
+        slo_target: Each service's target attainment (missing: the default, 0.99).
     """
 
     jobs: tuple[JobRecord, ...]
@@ -159,10 +164,13 @@ class SimResult:
     inference: tuple[InferenceRecord, ...] = ()
     timeline: tuple[TimelinePoint, ...] = ()
     reclaim_times: tuple[float, ...] = ()
+    proactive_reclaim_times: tuple[float, ...] = ()
     start_time: float = 0.0
     gpu_seconds: Mapping[tuple[Pool, GpuState], float] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    slo_wait_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    slo_target: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def state_seconds(self, state: GpuState, pool: Pool | None = None) -> float:
         """GPU-seconds spent in ``state`` (in ``pool``, or the whole cluster)."""
@@ -197,10 +205,15 @@ class SimResult:
         most restarts, and the most restart seconds, of any one job (the thrash
         check); ``p99`` interpolates linearly. Empty sets give 0.0.
 
-        ``inference`` delays are over the tasks that started. ``cluster.lent_gpu_s``
-        is the GPU-seconds spent LENT; ``reclaims`` counts GPUs taken back;
-        ``util_*_pool`` is :meth:`utilisation`.
+        ``inference`` delays are over the tasks that started; its SLO fields
+        (attainment, the worst window, late requests, ``per_service``) are
+        :func:`deepboot.sim.slo.slo_summary`'s; ``reclaims_proactive`` are the
+        reclaims made ahead of demand, ``reclaims_reactive`` the others.
+        ``cluster.lent_gpu_s`` is the GPU-seconds spent LENT; ``reclaims`` counts GPUs
+        taken back; ``util_*_pool`` is :meth:`utilisation`.
         """
+        from deepboot.sim.slo import slo_summary
+
         done = self.completed
         jcts = [r.jct for r in done if r.jct is not None]
         queues = [r.queue_delay for r in self.jobs if r.queue_delay is not None]
@@ -243,6 +256,7 @@ class SimResult:
                 "warm_hits": sum(1 for r in self.inference if r.start is not None and not r.cold),
                 "avg_delay_s": _stat(started, "mean"),
                 "p99_delay_s": _stat(started, "p99"),
+                **self._slo(slo_summary),
             },
             "scheduler": {
                 "rounds": self.rounds,
@@ -251,3 +265,15 @@ class SimResult:
             },
             "wall_s": self.wall_s,
         }
+
+    def _slo(self, slo_summary: Any) -> dict[str, Any]:
+        services = {r.service for r in self.inference}
+        wait = {s: self.slo_wait_s.get(s, DEFAULT_SLO_WAIT_S) for s in services}
+        target = {s: self.slo_target.get(s, DEFAULT_SLO_TARGET) for s in services}
+        out: dict[str, Any] = slo_summary(self.inference, wait, target)
+        proactive = len(self.proactive_reclaim_times)
+        per_service = out.pop("per_service")
+        out["reclaims_proactive"] = proactive
+        out["reclaims_reactive"] = len(self.reclaim_times) - proactive
+        out["per_service"] = per_service
+        return out

@@ -76,6 +76,13 @@ def simulate(
         inference=() if serving is None else serving.records(),
         timeline=tuple(sim.timeline),
         reclaim_times=() if serving is None else tuple(serving.reclaim_times),
+        proactive_reclaim_times=(() if serving is None else tuple(serving.proactive_reclaim_times)),
         start_time=sim.start_time if sim.start_time is not None else sim.now,
         gpu_seconds=MappingProxyType(seconds),
+        slo_wait_s=MappingProxyType(
+            {} if serving is None else {n: s.slo_wait_s for n, s in serving.services.items()}
+        ),
+        slo_target=MappingProxyType(
+            {} if serving is None else {n: s.slo_target for n, s in serving.services.items()}
+        ),
     )

@@ -113,6 +113,7 @@ class Serving:
         services: Service name -> spec (read-only).
         tasks: Name -> task.
         reclaim_times: Time of every GPU taken back from training.
+        proactive_reclaim_times: Time of each reclaim made ahead of demand.
         finished: Tasks whose end has been handled.
     """
 
@@ -132,6 +133,9 @@ class Serving:
         self._arrivals: dict[str, deque[float]] = {}
         self._runs: dict[str, deque[tuple[float, float]]] = {}
         self.reclaim_times: list[float] = []
+        self.proactive_reclaim_times: list[float] = []
+        """The subset of ``reclaim_times`` taken before the requests that need them
+        arrived (``Reclaim.proactive``)."""
         self.finished = 0
 
     def arrival_events(self) -> list[tuple[float, Event]]:

@@ -27,6 +27,7 @@ def make_summary(
     *,
     cold_starts: int | None = 12,
     reclaims: int | None = 40,
+    attainment: float = 0.95,
     lent_gpu_s: float | None = 36000.0,
 ) -> dict[str, Any]:
     """A complete run summary; ``None`` leaves an inference/cluster key out."""
@@ -63,6 +64,7 @@ def make_summary(
             "warm_hits": 3200 - cold_starts,
             "avg_delay_s": 0.75,
             "p99_delay_s": 8.0,
+            "slo_attainment": attainment,
         }
     return summary
 

@@ -26,6 +26,14 @@ def test_flatten_summary_is_one_level_and_pure() -> None:
     assert repr(summary) == before
 
 
+def test_per_service_detail_stays_out_of_the_csv() -> None:
+    summary = make_summary()
+    summary["inference"]["per_service"] = {"a": {"slo_attainment": 0.5}}
+    flat = flatten_summary(summary)
+    assert flat["inference.slo_attainment"] == 0.95
+    assert not any("per_service" in k for k in flat)
+
+
 def test_columns_are_schema_ordered_with_extensions_after_their_section() -> None:
     header = results_csv(make_rows()).splitlines()[0].split(",")
     # The summary's own "workload" key is the leading column, not repeated.

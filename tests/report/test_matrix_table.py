@@ -29,6 +29,8 @@ def test_cells_follow_the_headers_with_one_unit_per_column() -> None:
     assert cell(cells, 0, "Makespan (h)") == "10.00"
     assert cell(cells, 0, "Lent GPU-h") == "10.0"
     assert cell(cells, 0, "Inference avg delay (s)") == "0.75"
+    assert cell(cells, 0, "Inference p99 delay (s)") == "8.00"
+    assert cell(cells, 0, "SLO attained (%)") == "95.0"
     assert cell(cells, 1, "Reclaims") == "0"
 
 
@@ -49,7 +51,14 @@ def test_baseline_change_is_per_workload(baseline: str | None, expected: list[st
 def test_summary_without_inference_keys_shows_dashes() -> None:
     rows = [MatrixRow("w", "old", make_summary(cold_starts=None, reclaims=None, lent_gpu_s=None))]
     cells = matrix_cells(rows)
-    for header in ("Cold starts", "Inference avg delay (s)", "Lent GPU-h", "Reclaims"):
+    for header in (
+        "Cold starts",
+        "Inference avg delay (s)",
+        "Inference p99 delay (s)",
+        "SLO attained (%)",
+        "Lent GPU-h",
+        "Reclaims",
+    ):
         assert cell(cells, 0, header) == "-"
 
 
@@ -63,6 +72,15 @@ def test_best_cells_need_two_values_and_keep_ties() -> None:
     avg = MATRIX_HEADERS.index(COMPARE_COLUMNS[0].header)
     assert (0, avg) in best and (1, avg) in best
     assert not any(r == 2 for r, _ in best)  # nothing to compare with on workload v
+
+
+def test_the_highest_slo_attainment_is_the_best() -> None:
+    rows = [
+        MatrixRow("w", "a", make_summary(attainment=0.9)),
+        MatrixRow("w", "b", make_summary(attainment=0.99)),
+    ]
+    col = MATRIX_HEADERS.index("SLO attained (%)")
+    assert (1, col) in best_cells(rows) and (0, col) not in best_cells(rows)
 
 
 def test_rich_table_lists_every_run() -> None:

@@ -61,6 +61,27 @@ def test_cold_start_then_warm_reuse_and_the_protect_rule() -> None:
         "warm_hits": 3,
         "avg_delay_s": pytest.approx(1.25),
         "p99_delay_s": pytest.approx(5.0 - 0.03 * 5.0),
+        # One request of four waited its cold start (5 s) past the 1 s default SLO.
+        "slo_attainment": 0.75,
+        "slo_worst_window": None,  # 4 requests: no 10-minute window holds 20
+        "requests_late": 1,
+        "requests_unstarted": 0,
+        "requests_dropped": 0,
+        "p50_delay_s": 0.0,
+        "max_delay_s": 5.0,
+        "reclaims_proactive": 0,
+        "reclaims_reactive": 0,
+        "per_service": {
+            "infer-tiny-1": {
+                "requests": 4,
+                "slo_wait_s": 1.0,
+                "slo_target": 0.99,
+                "slo_attainment": 0.75,
+                "slo_worst_window": None,
+                "p99_delay_s": pytest.approx(5.0 - 0.03 * 5.0),
+                "requests_late": 1,
+            }
+        },
     }
 
 
