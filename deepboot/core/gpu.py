@@ -20,7 +20,8 @@ class GpuState(enum.Enum):
 
     FREE: empty.
     TRAINING: a training worker on a training-pool GPU.
-    RUNNING: an inference replica serving a task.
+    RUNNING: an inference replica serving a task, or loading (a cold start, with a
+        task or pre-warmed without one).
     PROTECT: an idle replica kept warm for its protect time; not lendable.
     SLEEP: an idle replica, still loaded, lendable (lending evicts it).
     LENT: a training worker on an inference-pool GPU; reclaimable at any time.
@@ -37,9 +38,12 @@ class GpuState(enum.Enum):
 _T = GpuState
 TRANSITIONS: Mapping[GpuState, frozenset[GpuState]] = MappingProxyType(
     {
-        # A free GPU can take a training worker (own pool or lent) or a cold-started replica.
+        # A free GPU can take a training worker (own pool or lent) or a cold-started
+        # replica: for a task, or pre-warmed with none (WarmReplica).
         _T.FREE: frozenset({_T.TRAINING, _T.LENT, _T.RUNNING}),
         _T.TRAINING: frozenset({_T.FREE, _T.RUNNING}),
+        # Its tasks are done, or a pre-warmed replica is ready with none (-> PROTECT);
+        # a task joins it (-> RUNNING: a free slot, or a pre-warmed replica loading).
         _T.RUNNING: frozenset({_T.PROTECT, _T.RUNNING}),
         # Warm reuse (PROTECT -> RUNNING) or the protect time ends (PROTECT -> SLEEP).
         _T.PROTECT: frozenset({_T.RUNNING, _T.SLEEP}),

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deepboot.core.cluster import ClusterSpec, Pool
+from deepboot.core.errors import InvalidDecisionError
 from deepboot.core.gpu import GpuId, GpuState
 from deepboot.core.service import ServiceSpec
 from deepboot.elastic.protocol import (
@@ -93,6 +94,7 @@ from deepboot.scheduler.operations import (
     Release,
     SleepReplica,
     StartReplica,
+    WarmReplica,
 )
 
 if TYPE_CHECKING:
@@ -155,7 +157,9 @@ class RayBackend:
 
     ``snapshot`` reports the world as the loop sees it; ``apply`` records the GPU
     operations, starts, wakes and kills replicas, and hands every job whose GPU set
-    changed to the controller, which starts its next generation.
+    changed to the controller, which starts its next generation. It refuses a step
+    with a ``WarmReplica`` (pre-warming is simulator-only for now), before applying any
+    of it.
     """
 
     def __init__(self, ctl: Controller) -> None:
@@ -173,6 +177,13 @@ class RayBackend:
         return Snapshot(ctl.clock(), ctl.cluster, jobs, gpus, waiting, services=ctl.specs)
 
     def apply(self, step: Step) -> None:
+        for op in step.ops:
+            if isinstance(op, WarmReplica):
+                raise InvalidDecisionError(
+                    f"the runtime cannot apply {op!r}: pre-warming a replica with no "
+                    "request (WarmReplica) is simulator-only for now; nothing of the "
+                    "step was applied"
+                )
         ctl = self.ctl
         touched: list[str] = []
         for op in step.ops:

@@ -23,8 +23,18 @@ the simulator and the runtime alike:
   (-> SLEEP at once when its protect time is 0); one that still serves tasks
   (``Snapshot.replicas``) stays RUNNING. Then a retry.
 * **PROTECT_EXPIRED**: PROTECT -> SLEEP, then a retry.
+* **REPLICA_WARM**: a replica pre-warmed by ``WarmReplica`` (a cold start with no
+  task) is loaded: if no task joined it meanwhile, RUNNING -> PROTECT until the
+  event's ``until`` (-> SLEEP at once when that has passed), then a retry; one that
+  took a task serves it and stays RUNNING. While it loads it is in
+  ``Snapshot.replicas`` with no task in flight, so an arrival of its service joins it
+  as above, whatever the service's ``concurrency`` (1 included).
 * **JOB_FINISHED**: a retry (the world has freed the job's GPUs).
 * **JOB_SUBMITTED**: nothing until the next tick.
+
+No handler makes a ``WarmReplica`` yet (a forecasting policy will); every step's
+``WarmReplica`` operations are checked against the snapshot
+(:func:`validate_warm_replicas`) before the step is returned.
 
 A retry tries the queued tasks in arrival order, one placement per :class:`Step`: the
 world applies it and calls :meth:`ControlLoop.step` again, with a fresh snapshot and
@@ -38,6 +48,7 @@ the :class:`Backend` protocol: ``snapshot(event)`` and ``apply(step)``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -71,6 +82,7 @@ from deepboot.scheduler.operations import (
     StartReplica,
     Unplaced,
     WaitReason,
+    WarmReplica,
 )
 
 
@@ -96,10 +108,12 @@ _LOADED = frozenset({GpuState.RUNNING, GpuState.PROTECT, GpuState.SLEEP})
 
 @dataclass(frozen=True, slots=True)
 class ReplicaLoad:
-    """What a RUNNING replica of a service with ``concurrency > 1`` serves.
+    """What a RUNNING replica of a service with ``concurrency > 1``, or a pre-warmed
+    replica still loading (``WarmReplica``), serves.
 
     Attributes:
-        in_flight: Tasks placed on it and not finished (>= 1).
+        in_flight: Tasks placed on it and not finished (0 only for a pre-warmed
+            replica that no task has joined yet).
         ready_at: When its cold start ends (<= now once it is loaded): a task that
             joins it starts serving then.
     """
@@ -127,11 +141,12 @@ class Snapshot:
             replica of a service with ``max_replicas`` loaded already is refused (a
             service missing here has no cap), and a task may join a replica with
             fewer than ``concurrency`` tasks in flight.
-        replicas: The RUNNING replicas of services with ``concurrency > 1``, by GPU,
-            as the world counts their tasks. A RUNNING replica missing here takes no
-            other task, and serves nothing more once an INFERENCE_DONE names it (the
-            simulator with ``concurrency = 1``; the runtime, whose router fills free
-            slots itself and reports a replica only once it is idle).
+        replicas: The RUNNING replicas of services with ``concurrency > 1``, and the
+            pre-warmed replicas still loading (any concurrency), by GPU, as the world
+            counts their tasks. A RUNNING replica missing here takes no other task,
+            and serves nothing more once an INFERENCE_DONE or REPLICA_WARM names it
+            (the simulator with ``concurrency = 1``; the runtime, whose router fills
+            free slots itself and reports a replica only once it is idle).
     """
 
     now: float
@@ -235,9 +250,16 @@ class ControlLoop:
             cursor: The previous step's ``retry`` (RETRY events only).
 
         Raises:
-            InvalidDecisionError: a policy broke an invariant; nothing of the step is
-                meant to be applied.
+            InvalidDecisionError: a policy broke an invariant (an illegal
+                ``WarmReplica`` included); nothing of the step is meant to be applied.
         """
+        out = self._dispatch(event, snap, rng, cursor)
+        validate_warm_replicas(out.ops, snap.gpus, snap.services)
+        return out
+
+    def _dispatch(
+        self, event: Event, snap: Snapshot, rng: np.random.Generator, cursor: Retry | None
+    ) -> Step:
         kind = event.kind
         if kind is EventKind.TICK:
             return self._round(snap, rng)
@@ -249,6 +271,8 @@ class ControlLoop:
             return self._replica_done(event, snap)
         if kind is EventKind.PROTECT_EXPIRED:
             return self._protect_expired(event, snap)
+        if kind is EventKind.REPLICA_WARM:
+            return self._replica_warm(event, snap)
         if kind is EventKind.JOB_FINISHED:
             return Step(retry=_retry_cursor(snap))
         if kind is EventKind.JOB_SUBMITTED:
@@ -352,6 +376,21 @@ class ControlLoop:
             return Step()  # reused since: nothing expires
         return Step(ops=(SleepReplica(gpu.gpu_id),), retry=_retry_cursor(snap))
 
+    def _replica_warm(self, event: Event, snap: Snapshot) -> Step:
+        gpu = _gpu(snap, event.gpu)
+        if gpu.state is not GpuState.RUNNING or gpu.service != event.service:
+            return Step()  # changed since (the world's seq check normally drops it)
+        load = snap.replicas.get(gpu.gpu_id)
+        if load is not None and load.in_flight > 0:
+            return Step()  # a task joined it while it loaded: it serves that task
+        # ``until`` is the warm-up's own choice: the protect-time rule (which counts
+        # hits of tasks served) does not apply to a replica that served none.
+        until = max(event.until, snap.now)
+        ops: list[AnyOperation] = [ProtectReplica(gpu.gpu_id, until)]
+        if until <= snap.now:
+            ops.append(SleepReplica(gpu.gpu_id))
+        return Step(ops=tuple(ops), retry=_retry_cursor(snap))
+
 
 class Backend(Protocol):
     """A world the control loop drives: the simulator, or the runtime on Ray."""
@@ -410,10 +449,11 @@ def _at_cap(service: str, snap: Snapshot) -> bool:
 
 def _free_slot(service: str, snap: Snapshot) -> tuple[GpuView, ReplicaLoad] | None:
     """The RUNNING replica of ``service`` a task joins: one with fewer than its
-    ``concurrency`` tasks in flight, ready first, then the fewest tasks, then GPU
-    order; None when every replica is full (or the service shares none)."""
+    ``concurrency`` tasks in flight (with ``concurrency = 1``, only a pre-warmed
+    replica still loading, with none), ready first, then the fewest tasks, then GPU
+    order; None when every replica is full (or the service is unknown)."""
     spec = snap.services.get(service)
-    if spec is None or spec.concurrency <= 1:
+    if spec is None:
         return None
     best: tuple[GpuView, ReplicaLoad] | None = None
     best_key: tuple[float, int] | None = None
@@ -545,3 +585,76 @@ def placement_ops(
     hits = target.hits + 1 if p.action is PlaceAction.WARM_PROTECT else 0
     ops.append(StartReplica(p.gpu, service, task, cold=not p.action.warm, hits=hits))
     return tuple(ops)
+
+
+def validate_warm_replicas(
+    ops: Sequence[AnyOperation], gpus: Sequence[GpuView], services: Mapping[str, ServiceSpec]
+) -> None:
+    """Check every ``WarmReplica`` of ``ops`` against the world, with the GPU operations
+    before it in ``ops`` applied (an ``EvictReplica`` or ``Reclaim`` just before frees
+    its GPU).
+
+    Rules: the GPU exists, is on the inference pool and is FREE at that point; the
+    service is in ``services``; ``until`` is a number; and the service's
+    ``max_replicas`` (when set) is not reached counting every replica of it loaded or
+    loading at that point. Cheap when ``ops`` has no ``WarmReplica`` (the usual case).
+
+    Args:
+        ops: A step's operations, in order; never mutated.
+        gpus: Every GPU, as the step's snapshot has them.
+        services: The services' specs, by name (``Snapshot.services``).
+
+    Raises:
+        InvalidDecisionError: the first ``WarmReplica`` that breaks a rule, named.
+    """
+    if not any(isinstance(op, WarmReplica) for op in ops):
+        return
+    pools = {g.gpu_id: g.pool for g in gpus}
+    held: dict[GpuId, tuple[GpuState, str | None]] = {g.gpu_id: (g.state, g.service) for g in gpus}
+    for op in ops:
+        if isinstance(op, WarmReplica):
+            _check_warm(op, pools, held, services)
+            held[op.gpu] = (GpuState.RUNNING, op.service)
+        elif isinstance(op, Bind):
+            held[op.gpu] = (GpuState.TRAINING, None)
+        elif isinstance(op, Lend):
+            held[op.gpu] = (GpuState.LENT, None)
+        elif isinstance(op, Release | Reclaim | EvictReplica):
+            held[op.gpu] = (GpuState.FREE, None)
+        elif isinstance(op, StartReplica):
+            held[op.gpu] = (GpuState.RUNNING, op.service)
+        elif isinstance(op, ProtectReplica | SleepReplica):
+            state = GpuState.PROTECT if isinstance(op, ProtectReplica) else GpuState.SLEEP
+            held[op.gpu] = (state, held.get(op.gpu, (state, None))[1])
+
+
+def _check_warm(
+    op: WarmReplica,
+    pools: Mapping[GpuId, Pool],
+    held: Mapping[GpuId, tuple[GpuState, str | None]],
+    services: Mapping[str, ServiceSpec],
+) -> None:
+    what = f"WarmReplica of {op.service!r} on GPU {op.gpu}"
+    pool = pools.get(op.gpu)
+    if pool is None:
+        raise InvalidDecisionError(f"{what}: no such GPU")
+    if pool is not Pool.INFERENCE:
+        raise InvalidDecisionError(f"{what}: a training-pool GPU (replicas run on inference)")
+    state = held[op.gpu][0]
+    if state is not GpuState.FREE:
+        raise InvalidDecisionError(
+            f"{what}: it is {state.name}, not FREE (evict a SLEEP replica or reclaim a "
+            "LENT GPU earlier in the step)"
+        )
+    spec = services.get(op.service)
+    if spec is None:
+        raise InvalidDecisionError(f"{what}: unknown service")
+    if math.isnan(op.until):
+        raise InvalidDecisionError(f"{what}: until is NaN")
+    if spec.max_replicas:
+        loaded = sum(1 for st, svc in held.values() if svc == op.service and st in _LOADED)
+        if loaded >= spec.max_replicas:
+            raise InvalidDecisionError(
+                f"{what}: the service has {loaded} replicas loaded or loading, its "
+                f"max_replicas is {spec.max_replicas}"
+            )

@@ -16,6 +16,9 @@ class EventKind(enum.Enum):
     INFERENCE_DONE: an inference task finished; its replica goes RUNNING -> PROTECT.
     PROTECT_EXPIRED: a replica's protect time ended; it goes PROTECT -> SLEEP unless
         it was reused since (the event's ``seq`` is then stale).
+    REPLICA_WARM: a replica started by ``WarmReplica`` is loaded; unless a task joined
+        it meanwhile (it serves: nothing to do, the event's ``seq`` is then stale) it
+        goes RUNNING -> PROTECT until the event's ``until``.
     TICK: a scheduling round of the training policy.
     RETRY: the queued inference tasks are tried again; never queued by a world, only
         made by :func:`deepboot.scheduler.control.run_event` to continue a retry pass.
@@ -26,6 +29,7 @@ class EventKind(enum.Enum):
     INFERENCE_ARRIVAL = "inference_arrival"
     INFERENCE_DONE = "inference_done"
     PROTECT_EXPIRED = "protect_expired"
+    REPLICA_WARM = "replica_warm"
     TICK = "tick"
     RETRY = "retry"
 
@@ -38,7 +42,9 @@ class EventKind(enum.Enum):
         (as the reference simulator does). GPUs freed at ``t`` (a finished job or
         task, an expired protect time) are freed before an inference arrival at
         ``t`` looks for one, and arrivals are placed before the tick at ``t`` lends
-        what is left. The gaps leave room for new kinds.
+        what is left. A pre-warmed replica ready at ``t`` is a completion too (its
+        cold start ended): it is PROTECT before an arrival at ``t``, which reuses it
+        as a warm PROTECT hit. The gaps leave room for new kinds.
         """
         return _PRIORITY[self]
 
@@ -47,6 +53,7 @@ _PRIORITY = MappingProxyType(
     {
         EventKind.JOB_FINISHED: 10,
         EventKind.INFERENCE_DONE: 12,
+        EventKind.REPLICA_WARM: 13,
         EventKind.PROTECT_EXPIRED: 14,
         EventKind.JOB_SUBMITTED: 20,
         EventKind.INFERENCE_ARRIVAL: 30,
@@ -67,9 +74,12 @@ class Event:
             the event when the subject has changed since (a job resized by a
             reclaim finishes at another time; a replica reused before its protect
             time ended).
-        gpu: The GPU concerned, as (node_id, index), for INFERENCE_DONE and
-            PROTECT_EXPIRED.
-        service: The task's service, for INFERENCE_ARRIVAL.
+        gpu: The GPU concerned, as (node_id, index), for INFERENCE_DONE,
+            PROTECT_EXPIRED and REPLICA_WARM.
+        service: The task's service, for INFERENCE_ARRIVAL; the replica's, for
+            REPLICA_WARM.
+        until: When the ready replica's protect time ends (``WarmReplica.until``),
+            for REPLICA_WARM.
     """
 
     kind: EventKind
@@ -77,3 +87,4 @@ class Event:
     seq: int = 0
     gpu: tuple[int, int] | None = None
     service: str = ""
+    until: float = 0.0

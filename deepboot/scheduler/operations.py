@@ -51,10 +51,16 @@ class Release:
 @dataclass(frozen=True, slots=True)
 class Reclaim:
     """Inference takes a LENT GPU back from ``job`` (-> FREE); a ``Resize`` of the job
-    to its remaining GPUs follows in the same step."""
+    to its remaining GPUs follows in the same step.
+
+    Attributes:
+        proactive: Taken ahead of demand, for a ``WarmReplica`` later in the step,
+            rather than for a request that is here (the simulator counts these apart).
+    """
 
     gpu: GpuId
     job: str
+    proactive: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +70,9 @@ class StartReplica:
     Attributes:
         cold: A new replica is started (the model's start-up time first); False for a
             warm reuse of the service's PROTECT or SLEEP replica on that GPU, or for
-            a task joining its RUNNING replica (a free slot of ``concurrency``; the
-            task starts once the replica is loaded).
+            a task joining its RUNNING replica (a free slot of ``concurrency``, or a
+            replica of ``WarmReplica`` still loading; the task starts once the replica
+            is loaded).
         hits: The replica's warm-reuse count from now on.
     """
 
@@ -74,6 +81,28 @@ class StartReplica:
     task: str
     cold: bool
     hits: int
+
+
+@dataclass(frozen=True, slots=True)
+class WarmReplica:
+    """A replica of ``service`` starts on a FREE inference-pool GPU with no task
+    (FREE -> RUNNING): a cold start ahead of demand.
+
+    The GPU is FREE at this point of the step: another service's SLEEP replica is
+    evicted first (``EvictReplica``), a LENT GPU reclaimed first (``Reclaim`` with
+    ``proactive=True`` and the job's ``Resize``). While it loads, a task of the
+    service joins it (``StartReplica`` with ``cold=False``; the task starts when the
+    replica is ready) rather than cold-starting another. When it is ready the world
+    reports ``REPLICA_WARM``; a replica that took no task then goes RUNNING -> PROTECT
+    until ``until`` (and on to SLEEP at once when ``until`` has passed).
+
+    Attributes:
+        until: When the ready replica's protect time ends.
+    """
+
+    gpu: GpuId
+    service: str
+    until: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +159,14 @@ class Unplaced:
 
 
 GpuOperation: TypeAlias = (
-    Bind | Lend | Release | Reclaim | StartReplica | ProtectReplica | SleepReplica | EvictReplica
+    Bind
+    | Lend
+    | Release
+    | Reclaim
+    | StartReplica
+    | WarmReplica
+    | ProtectReplica
+    | SleepReplica
+    | EvictReplica
 )
 AnyOperation: TypeAlias = Start | Resize | Preempt | GpuOperation
