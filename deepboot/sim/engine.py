@@ -26,6 +26,11 @@ The shared cluster (DeepBoot, ALGORITHMS §2), when the cluster has an inference
   tick, integrated up to the reclaim, resized, and integrated again to the next tick.
 * A finished job's GPUs go FREE at its completion, so inference can use them before
   the next tick.
+* A ``WarmReplica`` (a replica pre-warmed with no task) is RUNNING through its cold
+  start; a task of its service that arrives meanwhile joins it (warm: it starts when
+  the replica is ready). A ``REPLICA_WARM`` event at the ready time lets the loop
+  protect a replica no task joined. The loop has validated the step (GPU, service,
+  ``max_replicas``); the engine only refuses a GPU that is not FREE.
 """
 
 from __future__ import annotations
@@ -45,7 +50,12 @@ from types import MappingProxyType
 import numpy as np
 
 from deepboot.core.cluster import ClusterSpec, Pool
-from deepboot.core.errors import ConfigError, SimulationStalledError, UnschedulableError
+from deepboot.core.errors import (
+    ConfigError,
+    InvalidDecisionError,
+    SimulationStalledError,
+    UnschedulableError,
+)
 from deepboot.core.gpu import GpuState
 from deepboot.core.jobs import Workload
 from deepboot.core.modes import JobMode
@@ -66,7 +76,7 @@ from deepboot.scheduler.control import (
 from deepboot.scheduler.decision import Preempt, Resize, Start
 from deepboot.scheduler.inference import InferenceScheduler
 from deepboot.sim.config import SimConfig
-from deepboot.sim.gpus import GpuBoard
+from deepboot.sim.gpus import GpuBoard, SimGpu
 from deepboot.sim.job import GroundTruth, JobCheckpoint, SimJob
 from deepboot.sim.metrics import TimelinePoint
 from deepboot.sim.serving import Serving, service_specs
@@ -325,8 +335,6 @@ class Simulation:
         self._services: Mapping[str, ServiceSpec] = (
             MappingProxyType({}) if self.serving is None else self.serving.services
         )
-        # Replicas serve several tasks at once (some service's concurrency > 1).
-        self._shared = self.serving is not None and self.serving.shared
 
     def _check_schedulable(self, scheduler: Scheduler) -> None:
         """Refuse a job whose smallest size exceeds every GPU its policy may give it.
@@ -451,13 +459,14 @@ class Simulation:
         """Record what ``event`` says happened; False when the event is moot."""
         kind = event.kind
         serving = self.serving
-        if kind is EventKind.PROTECT_EXPIRED:
+        timer = _REPLICA_TIMERS.get(kind)
+        if timer is not None:
             if self._all_done():
                 return False  # nothing left to serve: idle replicas no longer matter
             assert event.gpu is not None
             gpu = self.board.get(event.gpu)
-            if gpu.version != event.seq or gpu.state is not GpuState.PROTECT:
-                return False  # the replica changed since (reused)
+            if gpu.version != event.seq or gpu.state is not timer:
+                return False  # the replica changed since (reused, or joined by a task)
         if kind is EventKind.JOB_FINISHED and event.seq != self._records[event.job].finish_seq:
             return False  # superseded: a reclaim changed the completion time
         if self.start_time is None:
@@ -470,6 +479,9 @@ class Simulation:
         elif kind is EventKind.INFERENCE_DONE:
             assert serving is not None
             serving.ended(event.job, now)
+        elif kind is EventKind.REPLICA_WARM:
+            assert serving is not None and event.gpu is not None
+            serving.warmed(event.gpu)
         elif kind is EventKind.JOB_SUBMITTED:
             self._active[event.job] = self._records[event.job]
             self._records[event.job].active = True
@@ -576,13 +588,18 @@ class Simulation:
             snap = Snapshot(
                 now, self.cluster, jobs, self.board.views(), waiting, services=self._services
             )
-        if self._shared:
-            assert serving is not None
+        if serving is not None and serving.reports_replicas:
             snap = dataclasses.replace(snap, replicas=serving.replica_loads())
         return snap
 
     def apply(self, step: Step) -> None:
-        """Carry out a step's operations in order (see :mod:`deepboot.scheduler.operations`)."""
+        """Carry out a step's operations in order (see :mod:`deepboot.scheduler.operations`).
+
+        Raises:
+            InvalidDecisionError: an operation's GPU transition is illegal, or a
+                ``WarmReplica``'s GPU is not FREE (the control loop validates a step
+                before it returns it; this is a guard, and may leave it half-applied).
+        """
         now = self.now
         board = self.board
         serving = self.serving
@@ -598,6 +615,8 @@ class Simulation:
                 board.take_from_job(board.get(op.gpu), GpuState.FREE)
                 assert serving is not None
                 serving.reclaim_times.append(now)
+                if op.proactive:
+                    serving.proactive_reclaim_times.append(now)
             elif isinstance(op, Start | Resize | Preempt):
                 if step.round:
                     self._records[op.job].job.reallocate(
@@ -608,17 +627,31 @@ class Simulation:
             elif isinstance(op, ops.StartReplica):
                 assert serving is not None
                 gpu = board.get(op.gpu)
-                # A RUNNING replica takes another task (a free slot of its concurrency).
+                # A RUNNING replica takes another task (a free slot of its concurrency,
+                # or a pre-warmed replica still loading).
                 joined = gpu.state is GpuState.RUNNING
-                if not joined:
-                    board.move(gpu, GpuState.RUNNING)
-                gpu.service = op.service
-                gpu.hits = op.hits
-                board.touch(gpu)
+                self._load(gpu, op.service, op.hits, joined)
                 task = serving.started(op.task, op.gpu, op.cold, now, joined)
                 self._task_waits.pop(op.task, None)
                 assert task.end is not None
                 self._queue.push(task.end, Event(EventKind.INFERENCE_DONE, op.task, gpu=op.gpu))
+            elif isinstance(op, ops.WarmReplica):
+                assert serving is not None  # validated: the service is known
+                gpu = board.get(op.gpu)
+                if gpu.state is not GpuState.FREE:
+                    # FREE -> RUNNING only: LENT/TRAINING -> RUNNING are legal
+                    # transitions (a task's reclaim), not a warm-up's.
+                    raise InvalidDecisionError(f"{op!r}: GPU is {gpu.state.name}, not FREE")
+                self._load(gpu, op.service, 0, False)
+                ready = serving.warming(op.gpu, op.service, now)
+                warm = Event(
+                    EventKind.REPLICA_WARM,
+                    seq=gpu.version,
+                    gpu=op.gpu,
+                    service=op.service,
+                    until=op.until,
+                )
+                self._queue.push(ready, warm)
             elif isinstance(op, ops.ProtectReplica):
                 gpu = board.get(op.gpu)
                 board.move(gpu, GpuState.PROTECT)
@@ -642,6 +675,16 @@ class Simulation:
         if step.round:
             self._job_waits = {u.name: u.reason for u in step.unplaced if not u.inference}
             self._after_round(now)
+
+    def _load(self, gpu: SimGpu, service: str, hits: int, joined: bool) -> None:
+        """``gpu`` holds a RUNNING replica of ``service`` with ``hits`` (a FREE, PROTECT
+        or SLEEP GPU moves to RUNNING; a ``joined`` one is RUNNING already)."""
+        board = self.board
+        if not joined:
+            board.move(gpu, GpuState.RUNNING)
+        gpu.service = service
+        gpu.hits = hits
+        board.touch(gpu)
 
     # -- training --------------------------------------------------------------------
 
@@ -716,6 +759,13 @@ class Simulation:
         if k * interval < t:
             k += 1
         return k * interval
+
+
+_REPLICA_TIMERS: Mapping[EventKind, GpuState] = MappingProxyType(
+    {EventKind.PROTECT_EXPIRED: GpuState.PROTECT, EventKind.REPLICA_WARM: GpuState.RUNNING}
+)
+"""Events a replica's own timer schedules, and the state its GPU must still be in (at
+the version the event carries) for the event to matter."""
 
 
 def _gpus(n: int) -> str:

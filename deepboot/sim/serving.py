@@ -4,10 +4,10 @@ The simulator's record of the inference side, and nothing more: each service's s
 (:func:`service_specs`), where each task runs and when it starts and ends, the FIFO
 queue of tasks that found no GPU, each service's recent arrivals and run times (for
 the lending reserve), and, for services whose replicas serve several tasks at once
-(``concurrency > 1``), what each of their RUNNING replicas serves. Where a task
-goes, and every replica's lifecycle, is decided by the control loop
-(:mod:`deepboot.scheduler.control`); the engine applies its operations and tells this
-ledger.
+(``concurrency > 1``) and for pre-warmed replicas still loading (any concurrency),
+what each of those RUNNING replicas serves. Where a task goes, and every replica's
+lifecycle, is decided by the control loop (:mod:`deepboot.scheduler.control`); the
+engine applies its operations and tells this ledger.
 """
 
 from __future__ import annotations
@@ -165,9 +165,16 @@ class Serving:
             )
         return self._pending
 
+    @property
+    def reports_replicas(self) -> bool:
+        """Whether :meth:`replica_loads` may name a replica: some service shares its
+        replicas, or a pre-warmed replica is loading or serving."""
+        return self.shared or bool(self._replicas)
+
     def replica_loads(self) -> Mapping[GpuId, ReplicaLoad]:
-        """What each RUNNING replica of a service with ``concurrency > 1`` serves
-        (read-only; ``Snapshot.replicas``)."""
+        """What each RUNNING replica of a service with ``concurrency > 1``, and each
+        pre-warmed replica still loading or serving the tasks that joined it while it
+        loaded, serves (read-only; ``Snapshot.replicas``)."""
         if self._replica_view is None:
             self._replica_view = MappingProxyType(dict(self._replicas))
         return self._replica_view
@@ -194,7 +201,8 @@ class Serving:
         """Task ``name`` is placed on ``gpu`` at ``now`` (it leaves the queue).
 
         It starts serving after its service's cold start when ``cold``; when it
-        ``joined`` a RUNNING replica, once that replica is loaded; else at once.
+        ``joined`` a RUNNING replica (a free slot, or a pre-warmed replica, whatever
+        the service's concurrency), once that replica is loaded; else at once.
         """
         task = self.tasks[name]
         if self._waiting.pop(name, None) is not None:
@@ -210,7 +218,7 @@ class Serving:
         task.cold = cold
         task.start = start
         task.end = start + task.spec.duration
-        if spec.concurrency > 1:
+        if spec.concurrency > 1 or joined:
             load = self._replicas.get(gpu) if joined else None
             self._replicas[gpu] = (
                 ReplicaLoad(1, start)
@@ -220,13 +228,32 @@ class Serving:
             self._replica_view = None
         return task
 
+    def warming(self, gpu: GpuId, service: str, now: float) -> float:
+        """A replica of ``service`` starts loading on ``gpu`` at ``now`` with no task
+        (``WarmReplica``); returns when it is ready (after the service's cold start).
+        Until then a task of the service may join it (:meth:`started`)."""
+        cold = self.services[service].cold_start_s
+        assert cold is not None  # set for every service (service_specs)
+        ready = now + cold
+        self._replicas[gpu] = ReplicaLoad(0, ready)
+        self._replica_view = None
+        return ready
+
+    def warmed(self, gpu: GpuId) -> None:
+        """The pre-warmed replica on ``gpu`` is ready: if no task joined it, it no
+        longer counts as loading (it goes PROTECT); one that serves stays."""
+        load = self._replicas.get(gpu)
+        if load is not None and load.in_flight == 0:
+            del self._replicas[gpu]
+            self._replica_view = None
+
     def ended(self, name: str, now: float) -> GpuId:
         """Task ``name`` ended at ``now``; returns its GPU."""
         task = self.tasks[name]
         assert task.gpu is not None
         task.done = True
         self.finished += 1
-        load = self._replicas.get(task.gpu) if self.shared else None
+        load = self._replicas.get(task.gpu) if self._replicas else None
         if load is not None:
             if load.in_flight > 1:
                 self._replicas[task.gpu] = ReplicaLoad(load.in_flight - 1, load.ready_at)
