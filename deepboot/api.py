@@ -150,6 +150,11 @@ def simulate(
     reserve: bool = False,
     reserve_target: float | None = None,
     services: str | Path | None = None,
+    slo: bool = False,
+    slo_target: float | None = None,
+    slo_horizon: float | None = None,
+    warm_pool: bool = False,
+    oracle: bool = False,
 ) -> Result:
     """Simulate ``policy`` on ``workload`` and ``cluster``, as ``deepboot simulate``.
 
@@ -169,6 +174,8 @@ def simulate(
             service the tasks name (``deepboot simulate --services``). None: the
             workload's own (:func:`load_workload` ``services=``), else per-model
             defaults.
+        slo, slo_target, slo_horizon, warm_pool, oracle: SLO-guarded lending and
+            its two references (``deepboot simulate --help``, docs/slo.md).
 
     Returns:
         The summary and the per-job and per-task records.
@@ -202,6 +209,11 @@ def simulate(
         ats_i_params=ats_i_params,
         reserve=reserve,
         reserve_target=reserve_target,
+        slo=slo,
+        slo_target=slo_target,
+        slo_horizon=slo_horizon,
+        warm_pool=warm_pool,
+        oracle=oracle,
     )
     from deepboot.policies import inference
 

@@ -52,6 +52,14 @@ run syntax:  --run NAME=POLICY[:FLAG,FLAG...]   (NAME= is optional)
                     replicas each service's recent load says its next arrivals need
   reserve-target=Q  the reserve's coverage probability, 0 <= Q < 1 (default 0.7;
                     implies reserve)
+  slo               SLO-guarded lending (ours, docs/slo.md): forecast each service's
+                    demand, pre-warm and reclaim ahead of it, lend the rest
+  slo-target=Q      every service's SLO target, 0 < Q < 1 (with slo, warm-pool or
+                    oracle; default: each service's slo_target)
+  slo-horizon=S     with slo: the forecast horizon's minimum, seconds
+  warm-pool         reference: each service's Erlang-B replicas at its true mean
+                    load held warm, never lent; the rest lent as deepboot
+  oracle            reference: slo holding the exact future demand (clairvoyant)
   no-inference      drop the workload's inference tasks and give training every
                     node (the all-GPU limit)
   KEY=VALUE         a parameter of the training policy (as simulate --param)
@@ -71,6 +79,9 @@ _BOOL_FLAGS: Mapping[str, tuple[str, bool]] = MappingProxyType(
         "no-inference": ("no_inference", True),
         "reserve": ("reserve", True),
         "no-reserve": ("reserve", False),
+        "slo": ("slo", True),
+        "warm-pool": ("warm_pool", True),
+        "oracle": ("oracle", True),
     }
 )
 
@@ -89,6 +100,11 @@ class RunSpec:
         protect_factor: Protect-time scale (None: simulator default).
         reserve: Predictive lending reserve on (None: simulator default, off).
         reserve_target: Its coverage probability (None: the default).
+        slo: SLO-guarded lending on.
+        slo_target: Every service's SLO target (None: each its own).
+        slo_horizon: The forecast horizon's minimum, seconds (None: the default).
+        warm_pool: The warm-pool reference.
+        oracle: The oracle reference.
         no_inference: Drop inference tasks and use every node for training.
         params: Training-policy parameters, as ``(key, value)`` strings.
         inference_params: Inference-policy parameters (``ats-i.KEY=VALUE`` flags).
@@ -104,6 +120,11 @@ class RunSpec:
     protect_factor: float | None = None
     reserve: bool | None = None
     reserve_target: float | None = None
+    slo: bool = False
+    slo_target: float | None = None
+    slo_horizon: float | None = None
+    warm_pool: bool = False
+    oracle: bool = False
     no_inference: bool = False
     params: tuple[tuple[str, str], ...] = ()
     inference_params: tuple[tuple[str, str], ...] = ()
@@ -170,6 +191,8 @@ def parse_run(text: str) -> RunSpec:
             values["protect_factor"] = factor
         elif key == "reserve-target":
             values["reserve_target"] = _positive(text, key, value)
+        elif key in ("slo-target", "slo-horizon"):
+            values[key.replace("-", "_")] = _positive(text, key, value)
         else:
             if not key or key in params:
                 raise ConfigError(f"--run {text!r}: bad or repeated parameter {flag!r}")
@@ -226,6 +249,11 @@ def sim_config(run: RunSpec, interval: float, seed: int, inference_nodes: int) -
         # reserve-target=Q alone turns the reserve on.
         reserve=run.reserve if run.reserve is not None else run.reserve_target is not None,
         reserve_target=run.reserve_target,
+        slo=run.slo,
+        slo_target=run.slo_target,
+        slo_horizon=run.slo_horizon,
+        warm_pool=run.warm_pool,
+        oracle=run.oracle,
     )
     return SimConfig(interval=interval, seed=seed, **settings)
 
@@ -252,6 +280,13 @@ def describe_config(run: RunSpec, config: SimConfig) -> str:
         parts.append("no lifecycle")
     if config.lend_reserve.enabled:
         parts.append(f"lending reserve q={config.lend_reserve.target:g}")
+    if config.slo.enabled or config.slo_reference:
+        what = {"": "SLO-guarded lending", "warm-pool": "warm-pool reference"}
+        parts.append(what.get(config.slo_reference, "oracle reference"))
+        if config.slo.target is not None:
+            parts.append(f"SLO target {config.slo.target:g}")
+        if config.slo.horizon_s is not None:
+            parts.append(f"horizon >= {config.slo.horizon_s:g} s")
     return ", ".join(parts)
 
 

@@ -132,6 +132,49 @@ def add_shared_cluster_flags(parser: argparse.ArgumentParser) -> None:
         "then enough of them that an arrival finds one idle with probability Q (rates "
         "and run times of the last 10 minutes). Higher Q: fewer reclaims, less lending",
     )
+    slo = parser.add_argument_group(
+        "inference SLOs (docs/slo.md; every run reports each request against its "
+        "service's slo_wait_s)"
+    )
+    slo.add_argument(
+        "--slo",
+        action="store_true",
+        help="SLO-guarded lending (ours): per service, forecast the demand from its "
+        "arrivals, hold the replicas Erlang B says slo_target of requests need (never "
+        "fewer than guaranteed_replicas), pre-warm them ahead of demand, reclaiming "
+        "lent GPUs before the requests come, and lend the rest. Replaces --reserve",
+    )
+    slo.add_argument(
+        "--slo-target",
+        type=float,
+        default=None,
+        metavar="Q",
+        help="0 < Q < 1: the fraction of requests to serve within slo_wait_s, for "
+        "every service (with --slo, --warm-pool or --oracle; default: each service's "
+        "slo_target, 0.99 unless its services file says)",
+    )
+    slo.add_argument(
+        "--slo-horizon",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --slo: look at least this far ahead (it is never less than the "
+        "service's cold start + a 30 s resize + one --interval)",
+    )
+    slo.add_argument(
+        "--warm-pool",
+        action="store_true",
+        help="reference (not clairvoyant): hold each service's Erlang-B replicas at "
+        "its true mean load over the whole workload, warm and never lent, and lend the "
+        "rest as deepboot does: a well-tuned static lendingLimit",
+    )
+    slo.add_argument(
+        "--oracle",
+        action="store_true",
+        help="reference (clairvoyant): as --slo, but holding each service's exact "
+        "future demand over the horizon instead of a forecast; a reference, not a "
+        "bound (docs/slo.md)",
+    )
     parser.add_argument(
         "--ats-i",
         dest="ats_i",
@@ -185,6 +228,11 @@ def shared_cluster_settings(
         ats_i_params=split_pairs(getattr(args, "ats_i_param", None) or []),
         reserve=bool(getattr(args, "reserve", False)),
         reserve_target=None if target is None else float(target),
+        slo=bool(getattr(args, "slo", False)),
+        slo_target=getattr(args, "slo_target", None),
+        slo_horizon=getattr(args, "slo_horizon", None),
+        warm_pool=bool(getattr(args, "warm_pool", False)),
+        oracle=bool(getattr(args, "oracle", False)),
     )
 
 

@@ -139,6 +139,12 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         help="resize by checkpoint and restart (the baseline) instead of keeping workers alive",
     )
     up.add_argument("--no-lending", action="store_true", help="never lend inference GPUs")
+    for flag in ("--slo", "--warm-pool", "--oracle"):
+        up.add_argument(
+            flag,
+            action="store_true",
+            help="simulator only for now ('deepboot simulate " + flag + "'): refused here",
+        )
     up.add_argument("--interval", type=float, default=60.0, help="seconds between rounds")
     up.add_argument("--poll", type=float, default=1.0, help="seconds between worker polls")
     up.add_argument(
@@ -257,6 +263,13 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepboot.runtime.controller import ControllerSettings
     from deepboot.runtime.lifecycle import up
 
+    for name in ("slo", "warm_pool", "oracle"):
+        if getattr(args, name, False):
+            raise ConfigError(
+                f"--{name.replace('_', '-')}: SLO-guarded lending and its references run "
+                "in the simulator only ('deepboot simulate'); the runtime does not "
+                "pre-warm replicas yet"
+            )
     for name in ("interval", "poll", "collective_timeout"):
         _positive(name.replace("_", "-"), getattr(args, name), integer=False)
     if not (math.isfinite(args.protect_factor) and 0 <= args.protect_factor <= 100):

@@ -59,14 +59,16 @@ import numpy as np
 from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.errors import InvalidDecisionError
 from deepboot.core.gpu import GpuId, GpuState, GpuView
-from deepboot.core.placement import EMPTY, Placement
 from deepboot.core.service import ServiceSpec
 from deepboot.core.state import ClusterState, InferenceState, JobView
+from deepboot.policies.forecast import ArrivalHistory
 from deepboot.policies.inference import InferencePlacement, PlaceAction
 from deepboot.policies.lending import LendReserveConfig, ServiceLoad, reserved_gpus
 from deepboot.policies.lifecycle import LifecycleConfig, protect_time
-from deepboot.scheduler.decision import Decision, Preempt, Resize, new_placement
+from deepboot.policies.slo import SloConfig, service_needs
+from deepboot.scheduler.decision import Decision, new_placement
 from deepboot.scheduler.events import Event, EventKind
+from deepboot.scheduler.guard import Guard, guard, reclaim_ops
 from deepboot.scheduler.inference import InferenceScheduler, lendable_capacity
 from deepboot.scheduler.loop import Scheduler
 from deepboot.scheduler.operations import (
@@ -126,6 +128,10 @@ def _no_replicas() -> Mapping[GpuId, ReplicaLoad]:
     return MappingProxyType({})
 
 
+def _no_arrivals() -> Mapping[str, ArrivalHistory]:
+    return MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """What the world reports before a step; never mutated.
@@ -147,6 +153,8 @@ class Snapshot:
             and serves nothing more once an INFERENCE_DONE or REPLICA_WARM names it
             (the simulator with ``concurrency = 1``; the runtime, whose router fills
             free slots itself and reports a replica only once it is idle).
+        arrivals: Each service's arrival counts in fixed bins up to now, for the SLO
+            guard's forecast (TICK only, and only when SLO-guarded lending is on).
     """
 
     now: float
@@ -157,6 +165,7 @@ class Snapshot:
     loads: Mapping[str, ServiceLoad] = field(default_factory=_no_loads)
     services: Mapping[str, ServiceSpec] = field(default_factory=_no_services)
     replicas: Mapping[GpuId, ReplicaLoad] = field(default_factory=_no_replicas)
+    arrivals: Mapping[str, ArrivalHistory] = field(default_factory=_no_arrivals)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,12 +177,18 @@ class LoopSettings:
         lending: Whether training may borrow idle inference-pool GPUs.
         lifecycle: The protect-time rule of idle replicas.
         reserve: The predictive lending reserve.
+        slo: SLO-guarded lending (:mod:`deepboot.policies.slo`): at each tick the
+            guard (:mod:`deepboot.scheduler.guard`) holds and pre-warms each
+            service's forecast need, and an emptied replica sleeps at once (the
+            guard, not a protect time, decides whether it is kept from lending).
+            Services' ``guaranteed_replicas`` are held and pre-warmed whatever it says.
     """
 
     interval: float = 60.0
     lending: bool = True
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
     reserve: LendReserveConfig = field(default_factory=LendReserveConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,10 +199,16 @@ class Retry:
         position: Index in the snapshot's ``waiting`` of the next task to consider
             (tasks placed earlier in the pass have left the queue).
         blocked: Services with a task that found no GPU in this pass.
+        round: The tick's training round is still to run (after the SLO guard's
+            operations were applied), leaving ``held`` out of its capacity; the
+            world snapshots it as a tick.
+        held: Idle inference GPUs the guard keeps from that round.
     """
 
     position: int = 0
     blocked: frozenset[str] = frozenset()
+    round: bool = False
+    held: frozenset[GpuId] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,28 +302,54 @@ class ControlLoop:
 
     # -- training --------------------------------------------------------------------
 
-    def capacity(self, snap: Snapshot) -> Mapping[int, int]:
+    def kept(self, snap: Snapshot, held: frozenset[GpuId] = frozenset()) -> frozenset[GpuId]:
+        """Idle inference GPUs kept from this round: ``held`` (the SLO guard's) and
+        the lending reserve's."""
+        s = self.settings
+        if not (s.lending and s.reserve.enabled) or not any(
+            n.pool is Pool.INFERENCE for n in snap.cluster.nodes
+        ):
+            return held
+        slots = {name: spec.concurrency for name, spec in snap.services.items()}
+        return held | reserved_gpus(snap.gpus, snap.loads, s.interval, s.reserve, slots)
+
+    def capacity(self, snap: Snapshot, kept: frozenset[GpuId] | None = None) -> Mapping[int, int]:
         """GPUs training may use per node now: the training pool, plus the idle
-        inference GPUs that lending and the lending reserve leave."""
+        inference GPUs that lending leaves, less ``kept`` (default: :meth:`kept`)."""
         cluster = snap.cluster
         if not any(n.pool is Pool.INFERENCE for n in cluster.nodes):
             return MappingProxyType(
                 {n.node_id: (n.gpus if n.pool is Pool.TRAINING else 0) for n in cluster.nodes}
             )
+        reserved = self.kept(snap) if kept is None else kept
+        return lendable_capacity(cluster, snap.gpus, self.settings.lending, reserved)
+
+    def guard(self, snap: Snapshot) -> Guard:
+        """The SLO guard of a tick: each service's need (its forecast with ``slo``
+        on, and its ``guaranteed_replicas`` always), held and pre-warmed."""
         s = self.settings
-        reserved: frozenset[GpuId] = frozenset()
-        if s.lending and s.reserve.enabled:
-            slots = {name: spec.concurrency for name, spec in snap.services.items()}
-            reserved = reserved_gpus(snap.gpus, snap.loads, s.interval, s.reserve, slots)
-        return lendable_capacity(cluster, snap.gpus, s.lending, reserved)
+        if self.inference is None or not (
+            s.slo.enabled or any(v.guaranteed_replicas for v in snap.services.values())
+        ):
+            return Guard()
+        needs = service_needs(snap.services, snap.arrivals, snap.loads, snap.now, s.interval, s.slo)
+        return guard(needs, snap.gpus, snap.jobs, snap.services, snap.cluster, snap.now, s.interval)
 
     def _round(self, snap: Snapshot, rng: np.random.Generator) -> Step:
+        held = self.guard(snap)
+        if held.ops:
+            # Apply the guard first; the round then sees the GPUs it took.
+            return Step(ops=held.ops, retry=Retry(round=True, held=held.held))
+        return self._training(snap, rng, held.held)
+
+    def _training(self, snap: Snapshot, rng: np.random.Generator, held: frozenset[GpuId]) -> Step:
         if not snap.jobs:
             return Step(retry=_retry_cursor(snap))
-        capacity = self.capacity(snap)
+        kept = self.kept(snap, held)
+        capacity = self.capacity(snap, kept)
         state = ClusterState(snap.now, snap.cluster, snap.jobs, capacity)
         decision = self.training.decide(state, rng)
-        gpu_ops = assign_gpus(snap.gpus, decision)
+        gpu_ops = assign_gpus(snap.gpus, decision, kept)
         unplaced = _waiting_jobs(state, decision)
         return Step(
             ops=(*gpu_ops, *decision.ops),
@@ -321,6 +368,8 @@ class ControlLoop:
         return Step(ops=ops)
 
     def _retry(self, snap: Snapshot, rng: np.random.Generator, cursor: Retry) -> Step:
+        if cursor.round:
+            return self._training(snap, rng, cursor.held)
         blocked = set(cursor.blocked)
         unplaced: list[Unplaced] = []
         for i in range(cursor.position, len(snap.waiting)):
@@ -364,7 +413,10 @@ class ControlLoop:
             raise InvalidDecisionError(f"task {event.job!r} ended on a {gpu.state.name} GPU")
         if snap.replicas and gpu.gpu_id in snap.replicas:
             return Step(retry=_retry_cursor(snap))  # it still serves: a slot is free
-        hold = protect_time(gpu.hits, self.settings.lifecycle)
+        # With SLO-guarded lending the next tick's guard decides whether an idle
+        # replica is kept from lending: it sleeps at once.
+        slo = self.settings.slo.enabled
+        hold = 0.0 if slo else protect_time(gpu.hits, self.settings.lifecycle)
         ops: list[AnyOperation] = [ProtectReplica(gpu.gpu_id, snap.now + hold)]
         if hold <= 0:
             ops.append(SleepReplica(gpu.gpu_id))
@@ -429,7 +481,14 @@ def run_event(
     spent = (timer() - t0) if (timer is not None and step.round) else None
     backend.apply(step)
     while step.retry is not None:
-        step = loop.step(RETRY, backend.snapshot(RETRY), rng, step.retry)
+        cursor = step.retry
+        t0 = timer() if timer is not None else 0.0
+        # A tick's training round deferred behind the SLO guard sees the world as a
+        # tick does (every job as of now).
+        snap = backend.snapshot(event if cursor.round else RETRY)
+        step = loop.step(RETRY, snap, rng, cursor)
+        if timer is not None and step.round:
+            spent = timer() - t0
         backend.apply(step)
     return spent
 
@@ -502,13 +561,17 @@ def _waiting_jobs(state: ClusterState, decision: Decision) -> tuple[Unplaced, ..
     return tuple(out)
 
 
-def assign_gpus(gpus: Sequence[GpuView], decision: Decision) -> tuple[GpuOperation, ...]:
+def assign_gpus(
+    gpus: Sequence[GpuView], decision: Decision, kept: frozenset[GpuId] = frozenset()
+) -> tuple[GpuOperation, ...]:
     """Which GPUs the jobs of ``decision`` give up and take, as GPU operations.
 
     Every changed job first releases, on each node where it holds more GPUs than its
     new placement, its highest-indexed GPUs there. Then, job by job in decision order,
     node by node, it takes FREE GPUs in index order, then SLEEP ones (``EvictReplica``
-    first); a training-pool GPU is a ``Bind``, an inference-pool one a ``Lend``.
+    first), never one of ``kept`` (the idle GPUs the capacity left out: the lending
+    reserve's and the SLO guard's); a training-pool GPU is a ``Bind``, an
+    inference-pool one a ``Lend``.
 
     Raises:
         InvalidDecisionError: a node lacks the FREE and SLEEP GPUs a job needs there
@@ -538,8 +601,8 @@ def assign_gpus(gpus: Sequence[GpuView], decision: Decision) -> tuple[GpuOperati
             need = count - sum(1 for g in ids if holder[g] == job)
             if need <= 0:
                 continue
-            free = [g for g in ids if state[g] is GpuState.FREE]
-            sleep = [g for g in ids if state[g] is GpuState.SLEEP]
+            free = [g for g in ids if state[g] is GpuState.FREE and g not in kept]
+            sleep = [g for g in ids if state[g] is GpuState.SLEEP and g not in kept]
             pick = (free + sleep)[:need]
             if len(pick) < need:
                 raise InvalidDecisionError(
@@ -561,21 +624,7 @@ def placement_ops(
 ) -> tuple[AnyOperation, ...]:
     """The operations of one validated inference placement, in order: reclaims and the
     shrink of each job that lost GPUs, evictions, then the task's replica."""
-    ops: list[AnyOperation] = []
-    lost: dict[str, list[int]] = {}
-    for gpu, job in p.reclaims:
-        ops.append(Reclaim(gpu, job))
-        lost.setdefault(job, []).append(gpu[0])
-    views = {j.name: j for j in snap.jobs}
-    for job, nodes in lost.items():
-        old = views[job].placement if job in views else EMPTY
-        ids = list(old.node_ids)
-        for node in nodes:
-            if node not in ids:
-                raise InvalidDecisionError(f"reclaim from {job!r} on node {node}, which it lacks")
-            ids.remove(node)
-        new = Placement.of(ids)
-        ops.append(Resize(job, old, new) if new else Preempt(job, old))
+    ops = reclaim_ops(p.reclaims, snap.jobs)
     for gpu in p.evicts:
         if gpu != p.gpu:
             ops.append(EvictReplica(gpu))

@@ -12,6 +12,7 @@ from deepboot.core.errors import ConfigError
 from deepboot.perf.restart import FlatRestartCost, RestartCostModel
 from deepboot.policies.lending import LendReserveConfig
 from deepboot.policies.lifecycle import LifecycleConfig
+from deepboot.policies.slo import SloConfig
 
 _T = TypeVar("_T", int, float)
 
@@ -68,6 +69,12 @@ class SimConfig:
         lend_reserve: Predictive lending: idle replicas kept back from each training
             round for the arrivals the recent rates predict (off: DeepBoot's rule,
             lend every FREE and SLEEP inference GPU).
+        slo: SLO-guarded lending (:mod:`deepboot.policies.slo`); its ``oracle``
+            schedules are filled by the simulation for ``slo_reference = "oracle"``.
+        slo_reference: "" (none), "warm-pool" (each service's Erlang-B replicas at
+            its true mean load held as ``guaranteed_replicas``) or "oracle" (``slo``
+            with each service's exact future demand): set by the simulation from the
+            workload it runs.
         cold_start: Start-up seconds of a new replica, per model.
         cold_start_default: Start-up seconds of a model missing from ``cold_start``.
         check_invariants: Re-check every GPU-state invariant after every event
@@ -91,6 +98,8 @@ class SimConfig:
     lending: bool = True
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
     lend_reserve: LendReserveConfig = field(default_factory=LendReserveConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
+    slo_reference: str = ""
     cold_start: Mapping[str, float] = field(default_factory=lambda: DEEPBOOT_COLD_START)
     cold_start_default: float = 6.0
     check_invariants: bool = False
@@ -117,6 +126,10 @@ class SimConfig:
         if not (math.isfinite(self.cold_start_default) and self.cold_start_default >= 0):
             raise ConfigError(
                 f"cold_start_default must be >= 0 seconds; got {self.cold_start_default}"
+            )
+        if self.slo_reference not in ("", "warm-pool", "oracle"):
+            raise ConfigError(
+                f"slo_reference must be '', 'warm-pool' or 'oracle'; got {self.slo_reference!r}"
             )
         if not self.inference_policy:
             raise ConfigError("inference_policy must name a registered inference policy")

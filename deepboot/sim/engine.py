@@ -63,7 +63,10 @@ from deepboot.core.placement import Placement
 from deepboot.core.service import ServiceSpec
 from deepboot.core.state import JobView
 from deepboot.perf.application import Application
+from deepboot.policies.forecast import ArrivalHistory
 from deepboot.policies.inference import InferencePolicy
+from deepboot.policies.references import slo_references
+from deepboot.policies.slo import SloConfig
 from deepboot.scheduler import Event, EventKind, Scheduler, new_placement
 from deepboot.scheduler import operations as ops
 from deepboot.scheduler.control import (
@@ -76,6 +79,7 @@ from deepboot.scheduler.control import (
 from deepboot.scheduler.decision import Preempt, Resize, Start
 from deepboot.scheduler.inference import InferenceScheduler
 from deepboot.sim.config import SimConfig
+from deepboot.sim.demand import DemandLedger
 from deepboot.sim.gpus import GpuBoard, SimGpu
 from deepboot.sim.job import GroundTruth, JobCheckpoint, SimJob
 from deepboot.sim.metrics import TimelinePoint
@@ -307,6 +311,7 @@ class Simulation:
         self._task_waits: dict[str, ops.WaitReason] = {}
         self.serving: Serving | None = None
         inference: InferenceScheduler | None = None
+        slo = SloConfig()
         if workload.inference and not self._has_pool:
             log.warning(
                 "workload %s: ignoring its %d inference tasks (the cluster has no "
@@ -320,7 +325,13 @@ class Simulation:
             )
             inference = InferenceScheduler(policy)
             services = service_specs(workload.inference, config.cold_start_of, workload.services)
+            services, slo = slo_references(
+                workload.inference, services, config.slo, config.slo_reference
+            )
             self.serving = Serving(workload.inference, services)
+            if slo.enabled and self._lending:
+                fc = slo.forecast
+                self.serving.demand = DemandLedger(fc.bin_s, fc.history_bins)
         self.loop = ControlLoop(
             scheduler,
             inference,
@@ -329,9 +340,16 @@ class Simulation:
                 lending=self._lending,
                 lifecycle=config.lifecycle,
                 reserve=config.lend_reserve,
+                slo=slo if self._lending else SloConfig(),
             ),
         )
         self._track = self.serving is not None and self._lending
+        # The SLO guard holds or pre-warms replicas at ticks: they go on while
+        # inference runs, jobs or not.
+        self._guarded = self.serving is not None and (
+            self.loop.settings.slo.enabled
+            or any(v.guaranteed_replicas for v in self.serving.services.values())
+        )
         self._services: Mapping[str, ServiceSpec] = (
             MappingProxyType({}) if self.serving is None else self.serving.services
         )
@@ -407,7 +425,15 @@ class Simulation:
                 queue.push(at, arrival)
         interval = self.config.interval
         max_time = math.inf if self.config.max_time is None else self.config.max_time
-        if self.jobs:
+        if self._guarded and serving is not None and serving.tasks:
+            # The guard's first tick: two intervals before the first arrival (or 0),
+            # so that it can pre-warm for it.
+            first = min(t.spec.submit_time for t in serving.tasks.values())
+            if self.jobs:
+                first = min(first, self._submit_times[0])
+            k = max(math.floor(first / interval) - 2, 0)
+            queue.push(k * interval, Event(EventKind.TICK))
+        elif self.jobs:
             queue.push(self._tick_at_or_after(self._submit_times[0], 1), Event(EventKind.TICK))
         check = self.config.check_invariants
         with _collect_per_tick() as collect:
@@ -569,11 +595,15 @@ class Simulation:
             )
             jobs = tuple(r.job.view(now) for r in active)
             reserve = self.config.lend_reserve
-            loads = (
-                serving.service_loads(now, reserve.window_s)
-                if serving is not None and self._lending and reserve.enabled
-                else {}
-            )
+            demand = None if serving is None else serving.demand
+            arrivals: Mapping[str, ArrivalHistory] = MappingProxyType({})
+            if demand is not None:
+                loads = demand.loads()
+                arrivals = MappingProxyType(demand.histories(now))
+            elif serving is not None and self._lending and reserve.enabled:
+                loads = serving.service_loads(now, reserve.window_s)
+            else:
+                loads = {}
             snap = Snapshot(
                 now,
                 self.cluster,
@@ -582,6 +612,7 @@ class Simulation:
                 waiting,
                 MappingProxyType(loads),
                 self._services,
+                arrivals=arrivals,
             )
         else:
             jobs = self._job_views() if serving is not None else ()
@@ -744,9 +775,13 @@ class Simulation:
             self._views_tuple = tuple(ordered)
         return self._views_tuple
 
+    def _serving_done(self) -> bool:
+        return self.serving is None or self.serving.all_done
+
     def _next_tick(self, tick: int) -> float | None:
         """The next tick after tick number ``tick``; None when nothing is left to do."""
-        if self._active:
+        if self._active or (self._guarded and not self._serving_done()):
+            # The SLO guard runs at every tick while inference may still arrive.
             return (tick + 1) * self.config.interval
         if self._submitted < len(self._submit_times):
             return self._tick_at_or_after(self._submit_times[self._submitted], tick + 1)

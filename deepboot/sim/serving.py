@@ -23,6 +23,7 @@ from deepboot.core.service import ServiceSpec
 from deepboot.policies.lending import ServiceLoad
 from deepboot.scheduler.control import PendingTask, ReplicaLoad
 from deepboot.scheduler.events import Event, EventKind
+from deepboot.sim.demand import DemandLedger
 from deepboot.sim.metrics import InferenceRecord
 
 
@@ -133,6 +134,8 @@ class Serving:
         self._arrivals: dict[str, deque[float]] = {}
         self._runs: dict[str, deque[tuple[float, float]]] = {}
         self.reclaim_times: list[float] = []
+        self.demand: DemandLedger | None = None
+        """Binned arrivals for the SLO guard's forecast (set when it is on)."""
         self.proactive_reclaim_times: list[float] = []
         """The subset of ``reclaim_times`` taken before the requests that need them
         arrived (``Reclaim.proactive``)."""
@@ -187,7 +190,10 @@ class Serving:
 
     def arrived(self, name: str, now: float) -> None:
         """Task ``name`` arrived at ``now`` (counted in its service's load)."""
-        self._arrivals.setdefault(self.tasks[name].spec.service, deque()).append(now)
+        service = self.tasks[name].spec.service
+        self._arrivals.setdefault(service, deque()).append(now)
+        if self.demand is not None:
+            self.demand.arrived(service, now)
 
     def enqueue(self, name: str) -> None:
         """Queue a task that found no GPU (a no-op when it is queued already)."""
@@ -262,6 +268,8 @@ class Serving:
             self._replica_view = None
         if task.start is not None:
             self._runs.setdefault(task.spec.service, deque()).append((now, now - task.start))
+            if self.demand is not None:
+                self.demand.ran(task.spec.service, now - task.start)
         return task.gpu
 
     def service_loads(self, now: float, window_s: float) -> dict[str, ServiceLoad]:

@@ -15,6 +15,10 @@ from deepboot.core.errors import ConfigError
 from deepboot.perf.restart import AfeRestartCost, FlatRestartCost
 from deepboot.policies.lending import LendReserveConfig
 from deepboot.policies.lifecycle import LifecycleConfig
+from deepboot.policies.slo import SloConfig
+
+SLO_REFERENCES = ("warm-pool", "oracle")
+"""The two references SLO-guarded lending is held against (``SimConfig.slo_reference``)."""
 
 MAX_PROTECT_FACTOR = 100.0
 """Largest protect-time factor P (the paper studied 1 and 8)."""
@@ -32,6 +36,11 @@ def shared_cluster_config(
     ats_i_params: Mapping[str, object] | None = None,
     reserve: bool = False,
     reserve_target: float | None = None,
+    slo: bool = False,
+    slo_target: float | None = None,
+    slo_horizon: float | None = None,
+    warm_pool: bool = False,
+    oracle: bool = False,
 ) -> dict[str, Any]:
     """``SimConfig`` keyword arguments for DeepBoot's shared-cluster knobs.
 
@@ -47,9 +56,21 @@ def shared_cluster_config(
         ats_i_params: Its parameters (``deepboot policies`` lists them).
         reserve: The predictive lending reserve (ours, beyond the paper).
         reserve_target: Its coverage Q in [0, 1); default 0.7.
+        slo: SLO-guarded lending (docs/slo.md): hold each service's forecast need,
+            pre-warm ahead of demand, reclaim proactively. Replaces the reserve.
+        slo_target: Overrides every service's ``slo_target`` (with ``slo``,
+            ``warm_pool`` or ``oracle``).
+        slo_horizon: The forecast horizon's minimum, seconds (with ``slo``).
+        warm_pool: The non-clairvoyant reference: each service's Erlang-B replicas
+            at its true mean load held as ``guaranteed_replicas``, the rest as
+            DeepBoot.
+        oracle: The clairvoyant reference: SLO-guarded lending holding each
+            service's exact future demand instead of a forecast.
 
     Raises:
-        ConfigError: ``protect_factor`` or ``reserve_target`` is out of range.
+        ConfigError: ``protect_factor``, ``reserve_target``, ``slo_target`` or
+            ``slo_horizon`` is out of range; two of ``slo``, ``warm_pool``,
+            ``oracle`` and ``reserve`` are on; one of the first three without lending.
     """
     factor = float(protect_factor)
     if not (math.isfinite(factor) and 0.0 <= factor <= MAX_PROTECT_FACTOR):
@@ -63,7 +84,27 @@ def shared_cluster_config(
     target = LendReserveConfig().target if reserve_target is None else float(reserve_target)
     if not 0.0 <= target < 1.0:
         raise ConfigError(f"reserve target must be in [0, 1); got {reserve_target}")
+    chosen = [n for n, on in (("slo", slo), ("warm-pool", warm_pool), ("oracle", oracle)) if on]
+    if len(chosen) + bool(reserve) > 1:
+        both = " and ".join(f"--{n}" for n in [*chosen, *(["reserve"] if reserve else [])])
+        raise ConfigError(
+            f"{both}: pick one (--slo replaces the reserve; --warm-pool and --oracle are "
+            "references to hold --slo against)"
+        )
+    if chosen and not lending:
+        raise ConfigError(f"--{chosen[0]} decides what is lent: it needs lending on")
+    if (slo_target is not None or slo_horizon is not None) and not chosen:
+        raise ConfigError("--slo-target and --slo-horizon need --slo, --warm-pool or --oracle")
+    if slo_horizon is not None and not slo:
+        raise ConfigError("--slo-horizon needs --slo (the references have no forecast)")
+    slo_config = SloConfig(
+        enabled=bool(slo or oracle),
+        target=None if slo_target is None else float(slo_target),
+        horizon_s=None if slo_horizon is None else float(slo_horizon),
+    )
     return {
+        "slo": slo_config,
+        "slo_reference": chosen[0] if chosen and chosen[0] != "slo" else "",
         "lend_reserve": LendReserveConfig(enabled=bool(reserve), target=target),
         "lending": bool(lending),
         "lifecycle": LifecycleConfig(factor=factor, enabled=bool(lifecycle)),

@@ -21,6 +21,11 @@ ALLOWED_FROM_POLICIES = {
     "ServiceLoad",
     "LendReserveConfig",
     "LifecycleConfig",
+    "SloConfig",
+    "ArrivalHistory",
+    # Builds the warm-pool and oracle references' settings from the whole workload,
+    # once before the run: configuration, not a decision at run time.
+    "slo_references",
     "inference",  # the inference registry, for ``inference.create(name)`` only
 }
 ALLOWED_FROM_SCHEDULER = {

@@ -1,0 +1,211 @@
+"""SLO-guarded lending: how many replicas of each service to hold, from its forecast.
+
+A request meets its service's SLO (``slo_wait_s``, :mod:`deepboot.sim.slo`) when a
+ready replica takes it within that wait. Two regimes (docs/slo.md):
+
+* **pre-warm** (``slo_wait_s`` < the service's cold start): only a replica already
+  loaded and idle meets it. A request that finds every replica busy does not queue
+  behind them, it overflows to a cold start and misses: a loss system, so the
+  replicas to hold for ``slo_target`` of requests to find one idle are Erlang B's
+  (:func:`~deepboot.policies.forecast.replicas_for`) at the offered load
+  ``forecast peak rate x mean task duration``. The control loop keeps that many
+  loaded (idle ones are not lent) and pre-warms the missing ones ahead of demand,
+  reclaiming lent GPUs if it must.
+* **relaxed** (``slo_wait_s`` >= the cold start): a cold start on a free GPU meets
+  it too, and so does one on a reclaimed GPU (the simulator frees a reclaimed GPU
+  at once). The same number of GPUs is kept from lending, loaded or FREE, but
+  nothing is pre-warmed or reclaimed ahead.
+
+The forecast looks ``horizon`` seconds ahead: at least a cold start plus a
+training resize plus one scheduling interval (what a reclaim-and-pre-warm needs to
+be ready before the demand it answers), and at least ``SloConfig.horizon_s``.
+``guaranteed_replicas`` is a floor under any need. Pure: a function of the specs,
+the arrival histories and the measured durations.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from deepboot.core.service import ServiceSpec
+from deepboot.policies.forecast import ArrivalHistory, ForecastConfig, forecast, replicas_for
+from deepboot.policies.lending import ServiceLoad
+from deepboot.policies.registry import MAX_DELAY_S, require
+
+
+@dataclass(frozen=True, slots=True)
+class DemandSchedule:
+    """A clairvoyant service's exact demand (the ``oracle`` reference): the replicas
+    its requests occupy, as a step function of time.
+
+    Attributes:
+        times: Ascending times at which the demand changes.
+        replicas: Replicas busy from ``times[i]`` until ``times[i + 1]`` (0 before
+            the first time).
+    """
+
+    times: tuple[float, ...]
+    replicas: tuple[int, ...]
+
+    def peak(self, start: float, end: float) -> int:
+        """Most replicas busy at any moment of ``[start, end]``."""
+        i = bisect_right(self.times, start) - 1
+        peak = self.replicas[i] if i >= 0 else 0
+        j = i + 1
+        while j < len(self.times) and self.times[j] <= end:
+            peak = max(peak, self.replicas[j])
+            j += 1
+        return peak
+
+
+def _no_schedules() -> Mapping[str, DemandSchedule]:
+    return {}
+
+
+@dataclass(frozen=True, slots=True)
+class SloConfig:
+    """Parameters of SLO-guarded lending.
+
+    Attributes:
+        enabled: Hold each service's forecast need (off: only ``guaranteed_replicas``).
+        target: Overrides every service's ``slo_target`` (None: each its own).
+        horizon_s: The forecast horizon's minimum, seconds (None: a cold start plus
+            ``resize_s`` plus one interval, per service).
+        resize_s: Seconds a training job's resize takes (part of the horizon).
+        default_duration_s: A task's run time assumed before any of its service
+            finished (the offered load needs one).
+        forecast: The demand forecast's parameters; 60 s bins by default (one
+            scheduling interval: the world hands the forecast complete bins only, so
+            a service's first arrival is seen within a bin, not five minutes later).
+        oracle: Per service, its exact future demand: the ``oracle`` reference holds
+            the peak of it over the horizon instead of a forecast (a reference that
+            knows every future request, never a deployable policy).
+    """
+
+    enabled: bool = False
+    target: float | None = None
+    horizon_s: float | None = None
+    resize_s: float = 30.0
+    default_duration_s: float = 10.0
+    forecast: ForecastConfig = field(default_factory=lambda: ForecastConfig(bin_s=60.0))
+    oracle: Mapping[str, DemandSchedule] = field(default_factory=_no_schedules)
+
+    def __post_init__(self) -> None:
+        require(
+            self.target is None or 0.0 < self.target < 1.0,
+            "target",
+            f"must be in (0, 1), or None; got {self.target}",
+        )
+        require(
+            self.horizon_s is None
+            or (math.isfinite(self.horizon_s) and 0.0 < self.horizon_s <= MAX_DELAY_S),
+            "horizon_s",
+            f"must be in (0, {MAX_DELAY_S:g}] seconds, or None; got {self.horizon_s}",
+        )
+        for name in ("resize_s", "default_duration_s"):
+            value = getattr(self, name)
+            require(
+                math.isfinite(value) and 0.0 <= value <= MAX_DELAY_S,
+                name,
+                f"must be in [0, {MAX_DELAY_S:g}] seconds; got {value}",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceNeed:
+    """What one service needs held now.
+
+    Attributes:
+        warm: Replicas to keep loaded: the missing ones are pre-warmed ahead of
+            demand, and idle ones are not lent. The forecast need in the pre-warm
+            regime, else ``guaranteed_replicas`` alone.
+        hold: GPUs to keep from lending, loaded or FREE (>= ``warm``).
+    """
+
+    warm: int
+    hold: int
+
+
+def horizon(spec: ServiceSpec, interval: float, config: SloConfig) -> float:
+    """Seconds the forecast for ``spec`` must look ahead (see the module docstring)."""
+    floor = (spec.cold_start_s or 0.0) + config.resize_s + interval
+    return floor if config.horizon_s is None else max(floor, config.horizon_s)
+
+
+def service_needs(
+    services: Mapping[str, ServiceSpec],
+    histories: Mapping[str, ArrivalHistory],
+    loads: Mapping[str, ServiceLoad],
+    now: float,
+    interval: float,
+    config: SloConfig,
+) -> dict[str, ServiceNeed]:
+    """Each service's need, in sorted name order; services that need nothing (no
+    forecast demand and no ``guaranteed_replicas``) are left out.
+
+    Args:
+        services: Every service's spec.
+        histories: Arrival counts per service in fixed bins, up to ``now`` (missing:
+            no arrival yet).
+        loads: Recent load per service; its ``duration_s`` is the mean task duration
+            (0 or missing: ``config.default_duration_s``).
+        now: Current time (the oracle's schedules are read from it).
+        interval: Seconds between scheduling rounds.
+        config: The SLO parameters; with ``enabled`` False only the guaranteed
+            replicas are needed.
+    """
+    out: dict[str, ServiceNeed] = {}
+    for name in sorted(services):
+        spec = services[name]
+        floor = spec.guaranteed_replicas
+        want = 0
+        if config.enabled:
+            ahead = horizon(spec, interval, config)
+            schedule = config.oracle.get(name)
+            if schedule is not None:
+                want = schedule.peak(now, now + ahead)
+            else:
+                history = histories.get(name)
+                if history is not None and history.counts:
+                    peak = forecast(history, ahead, config.forecast).peak
+                    load = loads.get(name)
+                    duration = load.duration_s if load and load.duration_s > 0 else 0.0
+                    offered = peak * (duration or config.default_duration_s)
+                    target = spec.slo_target if config.target is None else config.target
+                    want = replicas_for(offered, target, spec.concurrency)
+            if spec.max_replicas:
+                want = min(want, spec.max_replicas)
+        hold = max(want, floor)
+        if hold > 0:
+            prewarm = spec.cold_start_s is not None and spec.slo_wait_s < spec.cold_start_s
+            out[name] = ServiceNeed(hold if prewarm else floor, hold)
+    return out
+
+
+def demand_schedule(
+    requests: Sequence[tuple[float, float]], concurrency: int = 1
+) -> DemandSchedule:
+    """The exact demand of one service's requests, each ``(arrival, duration)``
+    served at once on arrival: the replicas (``concurrency`` requests each) busy over
+    time. An end and an arrival at the same instant hand the replica over (the end
+    first)."""
+    changes: list[tuple[float, int]] = []
+    for arrival, duration in requests:
+        changes.append((arrival, 1))
+        changes.append((arrival + duration, -1))
+    changes.sort(key=lambda c: (c[0], c[1]))
+    times: list[float] = []
+    replicas: list[int] = []
+    in_flight = 0
+    for t, delta in changes:
+        in_flight += delta
+        busy = -(-in_flight // max(concurrency, 1))
+        if times and times[-1] == t:
+            replicas[-1] = busy
+        elif not replicas or replicas[-1] != busy:
+            times.append(t)
+            replicas.append(busy)
+    return DemandSchedule(tuple(times), tuple(replicas))

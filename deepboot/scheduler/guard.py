@@ -1,0 +1,170 @@
+"""The SLO guard of a tick: hold what each service needs, pre-warm what is missing.
+
+Given each service's need (:func:`deepboot.policies.slo.service_needs`: ``warm``
+replicas to keep loaded, ``hold`` GPUs to keep from lending), the guard decides, on
+the inference pool only and in sorted service order:
+
+1. **Held** (left out of the training round's capacity): each service's idle SLEEP
+   replicas, in GPU order, up to ``hold`` minus its RUNNING and PROTECT replicas
+   (those are not lendable anyway); then, for the relaxed regime's ``hold`` above
+   what is loaded, FREE GPUs in GPU order.
+2. **Pre-warmed** (``WarmReplica``): ``warm`` minus the replicas loaded or loading,
+   on FREE GPUs first (GPU order), then on SLEEP replicas of other services that
+   nothing holds (``EvictReplica`` first), then on LENT GPUs taken back ahead of
+   demand (``Reclaim(proactive=True)``): ATS-I's least-loss choice, one GPU at a time
+   (each choice sees the jobs as the previous reclaims left them), then one
+   ``Resize`` (or ``Preempt``) per job that lost GPUs: AFE's shrink.
+
+A pre-warmed replica is PROTECT until ``until`` (a cold start plus one interval from
+now); at the next tick the guard holds it again if it is still needed. Pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from deepboot.core.cluster import ClusterSpec, Pool
+from deepboot.core.errors import InvalidDecisionError
+from deepboot.core.gpu import GpuId, GpuState, GpuView
+from deepboot.core.placement import EMPTY, Placement
+from deepboot.core.service import ServiceSpec
+from deepboot.core.state import InferenceState, JobView
+from deepboot.policies.inference.ats_i import least_loss
+from deepboot.policies.inference.candidates import PlacementConfig
+from deepboot.policies.slo import ServiceNeed
+from deepboot.scheduler.decision import Preempt, Resize
+from deepboot.scheduler.operations import AnyOperation, EvictReplica, Reclaim, WarmReplica
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Guard:
+    """What the guard decided.
+
+    Attributes:
+        ops: Evictions, proactive reclaims with their shrinks, and pre-warms, in the
+            order they must be applied.
+        held: Idle inference GPUs (SLEEP or FREE) the training round must not use.
+    """
+
+    ops: tuple[AnyOperation, ...] = ()
+    held: frozenset[GpuId] = frozenset()
+
+
+def guard(
+    needs: Mapping[str, ServiceNeed],
+    gpus: Sequence[GpuView],
+    jobs: Sequence[JobView],
+    services: Mapping[str, ServiceSpec],
+    cluster: ClusterSpec,
+    now: float,
+    interval: float,
+) -> Guard:
+    """The ops and the held GPUs of ``needs`` (see the module docstring).
+
+    Args:
+        needs: Each service's need (sorted names).
+        gpus: Every GPU, sorted by (node_id, index).
+        jobs: The active training jobs (placements for the reclaims' shrinks).
+        services: The services' specs (cold starts, for ``until``).
+        cluster: The cluster.
+        now: Current time.
+        interval: Seconds between ticks.
+    """
+    if not needs:
+        return Guard()
+    pool = [g for g in gpus if g.pool is Pool.INFERENCE]
+    busy: Counter[str] = Counter()
+    sleeping: dict[str, list[GpuView]] = {}
+    for g in pool:
+        if g.service is None:
+            continue
+        if g.state in (GpuState.RUNNING, GpuState.PROTECT):
+            busy[g.service] += 1
+        elif g.state is GpuState.SLEEP:
+            sleeping.setdefault(g.service, []).append(g)
+    held: list[GpuId] = []
+    missing: list[tuple[str, int]] = []
+    keep_free = 0
+    for name, need in needs.items():
+        mine = sleeping.get(name, [])
+        keep = max(need.hold - busy[name], 0)
+        held.extend(g.gpu_id for g in mine[:keep])
+        loaded = busy[name] + len(mine)
+        if need.warm > loaded:
+            missing.append((name, need.warm - loaded))
+        keep_free += max(need.hold - max(loaded, need.warm), 0)
+    taken = set(held)
+    free = [g for g in pool if g.state is GpuState.FREE]
+    evictable = [g for g in pool if g.state is GpuState.SLEEP and g.gpu_id not in taken]
+    lent = [g for g in pool if g.state is GpuState.LENT]
+    ops: list[AnyOperation] = []
+    warms: list[AnyOperation] = []
+    reclaimed: list[GpuView] = []
+    views = list(jobs)
+    for name, count in missing:
+        cold = services[name].cold_start_s or 0.0
+        until = now + cold + interval
+        for _ in range(count):
+            if free:
+                gpu = free.pop(0).gpu_id
+            elif evictable:
+                gpu = evictable.pop(0).gpu_id
+                warms.append(EvictReplica(gpu))
+            elif lent:
+                state = InferenceState(now, cluster, tuple(gpus), tuple(views))
+                pick = least_loss(state, lent, PlacementConfig())
+                lent.remove(pick)
+                reclaimed.append(pick)
+                views = _without(views, pick)
+                gpu = pick.gpu_id
+            else:
+                break  # every inference GPU is serving: nothing more to warm
+            warms.append(WarmReplica(gpu, name, until))
+            taken.add(gpu)
+    pairs = [(g.gpu_id, g.job or "") for g in reclaimed]
+    ops.extend(reclaim_ops(pairs, jobs, proactive=True))
+    ops.extend(warms)
+    # The relaxed regime's FREE GPUs, after the pre-warms took theirs.
+    held.extend(g.gpu_id for g in free[:keep_free])
+    return Guard(tuple(ops), frozenset(held))
+
+
+def _without(jobs: list[JobView], gpu: GpuView) -> list[JobView]:
+    """``jobs`` with one worker of ``gpu``'s job gone from ``gpu``'s node."""
+    out = []
+    for j in jobs:
+        if j.name == gpu.job:
+            ids = list(j.placement.node_ids)
+            ids.remove(gpu.node_id)
+            j = dataclasses.replace(j, placement=Placement.of(ids) if ids else EMPTY)
+        out.append(j)
+    return out
+
+
+def reclaim_ops(
+    reclaims: Sequence[tuple[GpuId, str]], jobs: Sequence[JobView], proactive: bool = False
+) -> list[AnyOperation]:
+    """A ``Reclaim`` of each ``(GPU, job)``, then one ``Resize`` per job that lost
+    GPUs, to the ones it keeps (``Preempt`` when none): AFE's shrink.
+
+    Raises:
+        InvalidDecisionError: a job lacks a GPU on a reclaimed GPU's node.
+    """
+    ops: list[AnyOperation] = []
+    lost: dict[str, list[int]] = {}
+    for gpu, job in reclaims:
+        ops.append(Reclaim(gpu, job, proactive=proactive))
+        lost.setdefault(job, []).append(gpu[0])
+    views = {j.name: j for j in jobs}
+    for job, nodes in lost.items():
+        old = views[job].placement if job in views else EMPTY
+        ids = list(old.node_ids)
+        for node in nodes:
+            if node not in ids:
+                raise InvalidDecisionError(f"reclaim from {job!r} on node {node}, which it lacks")
+            ids.remove(node)
+        new = Placement.of(ids)
+        ops.append(Resize(job, old, new) if new else Preempt(job, old))
+    return ops

@@ -1,0 +1,130 @@
+"""SLO-guarded lending's pure part (deepboot.policies.slo): each service's need from
+its forecast, the regimes, the guaranteed floor, and the oracle's exact demand."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from deepboot.core.errors import ConfigError
+from deepboot.core.service import ServiceSpec
+from deepboot.policies.forecast import ArrivalHistory, replicas_for
+from deepboot.policies.lending import ServiceLoad
+from deepboot.policies.slo import (
+    DemandSchedule,
+    ServiceNeed,
+    SloConfig,
+    demand_schedule,
+    horizon,
+    service_needs,
+)
+
+ON = SloConfig(enabled=True)
+
+
+def spec(name: str = "s", **kw: object) -> ServiceSpec:
+    kw.setdefault("cold_start_s", 8.0)
+    return ServiceSpec(name, "m", **kw)  # type: ignore[arg-type]
+
+
+def steady(rate_per_bin: int, bins: int = 24) -> ArrivalHistory:
+    return ArrivalHistory(bin_s=60.0, counts=(rate_per_bin,) * bins, end=bins * 60.0)
+
+
+def test_the_horizon_covers_a_cold_start_a_resize_and_an_interval() -> None:
+    assert horizon(spec(cold_start_s=8.0), 60.0, ON) == 8.0 + 30.0 + 60.0
+    assert horizon(spec(cold_start_s=8.0), 60.0, SloConfig(True, horizon_s=600.0)) == 600.0
+    assert horizon(spec(cold_start_s=8.0), 60.0, SloConfig(True, horizon_s=10.0)) == 98.0
+
+
+def test_a_steady_service_needs_erlang_b_replicas_in_the_prewarm_regime() -> None:
+    # 6 arrivals a minute = 0.1/s, 20 s each: 2 Erlangs.
+    needs = service_needs(
+        {"s": spec()}, {"s": steady(6)}, {"s": ServiceLoad(0.1, 20.0)}, 7200.0, 60.0, ON
+    )
+    expected = replicas_for(0.1 * 20.0, 0.99)
+    assert expected > 2
+    assert needs == {"s": ServiceNeed(warm=expected, hold=expected)}
+
+
+def test_the_relaxed_regime_holds_gpus_but_prewarms_only_the_guaranteed() -> None:
+    relaxed = spec(slo_wait_s=20.0, guaranteed_replicas=1)  # wait >= the 8 s cold start
+    needs = service_needs(
+        {"s": relaxed}, {"s": steady(6)}, {"s": ServiceLoad(0.1, 20.0)}, 7200.0, 60.0, ON
+    )
+    assert needs["s"].warm == 1 and needs["s"].hold == replicas_for(2.0, 0.99)
+
+
+def test_the_target_override_and_max_replicas() -> None:
+    loads = {"s": ServiceLoad(0.1, 20.0)}
+    low = service_needs({"s": spec()}, {"s": steady(6)}, loads, 0, 60, SloConfig(True, 0.5))
+    assert low["s"].warm == replicas_for(2.0, 0.5) < replicas_for(2.0, 0.99)
+    capped = service_needs({"s": spec(max_replicas=2)}, {"s": steady(6)}, loads, 0, 60, ON)
+    assert capped["s"].warm == 2
+
+
+def test_quiet_or_unknown_services_need_only_their_guarantee() -> None:
+    services = {"a": spec("a"), "b": spec("b", guaranteed_replicas=2), "c": spec("c")}
+    histories = {"a": steady(0)}
+    assert service_needs(services, histories, {}, 0.0, 60.0, ON) == {"b": ServiceNeed(2, 2)}
+    # Disabled: the guarantee still holds, the forecast is not read.
+    off = service_needs(services, {"c": steady(6)}, {}, 0.0, 60.0, SloConfig())
+    assert off == {"b": ServiceNeed(2, 2)}
+
+
+def test_the_default_duration_stands_in_before_a_task_finished() -> None:
+    cfg = SloConfig(True, default_duration_s=20.0)
+    needs = service_needs({"s": spec()}, {"s": steady(6)}, {}, 0.0, 60.0, cfg)
+    assert needs["s"].warm == replicas_for(2.0, 0.99)
+
+
+def test_the_oracle_holds_the_exact_peak_over_the_horizon() -> None:
+    schedule = demand_schedule([(100.0, 50.0), (120.0, 10.0), (400.0, 5.0)])
+    cfg = SloConfig(True, oracle={"s": schedule})
+    times = (0.0, 10.0, 30.0, 200.0)
+    at = {t: service_needs({"s": spec()}, {}, {}, t, 60.0, cfg) for t in times}
+    assert at[0.0] == {}  # horizon 98 s: nothing before 100 s
+    assert at[10.0] == {"s": ServiceNeed(1, 1)}  # 10..108 s: the first request only
+    assert at[30.0] == {"s": ServiceNeed(2, 2)}  # 30..128 s: two overlap from 120 s
+    assert at[200.0] == {}  # nothing between 200 and 298 s
+
+
+def test_demand_schedule_hands_a_replica_over_at_the_same_instant() -> None:
+    s = demand_schedule([(0.0, 10.0), (10.0, 5.0), (12.0, 1.0)], concurrency=1)
+    assert s.peak(0.0, 20.0) == 2  # 12..13 overlaps 10..15
+    assert s.peak(0.0, 11.0) == 1  # 0..10 then 10..15: never two
+    assert demand_schedule([(0.0, 1.0), (0.0, 1.0), (0.0, 1.0)], 2).peak(0.0, 0.0) == 2
+
+
+@settings(max_examples=150, derandomize=True)
+@given(
+    st.lists(st.tuples(st.integers(0, 200), st.integers(1, 50)), max_size=25),
+    st.integers(1, 3),
+    st.integers(0, 250),
+    st.integers(0, 60),
+)
+def test_demand_schedule_peak_matches_counting(
+    reqs: list[tuple[int, int]], conc: int, start: int, width: int
+) -> None:
+    schedule = demand_schedule([(float(a), float(d)) for a, d in reqs], conc)
+    brute = 0
+    # The demand changes only at arrivals and ends: check those inside, and the start.
+    points = {start} | {a for a, _ in reqs} | {a + d for a, d in reqs}
+    for t in (p for p in points if start <= p <= start + width):
+        inflight = sum(1 for a, d in reqs if a <= t < a + d)
+        brute = max(brute, -(-inflight // conc))
+    assert schedule.peak(float(start), float(start + width)) == brute
+
+
+def test_bad_settings_name_the_field() -> None:
+    with pytest.raises(ConfigError, match="target"):
+        SloConfig(True, target=1.0)
+    with pytest.raises(ConfigError, match="horizon_s"):
+        SloConfig(True, horizon_s=0.0)
+    with pytest.raises(ConfigError, match="resize_s"):
+        SloConfig(True, resize_s=float("nan"))
+
+
+def test_an_empty_schedule_needs_nothing() -> None:
+    assert DemandSchedule((), ()).peak(0.0, 1e9) == 0

@@ -1,0 +1,100 @@
+"""The SLO guard of a tick (deepboot.scheduler.guard): what it holds back from
+training, where it pre-warms, and what it reclaims ahead of demand."""
+
+from __future__ import annotations
+
+from deepboot.core.cluster import ClusterSpec, Pool
+from deepboot.core.gpu import GpuState, GpuView
+from deepboot.core.placement import Placement
+from deepboot.core.service import ServiceSpec
+from deepboot.core.state import JobView
+from deepboot.policies.slo import ServiceNeed
+from deepboot.scheduler.decision import Resize
+from deepboot.scheduler.guard import Guard, guard
+from deepboot.scheduler.operations import EvictReplica, Reclaim, WarmReplica
+from tests.policies.builders import make_job
+
+CLUSTER = ClusterSpec.parse("3x2", 2)  # node 0 trains; nodes 1 and 2 are inference
+SERVICES = {n: ServiceSpec(n, "m", cold_start_s=8.0) for n in ("a", "b")}
+
+
+def inf(
+    node: int, index: int, state: GpuState, service: str | None = None, job: str | None = None
+) -> GpuView:
+    return GpuView(node, index, Pool.INFERENCE, state, service=service, job=job)
+
+
+def train(index: int, job: str) -> GpuView:
+    return GpuView(0, index, Pool.TRAINING, GpuState.TRAINING, job=job)
+
+
+def jobview(name: str, nodes: tuple[int, ...]) -> JobView:
+    return make_job(name, placement=nodes, fitted=True, min_replicas=1)
+
+
+def run(
+    needs: dict[str, ServiceNeed], gpus: list[GpuView], jobs: tuple[JobView, ...] = ()
+) -> Guard:
+    return guard(needs, gpus, jobs, SERVICES, CLUSTER, now=100.0, interval=60.0)
+
+
+def test_nothing_needed_holds_nothing() -> None:
+    gpus = [inf(1, 0, GpuState.SLEEP, "a"), inf(1, 1, GpuState.FREE)]
+    out = run({}, gpus)
+    assert out.ops == () and out.held == frozenset()
+
+
+def test_idle_replicas_are_held_up_to_the_need_and_the_rest_lendable() -> None:
+    gpus = [
+        inf(1, 0, GpuState.SLEEP, "a"),
+        inf(1, 1, GpuState.SLEEP, "a"),
+        inf(2, 0, GpuState.PROTECT, "a"),
+        inf(2, 1, GpuState.SLEEP, "b"),
+    ]
+    out = run({"a": ServiceNeed(warm=2, hold=2)}, gpus)
+    # PROTECT counts (it is not lendable anyway): one SLEEP replica more, GPU order.
+    assert out.held == {(1, 0)} and out.ops == ()
+
+
+def test_missing_replicas_are_prewarmed_free_first_then_evicting_then_reclaiming() -> None:
+    gpus = [
+        train(0, "j"),
+        train(1, "j"),
+        inf(1, 0, GpuState.FREE),
+        inf(1, 1, GpuState.SLEEP, "b"),
+        inf(2, 0, GpuState.LENT, job="j"),
+        inf(2, 1, GpuState.LENT, job="j"),
+    ]
+    jobs = (jobview("j", (0, 0, 2, 2)),)
+    out = run({"a": ServiceNeed(warm=3, hold=3)}, gpus, jobs)
+    until = 100.0 + 8.0 + 60.0
+    reclaimed = [op for op in out.ops if isinstance(op, Reclaim)]
+    assert len(reclaimed) == 1 and reclaimed[0].proactive and reclaimed[0].job == "j"
+    gpu = reclaimed[0].gpu
+    assert out.ops == (
+        Reclaim(gpu, "j", proactive=True),
+        Resize("j", Placement.of((0, 0, 2, 2)), Placement.of((0, 0, 2))),
+        WarmReplica((1, 0), "a", until),
+        EvictReplica((1, 1)),
+        WarmReplica((1, 1), "a", until),
+        WarmReplica(gpu, "a", until),
+    )
+    assert out.held == frozenset()
+
+
+def test_a_held_replica_of_another_service_is_never_evicted() -> None:
+    gpus = [inf(1, 0, GpuState.SLEEP, "b"), inf(1, 1, GpuState.RUNNING, "b")]
+    out = run({"a": ServiceNeed(1, 1), "b": ServiceNeed(2, 2)}, gpus)
+    assert out.held == {(1, 0)}
+    assert out.ops == ()  # nothing left to warm a on
+
+
+def test_the_relaxed_regime_keeps_free_gpus_instead_of_warming() -> None:
+    gpus = [inf(1, 0, GpuState.FREE), inf(1, 1, GpuState.FREE), inf(2, 0, GpuState.FREE)]
+    out = run({"a": ServiceNeed(warm=0, hold=2)}, gpus)
+    assert out.ops == () and out.held == {(1, 0), (1, 1)}
+
+
+def test_loading_replicas_count_as_loaded() -> None:
+    gpus = [inf(1, 0, GpuState.RUNNING, "a"), inf(1, 1, GpuState.FREE)]
+    assert run({"a": ServiceNeed(1, 1)}, gpus).ops == ()

@@ -1,0 +1,79 @@
+"""The SLO flags of ``deepboot simulate`` and ``compare`` (issue 20): what they run,
+what they refuse, and the runtime's refusal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from deepboot.matrix import parse_run, sim_config
+from tests.cli_helpers import run_cli
+from tests.test_cli_simulate import make_tiny_workload
+
+
+def _simulate(capsys: pytest.CaptureFixture[str], tmp_path: Path, *flags: str) -> tuple[int, str]:
+    out = tmp_path / "summary.json"
+    code, _, err = run_cli(
+        capsys,
+        "simulate",
+        "--workload", str(make_tiny_workload(tmp_path)),
+        "--policy", "pollux",
+        "--cluster", "2x4",
+        "--inference-nodes", "1",
+        "--quiet",
+        "--summary-json", str(out),
+        *flags,
+    )  # fmt: skip
+    return code, out.read_text() if code == 0 else err
+
+
+@pytest.mark.parametrize("flags", [["--slo"], ["--slo", "--slo-target", "0.9"], ["--warm-pool"],
+                                   ["--oracle"], ["--slo", "--slo-horizon", "600"]])  # fmt: skip
+def test_each_slo_mode_runs_and_reports_attainment(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: list[str]
+) -> None:
+    code, text = _simulate(capsys, tmp_path, *flags)
+    assert code == 0, text
+    inference = json.loads(text)["inference"]
+    assert 0.0 <= inference["slo_attainment"] <= 1.0
+    assert (
+        inference["reclaims_proactive"] + inference["reclaims_reactive"]
+        == json.loads(text)["cluster"]["reclaims"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--slo", "--reserve"], "pick one"),
+        (["--slo", "--oracle"], "pick one"),
+        (["--slo-target", "0.9"], "need --slo"),
+        (["--warm-pool", "--slo-horizon", "60"], "needs --slo"),
+        (["--slo", "--no-lending"], "needs lending"),
+        (["--slo", "--slo-target", "1"], "target"),
+    ],
+)
+def test_bad_combinations_are_refused_with_the_flag_named(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: list[str], words: str
+) -> None:
+    code, err = _simulate(capsys, tmp_path, *flags)
+    assert code == 2, err
+    assert words in err
+
+
+def test_compare_runs_take_the_same_flags() -> None:
+    config = sim_config(parse_run("x=pollux:slo,slo-target=0.95,slo-horizon=300"), 60.0, 0, 8)
+    assert config.slo.enabled and config.slo.target == 0.95 and config.slo.horizon_s == 300.0
+    assert sim_config(parse_run("deepboot:warm-pool"), 60.0, 0, 8).slo_reference == "warm-pool"
+    assert sim_config(parse_run("deepboot:oracle"), 60.0, 0, 8).slo_reference == "oracle"
+
+
+@pytest.mark.parametrize("flag", ["--slo", "--warm-pool", "--oracle"])
+def test_the_runtime_refuses_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str
+) -> None:
+    code, _, err = run_cli(capsys, "up", "--state-dir", str(tmp_path / "state"), flag)
+    assert code == 2 and "simulator only" in err
+    assert not (tmp_path / "state").exists()  # refused before anything started
