@@ -31,7 +31,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from deepboot.core.service import ServiceSpec
-from deepboot.policies.forecast import ArrivalHistory, ForecastConfig, forecast, replicas_for
+from deepboot.policies.forecast import (
+    ArrivalHistory,
+    ForecastConfig,
+    erlang_b,
+    forecast,
+    replicas_for,
+)
 from deepboot.policies.lending import ServiceLoad
 from deepboot.policies.registry import MAX_DELAY_S, require
 
@@ -65,6 +71,16 @@ def _no_schedules() -> Mapping[str, DemandSchedule]:
     return {}
 
 
+SLO_FORECAST = ForecastConfig(bin_s=60.0, halflife_s=300.0)
+"""The guard's forecast: 60 s bins (one scheduling interval: the world hands the
+forecast complete bins only, so a service's first arrival is seen within a minute)
+and a 5-minute half-life, so the level follows a ramp within minutes. On the GenAI
+trace (docs/benchmarks.md) it keeps 97.3% of requests warm with 8.7 replicas, where
+the forecast module's defaults (300 s bins, 30 min) keep 97.8% with 11.3; on
+``genai-day.csv`` (a day compressed into 8 hours) it lifts ``--slo`` from 79% to
+81-82% attainment and cuts its JCT by 7-11%."""
+
+
 @dataclass(frozen=True, slots=True)
 class SloConfig:
     """Parameters of SLO-guarded lending.
@@ -77,9 +93,7 @@ class SloConfig:
         resize_s: Seconds a training job's resize takes (part of the horizon).
         default_duration_s: A task's run time assumed before any of its service
             finished (the offered load needs one).
-        forecast: The demand forecast's parameters; 60 s bins by default (one
-            scheduling interval: the world hands the forecast complete bins only, so
-            a service's first arrival is seen within a bin, not five minutes later).
+        forecast: The demand forecast's parameters (:data:`SLO_FORECAST`).
         oracle: Per service, its exact future demand: the ``oracle`` reference holds
             the peak of it over the horizon instead of a forecast (a reference that
             knows every future request, never a deployable policy).
@@ -90,7 +104,7 @@ class SloConfig:
     horizon_s: float | None = None
     resize_s: float = 30.0
     default_duration_s: float = 10.0
-    forecast: ForecastConfig = field(default_factory=lambda: ForecastConfig(bin_s=60.0))
+    forecast: ForecastConfig = field(default_factory=lambda: SLO_FORECAST)
     oracle: Mapping[str, DemandSchedule] = field(default_factory=_no_schedules)
 
     def __post_init__(self) -> None:
@@ -142,9 +156,16 @@ def service_needs(
     now: float,
     interval: float,
     config: SloConfig,
+    capacity: int | None = None,
 ) -> dict[str, ServiceNeed]:
     """Each service's need, in sorted name order; services that need nothing (no
     forecast demand and no ``guaranteed_replicas``) are left out.
+
+    When the forecast needs add up to more than ``capacity`` replicas, the pool
+    cannot hold ``slo_target`` for every service: each keeps its guaranteed
+    replicas, and the rest of the pool goes one replica at a time to the service
+    whose next replica saves the most requests from a cold start (``rate x
+    (B(n, a) - B(n + 1, a))``, Erlang B), rather than in name order.
 
     Args:
         services: Every service's spec.
@@ -156,11 +177,12 @@ def service_needs(
         interval: Seconds between scheduling rounds.
         config: The SLO parameters; with ``enabled`` False only the guaranteed
             replicas are needed.
+        capacity: Replicas the inference pool can hold (None: no limit).
     """
-    out: dict[str, ServiceNeed] = {}
+    wants: dict[str, int] = {}
+    rates: dict[str, tuple[float, float, int]] = {}  # name -> (rate, offered, slots)
     for name in sorted(services):
         spec = services[name]
-        floor = spec.guaranteed_replicas
         want = 0
         if config.enabled:
             ahead = horizon(spec, interval, config)
@@ -176,13 +198,51 @@ def service_needs(
                     offered = peak * (duration or config.default_duration_s)
                     target = spec.slo_target if config.target is None else config.target
                     want = replicas_for(offered, target, spec.concurrency)
+                    rates[name] = (peak, offered, spec.concurrency)
             if spec.max_replicas:
                 want = min(want, spec.max_replicas)
-        hold = max(want, floor)
+        wants[name] = max(want, spec.guaranteed_replicas)
+    if capacity is not None and sum(wants.values()) > capacity:
+        wants = _share(services, wants, rates, capacity)
+    out: dict[str, ServiceNeed] = {}
+    for name, hold in wants.items():
+        spec = services[name]
         if hold > 0:
             prewarm = spec.cold_start_s is not None and spec.slo_wait_s < spec.cold_start_s
-            out[name] = ServiceNeed(hold if prewarm else floor, hold)
+            out[name] = ServiceNeed(hold if prewarm else spec.guaranteed_replicas, hold)
     return out
+
+
+def _share(
+    services: Mapping[str, ServiceSpec],
+    wants: Mapping[str, int],
+    rates: Mapping[str, tuple[float, float, int]],
+    capacity: int,
+) -> dict[str, int]:
+    """``wants`` cut to ``capacity`` replicas in all: the guaranteed first, then one
+    replica at a time to the largest saving of cold-started requests per second
+    (ties: name order); a service without a forecast (the oracle's) saves 1 per
+    replica it still wants."""
+    held = {name: services[name].guaranteed_replicas for name in wants}
+    left = capacity - sum(held.values())
+    while left > 0:
+        best, gain = "", 0.0
+        for name in sorted(wants):
+            n = held[name]
+            if n >= wants[name]:
+                continue
+            if name in rates:
+                rate, offered, slots = rates[name]
+                saved = rate * (erlang_b(n * slots, offered) - erlang_b((n + 1) * slots, offered))
+            else:
+                saved = 1.0
+            if saved > gain:
+                best, gain = name, saved
+        if not best:
+            break
+        held[best] += 1
+        left -= 1
+    return held
 
 
 def demand_schedule(

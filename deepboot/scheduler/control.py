@@ -180,7 +180,7 @@ class LoopSettings:
         slo: SLO-guarded lending (:mod:`deepboot.policies.slo`): at each tick the
             guard (:mod:`deepboot.scheduler.guard`) holds and pre-warms each
             service's forecast need, and an emptied replica sleeps at once (the
-            guard, not a protect time, decides whether it is kept from lending).
+            guard, not a protect time, decides whether it is held or lent).
             Services' ``guaranteed_replicas`` are held and pre-warmed whatever it says.
     """
 
@@ -332,7 +332,10 @@ class ControlLoop:
             s.slo.enabled or any(v.guaranteed_replicas for v in snap.services.values())
         ):
             return Guard()
-        needs = service_needs(snap.services, snap.arrivals, snap.loads, snap.now, s.interval, s.slo)
+        pool = sum(1 for g in snap.gpus if g.pool is Pool.INFERENCE)
+        needs = service_needs(
+            snap.services, snap.arrivals, snap.loads, snap.now, s.interval, s.slo, pool
+        )
         return guard(needs, snap.gpus, snap.jobs, snap.services, snap.cluster, snap.now, s.interval)
 
     def _round(self, snap: Snapshot, rng: np.random.Generator) -> Step:
@@ -416,8 +419,8 @@ class ControlLoop:
             raise InvalidDecisionError(f"task {event.job!r} ended on a {gpu.state.name} GPU")
         if snap.replicas and gpu.gpu_id in snap.replicas:
             return Step(retry=_retry_cursor(snap))  # it still serves: a slot is free
-        # With SLO-guarded lending the next tick's guard decides whether an idle
-        # replica is kept from lending: it sleeps at once.
+        # With SLO-guarded lending it sleeps at once: the next tick's guard, not a
+        # protect time, decides whether it is held or lent.
         slo = self.settings.slo.enabled
         hold = 0.0 if slo else protect_time(gpu.hits, self.settings.lifecycle)
         ops: list[AnyOperation] = [ProtectReplica(gpu.gpu_id, snap.now + hold)]

@@ -7,7 +7,10 @@ the inference pool only and in sorted service order:
 1. **Held** (left out of the training round's capacity): each service's idle SLEEP
    replicas, in GPU order, up to ``hold`` minus its RUNNING and PROTECT replicas
    (those are not lendable anyway); then, for the relaxed regime's ``hold`` above
-   what is loaded, FREE GPUs in GPU order.
+   what is loaded, FREE GPUs in GPU order. A held replica stays SLEEP: between
+   ticks another service's cold start may still evict it when no GPU is FREE
+   (protecting it instead left such requests queued behind a full pool, and made
+   most reclaims reactive on ``genai-day.csv``).
 2. **Pre-warmed** (``WarmReplica``): ``warm`` minus the replicas loaded or loading,
    on FREE GPUs first (GPU order), then on SLEEP replicas of other services that
    nothing holds (``EvictReplica`` first), then on LENT GPUs taken back ahead of
