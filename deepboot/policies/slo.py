@@ -11,10 +11,15 @@ ready replica takes it within that wait. Two regimes (docs/slo.md):
   ``forecast peak rate x mean task duration``. The control loop keeps that many
   loaded (idle ones are not lent) and pre-warms the missing ones ahead of demand,
   reclaiming lent GPUs if it must.
-* **relaxed** (``slo_wait_s`` >= the cold start): a cold start on a free GPU meets
-  it too, and so does one on a reclaimed GPU (the simulator frees a reclaimed GPU
-  at once). The same number of GPUs is kept from lending, loaded or FREE, but
-  nothing is pre-warmed or reclaimed ahead.
+* **relaxed** (``slo_wait_s`` >= the cold start plus ``reclaim_s``): a cold start
+  on a free GPU meets it, and so does one on a GPU reclaimed when the request
+  arrives (the simulator frees a reclaimed GPU at once: ``reclaim_s`` 0). Nothing
+  beyond ``guaranteed_replicas`` is held: holding would cost training and buy
+  nothing.
+* in between (the cold start <= ``slo_wait_s`` < it plus ``reclaim_s``): a cold start
+  on a FREE GPU meets it but one behind a reclaim does not, so the forecast need
+  is kept from lending, loaded or FREE, but nothing is pre-warmed or reclaimed
+  ahead.
 
 The forecast looks ``horizon`` seconds ahead: at least a cold start plus a
 training resize plus one scheduling interval (what a reclaim-and-pre-warm needs to
@@ -91,6 +96,10 @@ class SloConfig:
         horizon_s: The forecast horizon's minimum, seconds (None: a cold start plus
             ``resize_s`` plus one interval, per service).
         resize_s: Seconds a training job's resize takes (part of the horizon).
+        reclaim_s: Seconds between a reclaim and its GPU being free for a cold start
+            (0: the simulator frees it at once). A service whose ``slo_wait_s``
+            covers its cold start plus this needs nothing held beyond its
+            ``guaranteed_replicas``: a reactive reclaim meets its SLO.
         default_duration_s: A task's run time assumed before any of its service
             finished (the offered load needs one).
         forecast: The demand forecast's parameters (:data:`SLO_FORECAST`).
@@ -103,6 +112,7 @@ class SloConfig:
     target: float | None = None
     horizon_s: float | None = None
     resize_s: float = 30.0
+    reclaim_s: float = 0.0
     default_duration_s: float = 10.0
     forecast: ForecastConfig = field(default_factory=lambda: SLO_FORECAST)
     oracle: Mapping[str, DemandSchedule] = field(default_factory=_no_schedules)
@@ -119,7 +129,7 @@ class SloConfig:
             "horizon_s",
             f"must be in (0, {MAX_DELAY_S:g}] seconds, or None; got {self.horizon_s}",
         )
-        for name in ("resize_s", "default_duration_s"):
+        for name in ("resize_s", "reclaim_s", "default_duration_s"):
             value = getattr(self, name)
             require(
                 math.isfinite(value) and 0.0 <= value <= MAX_DELAY_S,
@@ -207,9 +217,13 @@ def service_needs(
     out: dict[str, ServiceNeed] = {}
     for name, hold in wants.items():
         spec = services[name]
+        cold = spec.cold_start_s or 0.0
+        floor = spec.guaranteed_replicas
+        if spec.slo_wait_s >= cold + config.reclaim_s:
+            hold = floor  # relaxed: even a cold start on a reclaimed GPU meets the SLO
         if hold > 0:
-            prewarm = spec.cold_start_s is not None and spec.slo_wait_s < spec.cold_start_s
-            out[name] = ServiceNeed(hold if prewarm else spec.guaranteed_replicas, hold)
+            prewarm = spec.slo_wait_s < cold
+            out[name] = ServiceNeed(hold if prewarm else floor, hold)
     return out
 
 

@@ -48,11 +48,15 @@ def test_a_steady_service_needs_erlang_b_replicas_in_the_prewarm_regime() -> Non
     assert needs == {"s": ServiceNeed(warm=expected, hold=expected)}
 
 
-def test_the_relaxed_regime_holds_gpus_but_prewarms_only_the_guaranteed() -> None:
+def test_the_relaxed_regime_holds_only_the_guaranteed() -> None:
     relaxed = spec(slo_wait_s=20.0, guaranteed_replicas=1)  # wait >= the 8 s cold start
-    needs = service_needs(
-        {"s": relaxed}, {"s": steady(6)}, {"s": ServiceLoad(0.1, 20.0)}, 7200.0, 60.0, ON
-    )
+    loads = {"s": ServiceLoad(0.1, 20.0)}
+    needs = service_needs({"s": relaxed}, {"s": steady(6)}, loads, 7200.0, 60.0, ON)
+    assert needs == {"s": ServiceNeed(warm=1, hold=1)}  # a reactive reclaim meets 20 s
+    # A reclaim that takes 15 s: 8 + 15 > 20, so the forecast need is kept from
+    # lending (loaded or FREE) but only the guaranteed replica is pre-warmed.
+    slow = SloConfig(True, reclaim_s=15.0)
+    needs = service_needs({"s": relaxed}, {"s": steady(6)}, loads, 7200.0, 60.0, slow)
     assert needs["s"].warm == 1 and needs["s"].hold == replicas_for(2.0, 0.99)
 
 

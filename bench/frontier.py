@@ -1,0 +1,381 @@
+"""The SLO frontier (issue 20): average training JCT against inference SLO attainment.
+
+Every lending policy trades training JCT for inference SLO attainment; this bench puts
+them on one plane, per workload and SLO setting, with 95% intervals on both axes:
+
+- ``dedicated``: ``pollux:no-lending`` (the inference pool is never lent);
+- ``deepboot-pP``: DeepBoot at protect factors P = 1, 2, 4, 8, 16;
+- ``reserve-Q``: ``deepboot:reserve`` at targets Q = 0.5, 0.7, 0.9;
+- ``pollux+``: ``pollux:lending,reserve``;
+- ``warm-pool``: the non-clairvoyant reference (Erlang-B replicas at each service's
+  true mean load, held warm and never lent; the rest as deepboot);
+- ``slo-Q``: ``deepboot:slo`` at targets 0.9, 0.95, 0.99, and ``pollux-slo-0.99``
+  (Pollux's allocator under the same guard, to set beside ``pollux+``);
+- ``oracle``: the clairvoyant reference (``deepboot:oracle``).
+
+Workloads: DeepBoot's ``small.csv`` and ``middle.csv`` (16x4, 8 inference nodes,
+measured profiles) and ``examples/genai-day.csv`` (Pollux workload-6 plus a GenAI day,
+Alibaba GenAI 2026, CC-BY-4.0). SLO settings: ``1s`` (every service's ``slo_wait_s``
+1 s: the pre-warm regime, below every cold start but the GenAI's two shortest) and
+``2xcold`` (twice each service's cold start: the relaxed regime). Each setting is a
+services file written into ``--out`` (the cold starts of DeepBoot's artifact for
+small/middle, ``examples/genai-day.toml``'s for genai-day). K replications
+(``--replications``, default 5): replication i has policy seed i and submissions
+jittered by +-30 s, the same K workloads for every run.
+
+    .venv/bin/python bench/frontier.py --procs 2                 # 5 replications
+    .venv/bin/python bench/frontier.py --quick --only small      # 1 replication, small
+
+Prints the table, the dominance check of ``--slo`` against deepboot, the reserve and
+pollux+, and writes ``--out/frontier.csv``, ``--out/frontier.png`` (``--figure`` also
+copies it, e.g. to docs/img/frontier.png) and each run's summary.
+"""
+
+# ruff: noqa: E402  (BLAS threads must be limited before numpy is imported)
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse
+import csv
+import dataclasses
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from deepboot.core.service import ServiceSpec
+from deepboot.core.servicefile import dump_services, load_services
+from deepboot.matrix import RunTask, parse_run, run_matrix
+from deepboot.report.stats import Interval, mean_interval
+from deepboot.sim.config import DEEPBOOT_COLD_START
+
+REPO = Path(__file__).resolve().parents[1]
+TRACES = REPO.parent / "shared" / "traces"
+CLUSTER, INFERENCE_NODES = "16x4", 8
+RUNS: tuple[tuple[str, str], ...] = (
+    ("dedicated", "pollux:no-lending"),
+    *((f"deepboot-p{p}", f"deepboot:protect-factor={p}") for p in (1, 2, 4, 8, 16)),
+    *((f"reserve-{q}", f"deepboot:reserve-target={q}") for q in (0.5, 0.7, 0.9)),
+    ("pollux+", "pollux:lending,reserve"),
+    ("warm-pool", "deepboot:warm-pool"),
+    *((f"slo-{q}", f"deepboot:slo,slo-target={q}") for q in (0.9, 0.95, 0.99)),
+    ("pollux-slo-0.99", "pollux:slo,slo-target=0.99"),
+    ("oracle", "deepboot:oracle"),
+)
+SLO_RUNS = ("slo-0.9", "slo-0.95", "slo-0.99", "pollux-slo-0.99")
+RIVALS = tuple(n for n, _ in RUNS if n.startswith(("deepboot-p", "reserve-")) or n == "pollux+")
+SETTINGS = ("1s", "2xcold")
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One workload: its name, CSV and the base services (cold starts) of its rows."""
+
+    name: str
+    csv: Path
+    services: tuple[ServiceSpec, ...]
+
+
+def _deepboot_services(path: Path) -> tuple[ServiceSpec, ...]:
+    """DeepBoot's rows name ``infer-<model>-<k>``: one service each, the artifact's
+    cold start of its model."""
+    names: dict[str, None] = {}
+    with path.open(newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            app = row["application"]
+            if app.startswith("infer-"):
+                names[app[len("infer-") :]] = None
+    specs = []
+    for name in names:
+        model = name.rsplit("-", 1)[0]
+        specs.append(ServiceSpec(name, model, cold_start_s=DEEPBOOT_COLD_START[model]))
+    return tuple(specs)
+
+
+def workloads(only: str) -> list[Workload]:
+    out = [
+        Workload(w, TRACES / "workloads" / f"{w}.csv", ()) for w in ("small", "middle") if only in w
+    ]
+    out = [dataclasses.replace(w, services=_deepboot_services(w.csv)) for w in out]
+    if only in "genai-day":
+        genai = REPO / "examples" / "genai-day.csv"
+        out.append(Workload("genai-day", genai, load_services(genai.with_suffix(".toml"))))
+    return out
+
+
+def services_file(folder: Path, w: Workload, setting: str) -> Path:
+    """``w``'s services with every ``slo_wait_s`` set for ``setting``."""
+    specs = [
+        dataclasses.replace(
+            s, slo_wait_s=1.0 if setting == "1s" else 2.0 * max(s.cold_start_s or 0.0, 0.5)
+        )
+        for s in w.services
+    ]
+    path = folder / f"{w.name}-{setting}.toml"
+    path.write_text(dump_services(specs, [f"{w.name}, SLO setting {setting}"]), "utf-8")
+    return path
+
+
+def make_cells(
+    folder: Path, works: Sequence[Workload], profiles: str, reps: int
+) -> list[tuple[str, str, str, int, RunTask]]:
+    cells = []
+    for w in works:
+        for setting in SETTINGS:
+            services = services_file(folder, w, setting)
+            for name, text in RUNS:
+                for r in range(reps):
+                    task = RunTask(
+                        index=len(cells),
+                        workload_path=str(w.csv),
+                        workload_name=w.name,
+                        run=parse_run(f"{name}={text}"),
+                        cluster=CLUSTER,
+                        inference_nodes=INFERENCE_NODES,
+                        profiles=profiles,
+                        interval=60.0,
+                        seed=0,
+                        replication=r if reps > 1 else None,
+                        services=str(services),
+                    )
+                    cells.append((w.name, setting, name, r, task))
+    return cells
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    workload: str
+    setting: str
+    run: str
+    jct: Interval
+    attainment: Interval
+    cold: float
+    reclaims: float
+    proactive: float
+    lent_h: float
+
+
+def _get(summary: Mapping[str, Any], path: str) -> float:
+    node: Any = summary
+    for key in path.split("."):
+        node = node[key]
+    return float(node)
+
+
+def points(samples: Mapping[tuple[str, str, str], list[Mapping[str, Any]]]) -> list[Point]:
+    out = []
+    for (w, setting, run), summaries in samples.items():
+
+        def mean(path: str, ss: Sequence[Mapping[str, Any]] = summaries) -> float:
+            return sum(_get(s, path) for s in ss) / len(ss)
+
+        out.append(
+            Point(
+                w,
+                setting,
+                run,
+                mean_interval([_get(s, "training.avg_jct_s") for s in summaries]),
+                mean_interval([_get(s, "inference.slo_attainment") for s in summaries]),
+                mean("inference.cold_starts"),
+                mean("cluster.reclaims"),
+                mean("inference.reclaims_proactive"),
+                mean("cluster.lent_gpu_s") / 3600.0,
+            )
+        )
+    return out
+
+
+def _pm(iv: Interval, fmt: str, scale: float = 1.0) -> str:
+    text = format(iv.mean * scale, fmt)
+    return text if iv.n < 2 else f"{text} ± {format(iv.half * scale, fmt)}"
+
+
+HEADERS = ("workload", "SLO", "run", "avg JCT (s)", "attainment (%)", "cold starts",
+           "reclaims", "proactive", "lent GPU-h")  # fmt: skip
+
+
+def cells_of(p: Point) -> list[str]:
+    return [
+        p.workload,
+        p.setting,
+        p.run,
+        _pm(p.jct, ",.0f"),
+        _pm(p.attainment, ".2f", 100.0),
+        f"{p.cold:,.0f}",
+        f"{p.reclaims:,.0f}",
+        f"{p.proactive:,.0f}",
+        f"{p.lent_h:,.1f}",
+    ]
+
+
+def dominance(pts: Sequence[Point]) -> list[list[str]]:
+    """Per workload and setting, each rival: the ``--slo`` runs that dominate it
+    (attainment >= and JCT <= by the means), and whether the JCT intervals overlap."""
+    rows = []
+    by = {(p.workload, p.setting, p.run): p for p in pts}
+    for w, setting in dict.fromkeys((p.workload, p.setting) for p in pts):
+        for rival in RIVALS:
+            c = by.get((w, setting, rival))
+            if c is None:
+                continue
+            wins = []
+            for s in SLO_RUNS:
+                p = by.get((w, setting, s))
+                if p and p.attainment.mean >= c.attainment.mean and p.jct.mean <= c.jct.mean:
+                    clear = p.jct.mean + p.jct.half < c.jct.mean - c.jct.half
+                    wins.append(f"{s}{'' if clear else ' (JCT intervals overlap)'}")
+            rows.append([w, setting, rival, "; ".join(wins) or "no"])
+    return rows
+
+
+def figure(pts: Sequence[Point], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = list(dict.fromkeys((p.workload, p.setting) for p in pts))
+    cols = len(SETTINGS)
+    rows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.6 * rows), squeeze=False)
+    style = {"dedicated": ("k", "s"), "warm-pool": ("tab:brown", "D"), "oracle": ("tab:red", "*"),
+             "pollux+": ("tab:purple", "^")}  # fmt: skip
+    for ax, (w, setting) in zip(axes.flat, panels, strict=False):
+        for p in (q for q in pts if (q.workload, q.setting) == (w, setting)):
+            if p.run.startswith("deepboot-p"):
+                color, marker = "tab:blue", "o"
+            elif p.run.startswith("reserve-"):
+                color, marker = "tab:cyan", "v"
+            elif p.run in SLO_RUNS:
+                color, marker = "tab:green", "P"
+            else:
+                color, marker = style.get(p.run, ("gray", "x"))
+            ax.errorbar(
+                100 * p.attainment.mean, p.jct.mean,
+                xerr=100 * p.attainment.half if p.attainment.n > 1 else None,
+                yerr=p.jct.half if p.jct.n > 1 else None,
+                color=color, marker=marker, markersize=7, capsize=2, linestyle="none",
+            )  # fmt: skip
+            ax.annotate(p.run, (100 * p.attainment.mean, p.jct.mean), fontsize=7,
+                        xytext=(3, 3), textcoords="offset points")  # fmt: skip
+        ax.set_title(f"{w}, SLO {setting}")
+        ax.set_xlabel("SLO attainment (%)  ->  better")
+        ax.set_ylabel("average training JCT (s)  (lower is better)")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    t = Table(title=title, title_justify="left")
+    for i, h in enumerate(headers):
+        t.add_column(h, justify="left" if i < 3 else "right")
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+def markdown(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--replications", type=int, default=5, help="runs per cell, 1-100 (default 5)")
+    ap.add_argument("--quick", action="store_true", help="one replication (a smoke test)")
+    ap.add_argument("--only", default="", help="workloads whose name contains this")
+    ap.add_argument("--procs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--profiles", default=str(TRACES / "profiles"))
+    ap.add_argument("--out", help="output folder (default: a new temporary folder)")
+    ap.add_argument("--figure", help="also copy the figure here (e.g. docs/img/frontier.png)")
+    ap.add_argument("--markdown", action="store_true", help="also print the tables as Markdown")
+    args = ap.parse_args(argv)
+    reps = 1 if args.quick else args.replications
+    if not 1 <= reps <= 100:
+        ap.error(f"--replications must be in [1, 100]; got {reps}")
+    if not TRACES.is_dir():
+        ap.error(f"needs the reference traces in {TRACES}")
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="deepboot-frontier-"))
+    out.mkdir(parents=True, exist_ok=True)
+    works = workloads(args.only)
+    if not works:
+        ap.error(f"--only {args.only!r} matches no workload (small, middle, genai-day)")
+
+    started = time.perf_counter()
+    cells = make_cells(out, works, args.profiles, reps)
+    print(f"{len(cells)} runs on {args.procs} processes", file=sys.stderr, flush=True)
+    done = [0]
+
+    class Ticker:
+        def update(self, index: int, now: float, completed: int, total: int) -> None:
+            pass
+
+        def finished(self, index: int) -> None:
+            done[0] += 1
+            if done[0] % 20 == 0 or done[0] == len(cells):
+                took = time.perf_counter() - started
+                print(f"  {done[0]}/{len(cells)} runs, {took:.0f} s", file=sys.stderr, flush=True)
+
+    outcomes = run_matrix([c[4] for c in cells], args.procs, Ticker())
+    samples: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    (out / "summaries").mkdir(exist_ok=True)
+    failed = 0
+    for (w, setting, run, r, _), o in zip(cells, outcomes, strict=True):
+        if o.error:
+            failed += 1
+            print(f"{w} {setting} {run} #{r}: {o.error}", file=sys.stderr)
+            continue
+        samples.setdefault((w, setting, run), []).append(o.summary)
+        path = out / "summaries" / f"{w}--{setting}--{run}#{r}.json"
+        path.write_text(json.dumps(o.summary, indent=2) + "\n", encoding="utf-8")
+    pts = points(samples)
+    rows = [cells_of(p) for p in pts]
+    dom = dominance(pts)
+    console = Console(width=160)
+    title = f"SLO frontier, {CLUSTER} with {INFERENCE_NODES} inference nodes: " + (
+        f"means over {reps} replications ± 95% interval" if reps > 1 else "one run"
+    )
+    console.print(table(title, HEADERS, rows))
+    dom_headers = ("workload", "SLO", "rival", "dominated by (attainment >=, JCT <=)")
+    console.print(table("Does --slo dominate?", dom_headers, dom))
+    with (out / "frontier.csv").open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(["workload", "setting", "run", "n", "jct_mean", "jct_half",
+                         "attainment_mean", "attainment_half", "cold_starts", "reclaims",
+                         "reclaims_proactive", "lent_gpu_h"])  # fmt: skip
+        for p in pts:
+            writer.writerow([p.workload, p.setting, p.run, p.jct.n, repr(p.jct.mean),
+                             repr(p.jct.half), repr(p.attainment.mean), repr(p.attainment.half),
+                             p.cold, p.reclaims, p.proactive, p.lent_h])  # fmt: skip
+    figure(pts, out / "frontier.png")
+    if args.figure:
+        shutil.copyfile(out / "frontier.png", args.figure)
+    if args.markdown:
+        print(markdown(HEADERS, rows))
+        print()
+        print(markdown(dom_headers, dom))
+    took = time.perf_counter() - started
+    print(f"{len(cells) - failed} runs in {took:.0f} s; outputs in {out}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
