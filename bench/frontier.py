@@ -45,13 +45,13 @@ import dataclasses
 import json
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from matrixbench import Ticker, add_matrix_flags, matrix_setup, summary_value
 from rich.console import Console
 from rich.table import Table
 
@@ -167,27 +167,20 @@ class Point:
     lent_h: float
 
 
-def _get(summary: Mapping[str, Any], path: str) -> float:
-    node: Any = summary
-    for key in path.split("."):
-        node = node[key]
-    return float(node)
-
-
 def points(samples: Mapping[tuple[str, str, str], list[Mapping[str, Any]]]) -> list[Point]:
     out = []
     for (w, setting, run), summaries in samples.items():
 
         def mean(path: str, ss: Sequence[Mapping[str, Any]] = summaries) -> float:
-            return sum(_get(s, path) for s in ss) / len(ss)
+            return sum(summary_value(s, path) for s in ss) / len(ss)
 
         out.append(
             Point(
                 w,
                 setting,
                 run,
-                mean_interval([_get(s, "training.avg_jct_s") for s in summaries]),
-                mean_interval([_get(s, "inference.slo_attainment") for s in summaries]),
+                mean_interval([summary_value(s, "training.avg_jct_s") for s in summaries]),
+                mean_interval([summary_value(s, "inference.slo_attainment") for s in summaries]),
                 mean("inference.cold_starts"),
                 mean("cluster.reclaims"),
                 mean("inference.reclaims_proactive"),
@@ -299,21 +292,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--replications", type=int, default=5, help="runs per cell, 1-100 (default 5)")
-    ap.add_argument("--quick", action="store_true", help="one replication (a smoke test)")
+    add_matrix_flags(ap, TRACES)
     ap.add_argument("--only", default="", help="workloads whose name contains this")
-    ap.add_argument("--procs", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--profiles", default=str(TRACES / "profiles"))
-    ap.add_argument("--out", help="output folder (default: a new temporary folder)")
     ap.add_argument("--figure", help="also copy the figure here (e.g. docs/img/frontier.png)")
     ap.add_argument("--markdown", action="store_true", help="also print the tables as Markdown")
     args = ap.parse_args(argv)
-    reps = 1 if args.quick else args.replications
-    if not 1 <= reps <= 100:
-        ap.error(f"--replications must be in [1, 100]; got {reps}")
-    if not TRACES.is_dir():
-        ap.error(f"needs the reference traces in {TRACES}")
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="deepboot-frontier-"))
+    reps, out = matrix_setup(ap, args, TRACES, "deepboot-frontier-")
     out.mkdir(parents=True, exist_ok=True)
     works = workloads(args.only)
     if not works:
@@ -322,19 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     cells = make_cells(out, works, args.profiles, reps)
     print(f"{len(cells)} runs on {args.procs} processes", file=sys.stderr, flush=True)
-    done = [0]
-
-    class Ticker:
-        def update(self, index: int, now: float, completed: int, total: int) -> None:
-            pass
-
-        def finished(self, index: int) -> None:
-            done[0] += 1
-            if done[0] % 20 == 0 or done[0] == len(cells):
-                took = time.perf_counter() - started
-                print(f"  {done[0]}/{len(cells)} runs, {took:.0f} s", file=sys.stderr, flush=True)
-
-    outcomes = run_matrix([c[4] for c in cells], args.procs, Ticker())
+    outcomes = run_matrix([c[4] for c in cells], args.procs, Ticker(len(cells), every=20))
     samples: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
     (out / "summaries").mkdir(exist_ok=True)
     failed = 0

@@ -46,13 +46,13 @@ import argparse
 import csv
 import json
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from matrixbench import Ticker, add_matrix_flags, matrix_setup, summary_value
 from rich.console import Console
 from rich.table import Table
 
@@ -152,29 +152,6 @@ def make_tasks(
     return cells
 
 
-class Ticker:
-    """A line on stderr every tenth finished run (a :class:`MatrixObserver`)."""
-
-    def __init__(self, total: int) -> None:
-        self.total, self.done, self.started = total, 0, time.perf_counter()
-
-    def update(self, index: int, now: float, completed: int, total: int) -> None:
-        pass
-
-    def finished(self, index: int) -> None:
-        self.done += 1
-        if self.done % 10 == 0 or self.done == self.total:
-            took = time.perf_counter() - self.started
-            print(f"  {self.done}/{self.total} runs, {took:.0f} s", file=sys.stderr, flush=True)
-
-
-def _get(summary: Mapping[str, Any], path: str) -> float:
-    node: Any = summary
-    for key in path.split("."):
-        node = node[key]
-    return float(node)
-
-
 COLUMNS: tuple[tuple[str, str, float], ...] = (
     ("inference.cold_starts", "cold starts", 1.0),
     ("inference.avg_delay_s", "avg wait (s)", 1.0),
@@ -201,13 +178,13 @@ def make_rows(
     rows = []
     first = workloads[0].name
     for w in workloads:
-        base = [_get(s, "training.avg_jct_s") for s in samples.get((w.name, BASELINE), [])]
+        base = [summary_value(s, "training.avg_jct_s") for s in samples.get((w.name, BASELINE), [])]
         for text in RUNS:
             run = parse_run(text).name
             summaries = samples.get((first if run == LIMIT else w.name, run), [])
             if not summaries:
                 continue
-            jcts = [_get(s, "training.avg_jct_s") for s in summaries]
+            jcts = [summary_value(s, "training.avg_jct_s") for s in summaries]
             diff = relative = None
             if run != BASELINE and len(jcts) == len(base):
                 diff = paired_difference(jcts, base) if len(jcts) > 1 else None
@@ -215,7 +192,7 @@ def make_rows(
             means = None
             if run != LIMIT:
                 means = {
-                    path: scale * sum(_get(s, path) for s in summaries) / len(summaries)
+                    path: scale * sum(summary_value(s, path) for s in summaries) / len(summaries)
                     for path, _, scale in COLUMNS
                 }
             rows.append(Row(w.name, run, mean_interval(jcts), diff, relative, means))
@@ -303,19 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--replications", type=int, default=5, help="runs per cell, 1-100 (default 5)")
-    ap.add_argument("--quick", action="store_true", help="one replication (a smoke test)")
-    ap.add_argument("--procs", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--profiles", default=str(TRACES / "profiles"))
-    ap.add_argument("--out", help="output folder (default: a new temporary folder)")
+    add_matrix_flags(ap, TRACES)
     ap.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     args = ap.parse_args(argv)
-    reps = 1 if args.quick else args.replications
-    if not 1 <= reps <= 100:
-        ap.error(f"--replications must be in [1, 100]; got {reps}")
-    if not TRACES.is_dir():
-        ap.error(f"needs the reference traces in {TRACES}")
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="deepboot-real-"))
+    reps, out = matrix_setup(ap, args, TRACES, "deepboot-real-")
 
     started = time.perf_counter()
     workloads = build_workloads(out / "workloads")
