@@ -634,6 +634,12 @@ class Simulation:
         now = self.now
         board = self.board
         serving = self.serving
+        # The SLO guard's ops at a tick come before the tick's round (their step asks
+        # for it): every job already stands at the tick (the last round integrated it
+        # up to here), so its shrink is a plain reallocation now, like the round's own.
+        # Integrating it ahead to the next tick here (``_shrink_now``, for reclaims
+        # between ticks) counted that interval twice once the round resized it again.
+        at_tick = step.round or (step.retry is not None and step.retry.round)
         for op in step.ops:
             if isinstance(op, ops.Release):
                 board.move(board.get(op.gpu), GpuState.FREE)
@@ -649,7 +655,7 @@ class Simulation:
                 if op.proactive:
                     serving.proactive_reclaim_times.append(now)
             elif isinstance(op, Start | Resize | Preempt):
-                if step.round:
+                if at_tick:
                     self._records[op.job].job.reallocate(
                         new_placement(op), now, self.config.restart
                     )

@@ -22,6 +22,7 @@ from deepboot.policies import inference
 from deepboot.policies.slo import SloConfig, demand_schedule
 from deepboot.scheduler import Event, Scheduler
 from deepboot.scheduler.control import ControlLoop, Retry, Snapshot, Step
+from deepboot.scheduler.decision import Preempt, Resize
 from deepboot.scheduler.operations import EvictReplica, Lend
 from deepboot.sim.config import SimConfig
 from deepboot.sim.engine import Simulation
@@ -226,3 +227,26 @@ def test_the_guard_holds_nothing_when_nothing_is_needed() -> None:
     assert [dataclasses.astuple(p) for p in a.timeline] == [
         dataclasses.astuple(p) for p in b.timeline
     ]
+
+
+def test_a_proactive_shrink_at_a_tick_does_not_run_the_job_ahead() -> None:
+    """The guard's reclaims at a tick shrink their jobs at the tick itself, before the
+    round: the job stands at the tick (not integrated up to the next one, which
+    counted an interval's progress twice when the round then resized it, and left a
+    job finished ahead with no completion event: a run that never ended)."""
+    tasks = [(300.0 + 20.0 * i, 10.0, TINY) for i in range(60)]
+    sim = build([0.0, 0.0], tasks, slo=SloConfig(enabled=True))
+    seen: list[tuple[float, float]] = []
+    apply = sim.apply
+
+    def spy(step: Step) -> None:
+        apply(step)
+        if step.retry is not None and step.retry.round:
+            for op in step.ops:
+                if isinstance(op, Resize | Preempt):
+                    seen.append((sim.now, sim._records[op.job].job.time))
+
+    sim.apply = spy  # type: ignore[method-assign]
+    sim.run()
+    assert seen, "no proactive shrink at a tick: the case does not test anything"
+    assert all(t == now for now, t in seen), seen
