@@ -13,9 +13,13 @@ ready replica takes it within that wait. Two regimes (docs/slo.md):
   reclaiming lent GPUs if it must.
 * **relaxed** (``slo_wait_s`` >= the cold start plus ``reclaim_s``): a cold start
   on a free GPU meets it, and so does one on a GPU reclaimed when the request
-  arrives (the simulator frees a reclaimed GPU at once: ``reclaim_s`` 0). Nothing
-  beyond ``guaranteed_replicas`` is held: holding would cost training and buy
-  nothing.
+  arrives (the simulator frees a reclaimed GPU at once: ``reclaim_s`` 0). No
+  replica is held for the SLO beyond ``guaranteed_replicas``; what the forecast buys
+  here is *when* training gives GPUs back: the relaxed services share a pool of
+  idle GPUs (:func:`idle_need`) sized so that ``SloConfig.idle_target`` of their
+  cold starts find one, refilled at each tick by proactive reclaims. A reclaim when
+  the request arrives shrinks a job mid-interval (a restart the next tick undoes);
+  one at the tick is folded into the round's own resize.
 * in between (the cold start <= ``slo_wait_s`` < it plus ``reclaim_s``): a cold start
   on a FREE GPU meets it but one behind a reclaim does not, so the forecast need
   is kept from lending, loaded or FREE, but nothing is pre-warmed or reclaimed
@@ -102,6 +106,11 @@ class SloConfig:
             ``guaranteed_replicas``: a reactive reclaim meets its SLO.
         default_duration_s: A task's run time assumed before any of its service
             finished (the offered load needs one).
+        idle_target: In the relaxed regime, the fraction of cold starts that should
+            find an idle GPU (a sleeping replica or a FREE GPU) rather than wait on
+            a reclaim (:func:`idle_need`). docs/benchmarks.md has the sweep behind
+            0.75: at 0.5 most reclaims stay reactive; at 0.9-0.99 the held GPUs
+            cost genai-day.csv's training 8-12% JCT.
         forecast: The demand forecast's parameters (:data:`SLO_FORECAST`).
         oracle: Per service, its exact future demand: the ``oracle`` reference holds
             the peak of it over the horizon instead of a forecast (a reference that
@@ -114,6 +123,7 @@ class SloConfig:
     resize_s: float = 30.0
     reclaim_s: float = 0.0
     default_duration_s: float = 10.0
+    idle_target: float = 0.75
     forecast: ForecastConfig = field(default_factory=lambda: SLO_FORECAST)
     oracle: Mapping[str, DemandSchedule] = field(default_factory=_no_schedules)
 
@@ -122,6 +132,11 @@ class SloConfig:
             self.target is None or 0.0 < self.target < 1.0,
             "target",
             f"must be in (0, 1), or None; got {self.target}",
+        )
+        require(
+            0.0 < self.idle_target < 1.0,
+            "idle_target",
+            f"must be in (0, 1); got {self.idle_target}",
         )
         require(
             self.horizon_s is None
@@ -194,7 +209,7 @@ def service_needs(
     for name in sorted(services):
         spec = services[name]
         want = 0
-        if config.enabled:
+        if config.enabled and not relaxed(spec, config):
             ahead = horizon(spec, interval, config)
             schedule = config.oracle.get(name)
             if schedule is not None:
@@ -217,14 +232,54 @@ def service_needs(
     out: dict[str, ServiceNeed] = {}
     for name, hold in wants.items():
         spec = services[name]
-        cold = spec.cold_start_s or 0.0
-        floor = spec.guaranteed_replicas
-        if spec.slo_wait_s >= cold + config.reclaim_s:
-            hold = floor  # relaxed: even a cold start on a reclaimed GPU meets the SLO
         if hold > 0:
-            prewarm = spec.slo_wait_s < cold
-            out[name] = ServiceNeed(hold if prewarm else floor, hold)
+            prewarm = spec.slo_wait_s < (spec.cold_start_s or 0.0)
+            out[name] = ServiceNeed(hold if prewarm else spec.guaranteed_replicas, hold)
     return out
+
+
+def relaxed(spec: ServiceSpec, config: SloConfig) -> bool:
+    """Whether ``spec`` is in the relaxed regime: even a cold start on a GPU
+    reclaimed when its request arrives meets the SLO (see the module docstring)."""
+    return spec.slo_wait_s >= (spec.cold_start_s or 0.0) + config.reclaim_s
+
+
+def idle_need(
+    services: Mapping[str, ServiceSpec],
+    histories: Mapping[str, ArrivalHistory],
+    loads: Mapping[str, ServiceLoad],
+    interval: float,
+    config: SloConfig,
+) -> int:
+    """Idle inference GPUs (sleeping replicas or FREE) to keep from lending for the
+    relaxed services, which share them: Erlang B's replicas for
+    ``config.idle_target`` at their pooled offered load, each service's forecast
+    peak over its horizon times the GPU-seconds a cold-started request takes
+    (cold start plus mean task duration, over its concurrency). 0 with ``enabled``
+    off, or when no relaxed service has a forecast demand.
+
+    Args:
+        services: Every service's spec.
+        histories: Arrival counts per service in fixed bins (missing: none yet).
+        loads: Recent load per service (``duration_s``: the mean task duration; 0 or
+            missing: ``config.default_duration_s``).
+        interval: Seconds between scheduling rounds.
+        config: The SLO parameters.
+    """
+    if not config.enabled or config.oracle:
+        return 0
+    offered = 0.0
+    for name in sorted(services):
+        spec = services[name]
+        history = histories.get(name)
+        if not relaxed(spec, config) or history is None or not history.counts:
+            continue
+        peak = forecast(history, horizon(spec, interval, config), config.forecast).peak
+        load = loads.get(name)
+        duration = load.duration_s if load and load.duration_s > 0 else 0.0
+        busy = (spec.cold_start_s or 0.0) + (duration or config.default_duration_s)
+        offered += peak * busy / max(spec.concurrency, 1)
+    return replicas_for(offered, config.idle_target, 1) if offered > 0 else 0
 
 
 def _share(

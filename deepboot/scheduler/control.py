@@ -65,7 +65,7 @@ from deepboot.policies.forecast import ArrivalHistory
 from deepboot.policies.inference import InferencePlacement, PlaceAction
 from deepboot.policies.lending import LendReserveConfig, ServiceLoad, reserved_gpus
 from deepboot.policies.lifecycle import LifecycleConfig, protect_time
-from deepboot.policies.slo import SloConfig, service_needs
+from deepboot.policies.slo import SloConfig, idle_need, service_needs
 from deepboot.scheduler.decision import Decision, new_placement
 from deepboot.scheduler.events import Event, EventKind
 from deepboot.scheduler.guard import Guard, guard, reclaim_ops
@@ -336,7 +336,10 @@ class ControlLoop:
         needs = service_needs(
             snap.services, snap.arrivals, snap.loads, snap.now, s.interval, s.slo, pool
         )
-        return guard(needs, snap.gpus, snap.jobs, snap.services, snap.cluster, snap.now, s.interval)
+        idle = idle_need(snap.services, snap.arrivals, snap.loads, s.interval, s.slo)
+        return guard(
+            needs, snap.gpus, snap.jobs, snap.services, snap.cluster, snap.now, s.interval, idle
+        )
 
     def _round(self, snap: Snapshot, rng: np.random.Generator) -> Step:
         held = self.guard(snap)

@@ -17,6 +17,11 @@ the inference pool only and in sorted service order:
    demand (``Reclaim(proactive=True)``): ATS-I's least-loss choice, one GPU at a time
    (each choice sees the jobs as the previous reclaims left them), then one
    ``Resize`` (or ``Preempt``) per job that lost GPUs: AFE's shrink.
+3. **Idle** (the relaxed regime's shared pool, ``idle`` GPUs,
+   :func:`deepboot.policies.slo.idle_need`): after the pre-warms, SLEEP replicas
+   nothing holds (GPU order: a request of their service reuses them; another
+   service's cold start evicts them), then FREE GPUs, then LENT GPUs reclaimed ahead
+   as in 2 and left FREE.
 
 A pre-warmed replica is PROTECT until ``until`` (a cold start plus one interval from
 now); at the next tick the guard holds it again if it is still needed. Pure.
@@ -63,8 +68,9 @@ def guard(
     cluster: ClusterSpec,
     now: float,
     interval: float,
+    idle: int = 0,
 ) -> Guard:
-    """The ops and the held GPUs of ``needs`` (see the module docstring).
+    """The ops and the held GPUs of ``needs`` and ``idle`` (see the module docstring).
 
     Args:
         needs: Each service's need (sorted names).
@@ -74,8 +80,10 @@ def guard(
         cluster: The cluster.
         now: Current time.
         interval: Seconds between ticks.
+        idle: Idle GPUs the relaxed services share (SLEEP or FREE; reclaimed if
+            short).
     """
-    if not needs:
+    if not needs and idle <= 0:
         return Guard()
     pool = [g for g in gpus if g.pool is Pool.INFERENCE]
     busy: Counter[str] = Counter()
@@ -106,6 +114,17 @@ def guard(
     warms: list[AnyOperation] = []
     reclaimed: list[GpuView] = []
     views = list(jobs)
+
+    def take_back() -> GpuId:
+        # ATS-I's least loss, seeing the jobs as the previous reclaims left them.
+        nonlocal views
+        state = InferenceState(now, cluster, tuple(gpus), tuple(views))
+        pick = least_loss(state, lent, PlacementConfig())
+        lent.remove(pick)
+        reclaimed.append(pick)
+        views = _without(views, pick)
+        return pick.gpu_id
+
     for name, count in missing:
         cold = services[name].cold_start_s or 0.0
         until = now + cold + interval
@@ -116,21 +135,24 @@ def guard(
                 gpu = evictable.pop(0).gpu_id
                 warms.append(EvictReplica(gpu))
             elif lent:
-                state = InferenceState(now, cluster, tuple(gpus), tuple(views))
-                pick = least_loss(state, lent, PlacementConfig())
-                lent.remove(pick)
-                reclaimed.append(pick)
-                views = _without(views, pick)
-                gpu = pick.gpu_id
+                gpu = take_back()
             else:
                 break  # every inference GPU is serving: nothing more to warm
             warms.append(WarmReplica(gpu, name, until))
             taken.add(gpu)
+    # The "in between" regime's FREE GPUs, after the pre-warms took theirs.
+    kept = free[:keep_free]
+    held.extend(g.gpu_id for g in kept)
+    free = free[len(kept) :]
+    # The relaxed services' idle pool: unheld sleeping replicas, FREE GPUs, reclaims.
+    spare = [g.gpu_id for g in evictable if g.gpu_id not in taken][:idle]
+    spare += [g.gpu_id for g in free][: idle - len(spare)]
+    while len(spare) < idle and lent:
+        spare.append(take_back())
+    held.extend(spare)
     pairs = [(g.gpu_id, g.job or "") for g in reclaimed]
     ops.extend(reclaim_ops(pairs, jobs, proactive=True))
     ops.extend(warms)
-    # The relaxed regime's FREE GPUs, after the pre-warms took theirs.
-    held.extend(g.gpu_id for g in free[:keep_free])
     return Guard(tuple(ops), frozenset(held))
 
 

@@ -17,6 +17,7 @@ from deepboot.policies.slo import (
     SloConfig,
     demand_schedule,
     horizon,
+    idle_need,
     service_needs,
 )
 
@@ -49,6 +50,7 @@ def test_a_steady_service_needs_erlang_b_replicas_in_the_prewarm_regime() -> Non
 
 
 def test_the_relaxed_regime_holds_only_the_guaranteed() -> None:
+    """(Its shared idle GPUs are :func:`idle_need`'s, below.)"""
     relaxed = spec(slo_wait_s=20.0, guaranteed_replicas=1)  # wait >= the 8 s cold start
     loads = {"s": ServiceLoad(0.1, 20.0)}
     needs = service_needs({"s": relaxed}, {"s": steady(6)}, loads, 7200.0, 60.0, ON)
@@ -132,3 +134,37 @@ def test_bad_settings_name_the_field() -> None:
 
 def test_an_empty_schedule_needs_nothing() -> None:
     assert DemandSchedule((), ()).peak(0.0, 1e9) == 0
+
+
+def test_the_relaxed_services_share_an_idle_pool_sized_by_erlang_b() -> None:
+    """Two relaxed services, 0.1/s each, 20 s tasks after an 8 s cold start: 2 x 0.1
+    x 28 = 5.6 Erlangs pooled, Erlang B at idle_target; a pre-warm service adds
+    nothing, and neither does a relaxed one without arrivals."""
+    services = {
+        "r1": spec("r1", slo_wait_s=20.0),
+        "r2": spec("r2", slo_wait_s=20.0),
+        "p": spec("p"),  # 1 s < 8 s: pre-warm
+        "quiet": spec("quiet", slo_wait_s=20.0),
+    }
+    hist = {"r1": steady(6), "r2": steady(6), "p": steady(60)}
+    loads = {n: ServiceLoad(0.1, 20.0) for n in services}
+    assert idle_need(services, hist, loads, 60.0, ON) == replicas_for(5.6, 0.75) == 6
+    assert idle_need(services, hist, loads, 60.0, SloConfig(True, idle_target=0.9)) == (
+        replicas_for(5.6, 0.9)
+    )
+    assert idle_need(services, hist, loads, 60.0, SloConfig(False)) == 0
+    oracle = SloConfig(True, oracle={"r1": DemandSchedule((0.0,), (1,))})
+    assert idle_need(services, hist, loads, 60.0, oracle) == 0  # the oracle holds exactly
+    # Concurrency 2: each replica takes two requests at once, half the GPU-seconds.
+    halved = {"r1": spec("r1", slo_wait_s=20.0, concurrency=2)}
+    assert idle_need(halved, hist, loads, 60.0, ON) == replicas_for(1.4, 0.75)
+
+
+def test_relaxed_services_take_no_share_of_a_full_pool() -> None:
+    """When the pre-warm needs exceed the pool, a relaxed service's forecast does not
+    compete for it (it would hold only its guarantee anyway)."""
+    services = {"p": spec("p"), "r": spec("r", slo_wait_s=20.0)}
+    hist = {"p": steady(6), "r": steady(60)}
+    loads = {n: ServiceLoad(0.1, 20.0) for n in services}
+    needs = service_needs(services, hist, loads, 7200.0, 60.0, ON, capacity=3)
+    assert needs == {"p": ServiceNeed(3, 3)}

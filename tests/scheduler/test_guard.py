@@ -33,9 +33,12 @@ def jobview(name: str, nodes: tuple[int, ...]) -> JobView:
 
 
 def run(
-    needs: dict[str, ServiceNeed], gpus: list[GpuView], jobs: tuple[JobView, ...] = ()
+    needs: dict[str, ServiceNeed],
+    gpus: list[GpuView],
+    jobs: tuple[JobView, ...] = (),
+    idle: int = 0,
 ) -> Guard:
-    return guard(needs, gpus, jobs, SERVICES, CLUSTER, now=100.0, interval=60.0)
+    return guard(needs, gpus, jobs, SERVICES, CLUSTER, now=100.0, interval=60.0, idle=idle)
 
 
 def test_nothing_needed_holds_nothing() -> None:
@@ -89,7 +92,7 @@ def test_a_held_replica_of_another_service_is_never_evicted() -> None:
     assert out.ops == ()  # nothing left to warm a on
 
 
-def test_the_relaxed_regime_keeps_free_gpus_instead_of_warming() -> None:
+def test_the_in_between_regime_keeps_free_gpus_instead_of_warming() -> None:
     gpus = [inf(1, 0, GpuState.FREE), inf(1, 1, GpuState.FREE), inf(2, 0, GpuState.FREE)]
     out = run({"a": ServiceNeed(warm=0, hold=2)}, gpus)
     assert out.ops == () and out.held == {(1, 0), (1, 1)}
@@ -98,3 +101,45 @@ def test_the_relaxed_regime_keeps_free_gpus_instead_of_warming() -> None:
 def test_loading_replicas_count_as_loaded() -> None:
     gpus = [inf(1, 0, GpuState.RUNNING, "a"), inf(1, 1, GpuState.FREE)]
     assert run({"a": ServiceNeed(1, 1)}, gpus).ops == ()
+
+
+def test_the_idle_pool_keeps_sleeping_replicas_then_free_gpus_then_reclaims() -> None:
+    """The relaxed services' shared idle GPUs: an unheld sleeping replica first (a
+    request of its service reuses it), then FREE GPUs, then lent GPUs taken back at
+    the tick (proactive, with the job's shrink) and left FREE: no warm-up."""
+    gpus = [
+        train(0, "j"),
+        train(1, "j"),
+        inf(1, 0, GpuState.FREE),
+        inf(1, 1, GpuState.SLEEP, "b"),
+        inf(2, 0, GpuState.LENT, job="j"),
+        inf(2, 1, GpuState.LENT, job="j"),
+    ]
+    jobs = (jobview("j", (0, 0, 2, 2)),)
+    assert run({}, gpus, jobs, idle=1).held == {(1, 1)}
+    assert run({}, gpus, jobs, idle=2) == Guard((), frozenset({(1, 1), (1, 0)}))
+    out = run({}, gpus, jobs, idle=3)
+    reclaimed = [op for op in out.ops if isinstance(op, Reclaim)]
+    assert len(reclaimed) == 1 and reclaimed[0].proactive
+    assert out.ops == (
+        reclaimed[0],
+        Resize("j", Placement.of((0, 0, 2, 2)), Placement.of((0, 0, 2))),
+    )
+    assert out.held == {(1, 1), (1, 0), reclaimed[0].gpu}
+    # More than the pool has: every idle and lent GPU, nothing else.
+    out = run({}, gpus, jobs, idle=9)
+    assert len(out.held) == 4 and sum(isinstance(op, Reclaim) for op in out.ops) == 2
+
+
+def test_the_idle_pool_comes_after_the_prewarms_and_never_takes_a_held_replica() -> None:
+    gpus = [
+        inf(1, 0, GpuState.SLEEP, "a"),
+        inf(1, 1, GpuState.SLEEP, "b"),
+        inf(2, 0, GpuState.FREE),
+        inf(2, 1, GpuState.FREE),
+    ]
+    # a holds its sleeping replica and warms one more on the first FREE GPU; the idle
+    # pool gets b's sleeping replica and the FREE GPU left.
+    out = run({"a": ServiceNeed(warm=2, hold=2)}, gpus, idle=5)
+    assert out.ops == (WarmReplica((2, 0), "a", 100.0 + 8.0 + 60.0),)
+    assert out.held == {(1, 0), (1, 1), (2, 1)}

@@ -51,10 +51,17 @@ def build(
     tasks: Sequence[tuple[float, float, str]],
     guaranteed: tuple[int, int] = (0, 0),
     shape: tuple[str, int] = ("3x2", 2),
+    slo_wait_s: float = 1.0,
     **config: object,
 ) -> Simulation:
     services = tuple(
-        ServiceSpec(name, model, cold_start_s=TINY_COLD[model], guaranteed_replicas=g)
+        ServiceSpec(
+            name,
+            model,
+            cold_start_s=TINY_COLD[model],
+            guaranteed_replicas=g,
+            slo_wait_s=slo_wait_s,
+        )
         for name, model, g in ((TINY, "tiny", guaranteed[0]), (SMALL, "small", guaranteed[1]))
     )
     specs = [task(f"t{i}", t, d, service=s) for i, (t, d, s) in enumerate(tasks)]
@@ -212,6 +219,21 @@ def test_slo_prewarms_ahead_and_reclaims_proactively() -> None:
     late = [r for r in records if r.delay is None or r.delay > 1.0]
     assert len(late) <= 1, late
     assert sim.serving.proactive_reclaim_times  # taken back ahead of the stream
+
+
+def test_the_relaxed_regime_reclaims_at_the_ticks_instead_of_on_arrival() -> None:
+    """A 20 s SLO over a 5 s cold start (relaxed): no replica is held for the SLO, but
+    the guard keeps idle GPUs for the stream's cold starts (1.5 Erlangs of 30 s tasks
+    plus cold starts: Erlang B asks 3 at 0.75), refilled from the borrowing jobs at
+    the ticks: every request meets the SLO and most reclaims are proactive."""
+    tasks = [(300.0 + 20.0 * i, 30.0, TINY) for i in range(60)]
+    sim = build([0.0, 0.0], tasks, shape=("4x2", 3), slo_wait_s=20.0, slo=SloConfig(True))
+    sim.run()
+    assert sim.serving is not None
+    assert all(r.delay is not None and r.delay <= 20.0 for r in sim.serving.records())
+    proactive = len(sim.serving.proactive_reclaim_times)
+    total = len(sim.serving.reclaim_times)
+    assert proactive >= 1 and 2 * proactive >= total, (proactive, total)
 
 
 def test_the_guard_holds_nothing_when_nothing_is_needed() -> None:
