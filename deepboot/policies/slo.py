@@ -215,12 +215,10 @@ def service_needs(
             if schedule is not None:
                 want = schedule.peak(now, now + ahead)
             else:
-                history = histories.get(name)
-                if history is not None and history.counts:
-                    peak = forecast(history, ahead, config.forecast).peak
-                    load = loads.get(name)
-                    duration = load.duration_s if load and load.duration_s > 0 else 0.0
-                    offered = peak * (duration or config.default_duration_s)
+                demand = _demand(name, spec, histories, loads, interval, config)
+                if demand is not None:
+                    peak, duration = demand
+                    offered = peak * duration
                     target = spec.slo_target if config.target is None else config.target
                     want = replicas_for(offered, target, spec.concurrency)
                     rates[name] = (peak, offered, spec.concurrency)
@@ -271,15 +269,34 @@ def idle_need(
     offered = 0.0
     for name in sorted(services):
         spec = services[name]
-        history = histories.get(name)
-        if not relaxed(spec, config) or history is None or not history.counts:
+        if not relaxed(spec, config):
             continue
-        peak = forecast(history, horizon(spec, interval, config), config.forecast).peak
-        load = loads.get(name)
-        duration = load.duration_s if load and load.duration_s > 0 else 0.0
-        busy = (spec.cold_start_s or 0.0) + (duration or config.default_duration_s)
-        offered += peak * busy / max(spec.concurrency, 1)
+        demand = _demand(name, spec, histories, loads, interval, config)
+        if demand is None:
+            continue
+        peak, duration = demand
+        offered += peak * ((spec.cold_start_s or 0.0) + duration) / max(spec.concurrency, 1)
     return replicas_for(offered, config.idle_target, 1) if offered > 0 else 0
+
+
+def _demand(
+    name: str,
+    spec: ServiceSpec,
+    histories: Mapping[str, ArrivalHistory],
+    loads: Mapping[str, ServiceLoad],
+    interval: float,
+    config: SloConfig,
+) -> tuple[float, float] | None:
+    """``name``'s forecast peak rate over its horizon and its mean task duration
+    (``config.default_duration_s`` before a task finished); None before its first
+    arrival."""
+    history = histories.get(name)
+    if history is None or not history.counts:
+        return None
+    peak = forecast(history, horizon(spec, interval, config), config.forecast).peak
+    load = loads.get(name)
+    duration = load.duration_s if load and load.duration_s > 0 else 0.0
+    return peak, duration or config.default_duration_s
 
 
 def _share(
