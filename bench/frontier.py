@@ -25,6 +25,7 @@ jittered by +-30 s, the same K workloads for every run.
 
     .venv/bin/python bench/frontier.py --procs 2                 # 5 replications
     .venv/bin/python bench/frontier.py --quick --only small      # 1 replication, small
+    .venv/bin/python bench/frontier.py --idle-sweep --procs 2    # the relaxed idle pool
 
 Prints the table, the dominance check of ``--slo`` against deepboot, the reserve and
 pollux+, and writes ``--out/frontier.csv``, ``--out/frontier.png`` (``--figure`` also
@@ -77,6 +78,14 @@ RUNS: tuple[tuple[str, str], ...] = (
 SLO_RUNS = ("slo-0.9", "slo-0.95", "slo-0.99", "pollux-slo-0.99")
 RIVALS = tuple(n for n, _ in RUNS if n.startswith(("deepboot-p", "reserve-")) or n == "pollux+")
 SETTINGS = ("1s", "2xcold")
+IDLE_TARGETS = (0.5, 0.75, 0.9, 0.99)
+IDLE_SWEEP: tuple[tuple[str, str], ...] = (
+    ("deepboot-p1", "deepboot:protect-factor=1"),
+    ("pollux+", "pollux:lending,reserve"),
+    *((f"slo-idle-{q}", f"deepboot:slo,slo-target=0.99,slo-idle={q}") for q in IDLE_TARGETS),
+)
+"""``--idle-sweep``: the relaxed regime's idle pool at each target, beside DeepBoot
+and pollux+ (the ``2xcold`` setting only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,13 +138,18 @@ def services_file(folder: Path, w: Workload, setting: str) -> Path:
 
 
 def make_cells(
-    folder: Path, works: Sequence[Workload], profiles: str, reps: int
+    folder: Path,
+    works: Sequence[Workload],
+    profiles: str,
+    reps: int,
+    runs: Sequence[tuple[str, str]] = RUNS,
+    settings: Sequence[str] = SETTINGS,
 ) -> list[tuple[str, str, str, int, RunTask]]:
     cells = []
     for w in works:
-        for setting in SETTINGS:
+        for setting in settings:
             services = services_file(folder, w, setting)
-            for name, text in RUNS:
+            for name, text in runs:
                 for r in range(reps):
                     task = RunTask(
                         index=len(cells),
@@ -240,7 +254,7 @@ def figure(pts: Sequence[Point], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = list(dict.fromkeys((p.workload, p.setting) for p in pts))
-    cols = len(SETTINGS)
+    cols = len({p.setting for p in pts})
     rows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.6 * rows), squeeze=False)
     style = {"dedicated": ("k", "s"), "warm-pool": ("tab:brown", "D"), "oracle": ("tab:red", "*"),
@@ -251,7 +265,7 @@ def figure(pts: Sequence[Point], path: Path) -> None:
                 color, marker = "tab:blue", "o"
             elif p.run.startswith("reserve-"):
                 color, marker = "tab:cyan", "v"
-            elif p.run in SLO_RUNS:
+            elif p.run in SLO_RUNS or p.run.startswith("slo-idle-"):
                 color, marker = "tab:green", "P"
             else:
                 color, marker = style.get(p.run, ("gray", "x"))
@@ -296,6 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="workloads whose name contains this")
     ap.add_argument("--figure", help="also copy the figure here (e.g. docs/img/frontier.png)")
     ap.add_argument("--markdown", action="store_true", help="also print the tables as Markdown")
+    ap.add_argument(
+        "--idle-sweep",
+        action="store_true",
+        help="instead: the relaxed regime (2xcold) only, slo at 0.99 with each idle "
+        f"target {', '.join(map(str, IDLE_TARGETS))}, beside deepboot-p1 and pollux+",
+    )
     args = ap.parse_args(argv)
     reps, out = matrix_setup(ap, args, TRACES, "deepboot-frontier-")
     out.mkdir(parents=True, exist_ok=True)
@@ -304,7 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--only {args.only!r} matches no workload (small, middle, genai-day)")
 
     started = time.perf_counter()
-    cells = make_cells(out, works, args.profiles, reps)
+    if args.idle_sweep:
+        cells = make_cells(out, works, args.profiles, reps, IDLE_SWEEP, ("2xcold",))
+    else:
+        cells = make_cells(out, works, args.profiles, reps)
     print(f"{len(cells)} runs on {args.procs} processes", file=sys.stderr, flush=True)
     outcomes = run_matrix([c[4] for c in cells], args.procs, Ticker(len(cells), every=20))
     samples: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
@@ -327,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     console.print(table(title, HEADERS, rows))
     dom_headers = ("workload", "SLO", "rival", "dominated by (attainment >=, JCT <=)")
-    console.print(table("Does --slo dominate?", dom_headers, dom))
+    if not args.idle_sweep:
+        console.print(table("Does --slo dominate?", dom_headers, dom))
     with (out / "frontier.csv").open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(["workload", "setting", "run", "n", "jct_mean", "jct_half",
@@ -342,8 +366,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copyfile(out / "frontier.png", args.figure)
     if args.markdown:
         print(markdown(HEADERS, rows))
-        print()
-        print(markdown(dom_headers, dom))
+        if not args.idle_sweep:
+            print()
+            print(markdown(dom_headers, dom))
     took = time.perf_counter() - started
     print(f"{len(cells) - failed} runs in {took:.0f} s; outputs in {out}", file=sys.stderr)
     return 1 if failed else 0

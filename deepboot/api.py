@@ -153,6 +153,7 @@ def simulate(
     slo: bool = False,
     slo_target: float | None = None,
     slo_horizon: float | None = None,
+    slo_idle: float | None = None,
     warm_pool: bool = False,
     oracle: bool = False,
 ) -> Result:
@@ -174,7 +175,7 @@ def simulate(
             service the tasks name (``deepboot simulate --services``). None: the
             workload's own (:func:`load_workload` ``services=``), else per-model
             defaults.
-        slo, slo_target, slo_horizon, warm_pool, oracle: SLO-guarded lending and
+        slo, slo_target, slo_horizon, slo_idle, warm_pool, oracle: SLO-guarded lending and
             its two references (``deepboot simulate --help``, docs/slo.md).
 
     Returns:
@@ -212,6 +213,7 @@ def simulate(
         slo=slo,
         slo_target=slo_target,
         slo_horizon=slo_horizon,
+        slo_idle=slo_idle,
         warm_pool=warm_pool,
         oracle=oracle,
     )

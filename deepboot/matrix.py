@@ -57,6 +57,8 @@ run syntax:  --run NAME=POLICY[:FLAG,FLAG...]   (NAME= is optional)
   slo-target=Q      every service's SLO target, 0 < Q < 1 (with slo, warm-pool or
                     oracle; default: each service's slo_target)
   slo-horizon=S     with slo: the forecast horizon's minimum, seconds
+  slo-idle=Q        with slo: the fraction of relaxed services' cold starts that
+                    find an idle GPU instead of a reclaim, 0 < Q < 1 (default 0.75)
   warm-pool         reference: each service's Erlang-B replicas at its true mean
                     load held warm, never lent; the rest lent as deepboot
   oracle            reference: slo holding the exact future demand (clairvoyant)
@@ -103,6 +105,7 @@ class RunSpec:
         slo: SLO-guarded lending on.
         slo_target: Every service's SLO target (None: each its own).
         slo_horizon: The forecast horizon's minimum, seconds (None: the default).
+        slo_idle: The relaxed regime's idle target (None: the default).
         warm_pool: The warm-pool reference.
         oracle: The oracle reference.
         no_inference: Drop inference tasks and use every node for training.
@@ -123,6 +126,7 @@ class RunSpec:
     slo: bool = False
     slo_target: float | None = None
     slo_horizon: float | None = None
+    slo_idle: float | None = None
     warm_pool: bool = False
     oracle: bool = False
     no_inference: bool = False
@@ -191,7 +195,7 @@ def parse_run(text: str) -> RunSpec:
             values["protect_factor"] = factor
         elif key == "reserve-target":
             values["reserve_target"] = _positive(text, key, value)
-        elif key in ("slo-target", "slo-horizon"):
+        elif key in ("slo-target", "slo-horizon", "slo-idle"):
             values[key.replace("-", "_")] = _positive(text, key, value)
         else:
             if not key or key in params:
@@ -252,6 +256,7 @@ def sim_config(run: RunSpec, interval: float, seed: int, inference_nodes: int) -
         slo=run.slo,
         slo_target=run.slo_target,
         slo_horizon=run.slo_horizon,
+        slo_idle=run.slo_idle,
         warm_pool=run.warm_pool,
         oracle=run.oracle,
     )
@@ -287,6 +292,8 @@ def describe_config(run: RunSpec, config: SimConfig) -> str:
             parts.append(f"SLO target {config.slo.target:g}")
         if config.slo.horizon_s is not None:
             parts.append(f"horizon >= {config.slo.horizon_s:g} s")
+        if run.slo_idle is not None:
+            parts.append(f"idle target {config.slo.idle_target:g}")
     return ", ".join(parts)
 
 

@@ -30,7 +30,8 @@ def _simulate(capsys: pytest.CaptureFixture[str], tmp_path: Path, *flags: str) -
 
 
 @pytest.mark.parametrize("flags", [["--slo"], ["--slo", "--slo-target", "0.9"], ["--warm-pool"],
-                                   ["--oracle"], ["--slo", "--slo-horizon", "600"]])  # fmt: skip
+                                   ["--oracle"], ["--slo", "--slo-horizon", "600"],
+                                   ["--slo", "--slo-idle", "0.9"]])  # fmt: skip
 def test_each_slo_mode_runs_and_reports_attainment(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: list[str]
 ) -> None:
@@ -53,6 +54,8 @@ def test_each_slo_mode_runs_and_reports_attainment(
         (["--warm-pool", "--slo-horizon", "60"], "needs --slo"),
         (["--slo", "--no-lending"], "needs lending"),
         (["--slo", "--slo-target", "1"], "target"),
+        (["--oracle", "--slo-idle", "0.9"], "--slo-idle needs --slo"),
+        (["--slo", "--slo-idle", "1"], "--slo-idle must be in (0, 1)"),
     ],
 )
 def test_bad_combinations_are_refused_with_the_flag_named(
@@ -64,8 +67,11 @@ def test_bad_combinations_are_refused_with_the_flag_named(
 
 
 def test_compare_runs_take_the_same_flags() -> None:
-    config = sim_config(parse_run("x=pollux:slo,slo-target=0.95,slo-horizon=300"), 60.0, 0, 8)
+    run = parse_run("x=pollux:slo,slo-target=0.95,slo-horizon=300,slo-idle=0.5")
+    config = sim_config(run, 60.0, 0, 8)
     assert config.slo.enabled and config.slo.target == 0.95 and config.slo.horizon_s == 300.0
+    assert config.slo.idle_target == 0.5
+    assert sim_config(parse_run("deepboot:slo"), 60.0, 0, 8).slo.idle_target == 0.75
     assert sim_config(parse_run("deepboot:warm-pool"), 60.0, 0, 8).slo_reference == "warm-pool"
     assert sim_config(parse_run("deepboot:oracle"), 60.0, 0, 8).slo_reference == "oracle"
 

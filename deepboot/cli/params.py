@@ -162,6 +162,16 @@ def add_shared_cluster_flags(parser: argparse.ArgumentParser) -> None:
         "service's cold start + a 30 s resize + one --interval)",
     )
     slo.add_argument(
+        "--slo-idle",
+        type=float,
+        default=None,
+        metavar="Q",
+        help="with --slo, for services whose slo_wait_s covers their cold start (the "
+        "relaxed regime): keep enough idle GPUs that Q of their cold starts find one "
+        "instead of waiting on a reclaim, taking them back from training at the ticks "
+        "(0 < Q < 1, default 0.75; higher: fewer mid-interval reclaims, less lent)",
+    )
+    slo.add_argument(
         "--warm-pool",
         action="store_true",
         help="reference (not clairvoyant): hold each service's Erlang-B replicas at "
@@ -231,6 +241,7 @@ def shared_cluster_settings(
         slo=bool(getattr(args, "slo", False)),
         slo_target=getattr(args, "slo_target", None),
         slo_horizon=getattr(args, "slo_horizon", None),
+        slo_idle=getattr(args, "slo_idle", None),
         warm_pool=bool(getattr(args, "warm_pool", False)),
         oracle=bool(getattr(args, "oracle", False)),
     )

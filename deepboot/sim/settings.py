@@ -6,6 +6,7 @@ fields, for the command line, the Python API and the benchmarks alike.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -39,6 +40,7 @@ def shared_cluster_config(
     slo: bool = False,
     slo_target: float | None = None,
     slo_horizon: float | None = None,
+    slo_idle: float | None = None,
     warm_pool: bool = False,
     oracle: bool = False,
 ) -> dict[str, Any]:
@@ -61,6 +63,9 @@ def shared_cluster_config(
         slo_target: Overrides every service's ``slo_target`` (with ``slo``,
             ``warm_pool`` or ``oracle``).
         slo_horizon: The forecast horizon's minimum, seconds (with ``slo``).
+        slo_idle: With ``slo``: the fraction of the relaxed services' cold starts
+            that find an idle GPU rather than wait on a reclaim, in (0, 1) (None:
+            ``SloConfig.idle_target``, 0.75).
         warm_pool: The non-clairvoyant reference: each service's Erlang-B replicas
             at its true mean load held as ``guaranteed_replicas``, the rest as
             DeepBoot.
@@ -97,11 +102,17 @@ def shared_cluster_config(
         raise ConfigError("--slo-target and --slo-horizon need --slo, --warm-pool or --oracle")
     if slo_horizon is not None and not slo:
         raise ConfigError("--slo-horizon needs --slo (the references have no forecast)")
+    if slo_idle is not None and not slo:
+        raise ConfigError("--slo-idle needs --slo (the references hold no idle pool)")
+    if slo_idle is not None and not 0.0 < float(slo_idle) < 1.0:
+        raise ConfigError(f"--slo-idle must be in (0, 1); got {slo_idle}")
     slo_config = SloConfig(
         enabled=bool(slo or oracle),
         target=None if slo_target is None else float(slo_target),
         horizon_s=None if slo_horizon is None else float(slo_horizon),
     )
+    if slo_idle is not None:
+        slo_config = dataclasses.replace(slo_config, idle_target=float(slo_idle))
     return {
         "slo": slo_config,
         "slo_reference": chosen[0] if chosen and chosen[0] != "slo" else "",
