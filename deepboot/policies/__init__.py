@@ -1,8 +1,9 @@
 """Pure decision functions over ClusterState snapshots, and their registry.
 
-Importing this package registers the built-in training policies: ``fifo``,
-``tiresias``, ``optimus``, ``pollux``, ``deepboot`` (ATS-T), ``afs`` and ``lyra``. Build
-one with ``deepboot.policies.registry.create(name, **params)``. The inference-placement
+The built-in training policies, ``fifo``, ``tiresias``, ``optimus``, ``pollux``,
+``deepboot`` (ATS-T), ``afs`` and ``lyra``, are registered by name in
+:mod:`deepboot.policies.registry` (one list, not as a side effect of importing them).
+Build one with ``deepboot.policies.registry.create(name, **params)``. The inference-placement
 policies (ATS-I and variants) live in :mod:`deepboot.policies.inference`, with their
 own registry.
 """

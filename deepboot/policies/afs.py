@@ -42,7 +42,6 @@ from deepboot.perf.speedup import speedup_fn
 from deepboot.policies.allocation import capacity_profile, nodes_for
 from deepboot.policies.optimus import progress_rates, replica_cap
 from deepboot.policies.packing import Packing, free_map, keep_or_pack
-from deepboot.policies.registry import register
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -173,6 +172,3 @@ class AfsPolicy:
             ((j, counts[j.name]) for j in order), free_map(state), self.config.packing
         )
         return freeze_allocation(placed)
-
-
-register("afs", lambda config: AfsPolicy(config), AfsConfig)

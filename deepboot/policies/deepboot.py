@@ -62,7 +62,7 @@ from deepboot.policies.allocation import (
     reference_order,
 )
 from deepboot.policies.packing import Packing, fits, free_map, keep_or_pack
-from deepboot.policies.registry import MAX_DELAY_S, register, require
+from deepboot.policies.registration import MAX_DELAY_S, require
 
 FloatArray: TypeAlias = npt.NDArray[np.float64]
 IntArray: TypeAlias = npt.NDArray[np.int64]
@@ -300,6 +300,3 @@ class DeepBootPolicy:
         else:
             placed = keep_or_pack(order, free_map(state), self.config.packing)
         return freeze_allocation(placed)
-
-
-register("deepboot", lambda config: DeepBootPolicy(config), DeepBootConfig)

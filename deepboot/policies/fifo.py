@@ -11,7 +11,6 @@ from deepboot.core.modes import JobMode
 from deepboot.core.placement import Allocation, Placement, freeze_allocation
 from deepboot.core.state import ClusterState
 from deepboot.policies.packing import Packing, fits, free_map, pack, requested_replicas, take
-from deepboot.policies.registry import register
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +61,3 @@ class FifoPolicy:
                 break
             out[job.name] = placement
         return freeze_allocation(out)
-
-
-register("fifo", lambda config: FifoPolicy(config), FifoConfig)

@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass
 
 from deepboot.perf import detmath
-from deepboot.policies.registry import MAX_DELAY_S, require
+from deepboot.policies.registration import MAX_DELAY_S, require
 
 MAX_REPLICAS = 1_000_000
 """Most replicas :func:`replicas_for` searches before it gives up."""

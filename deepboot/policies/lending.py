@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from deepboot.core.cluster import Pool
 from deepboot.core.gpu import GpuId, GpuState, GpuView
 from deepboot.perf import detmath
-from deepboot.policies.registry import MAX_DELAY_S, require
+from deepboot.policies.registration import MAX_DELAY_S, require
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from deepboot.core.gpu import GpuState
-from deepboot.policies.registry import MAX_DELAY_S, require
+from deepboot.policies.registration import MAX_DELAY_S, require
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,6 @@ from deepboot.core.state import ClusterState, JobView
 from deepboot.policies.afs import remaining_times
 from deepboot.policies.allocation import group_knapsack
 from deepboot.policies.packing import Packing, free_map, keep_or_pack
-from deepboot.policies.registry import register
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -118,6 +117,3 @@ class LyraPolicy:
         order = sorted((p for p in self._plan(state) if p[1] > 0), key=lambda p: p[1])
         placed = keep_or_pack(order, free_map(state), self.config.packing)
         return freeze_allocation(placed)
-
-
-register("lyra", lambda config: LyraPolicy(config), LyraConfig)

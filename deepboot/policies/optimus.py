@@ -34,7 +34,6 @@ from deepboot.core.placement import Allocation, freeze_allocation
 from deepboot.core.state import ClusterState, JobView
 from deepboot.perf.goodput import GoodputModel
 from deepboot.policies.packing import Packing, free_map, keep_or_pack
-from deepboot.policies.registry import register
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -160,6 +159,3 @@ class OptimusPolicy:
         free = free_map(state)
         placed = keep_or_pack(((j, counts[j.name]) for j in jobs), free, self.config.packing)
         return freeze_allocation(placed)
-
-
-register("optimus", lambda config: OptimusPolicy(config), OptimusConfig)

@@ -18,7 +18,6 @@ from deepboot.core.state import ClusterState
 from deepboot.perf.speedup import SpeedupProvider, adaptive_speedup
 from deepboot.policies.pollux_fitness import PolluxConfig, PolluxProblem, pollux_fitness
 from deepboot.policies.pollux_search import solve
-from deepboot.policies.registry import register
 
 __all__ = ["PolluxConfig", "PolluxPolicy", "pollux_allocate", "pollux_fitness"]
 
@@ -55,6 +54,3 @@ class PolluxPolicy:
         (the search is deterministic)."""
         del rng
         return pollux_allocate(state, self.config)
-
-
-register("pollux", lambda config: PolluxPolicy(config), PolluxConfig)

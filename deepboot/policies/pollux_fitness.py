@@ -41,7 +41,7 @@ from deepboot.perf.speedup import (
     linear_speedup,
 )
 from deepboot.policies.allocation import fair_share_base, reference_order
-from deepboot.policies.registry import MAX_DELAY_S, require
+from deepboot.policies.registration import MAX_DELAY_S, require
 
 FloatArray: TypeAlias = npt.NDArray[np.float64]
 IntArray: TypeAlias = npt.NDArray[np.int64]

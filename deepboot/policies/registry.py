@@ -1,15 +1,17 @@
-"""Registries of policies: names -> factories with typed, validated configs.
+"""The default registries: every built-in policy, registered by name in one list.
 
-One generic :class:`PolicyRegistry` serves both kinds of policy: training allocation
-(:data:`DEFAULT_REGISTRY`, this module's functions) and inference placement
-(:mod:`deepboot.policies.inference.registry`). Every policy has a frozen dataclass
-config; :func:`create` turns loose keyword parameters (typed values, or strings from
-a command line) into that config, checks every field, and builds the policy from it.
-Nothing here inspects a policy's type.
+Two registries (:class:`~deepboot.policies.registration.PolicyRegistry` objects):
+:data:`DEFAULT_REGISTRY` for training allocation and :data:`INFERENCE_REGISTRY` for
+inference placement. :func:`register_builtins` fills a pair of them explicitly from
+:data:`BUILTIN_TRAINING` and :data:`BUILTIN_INFERENCE`; importing a policy module
+registers nothing. This module sits above every policy module (it imports them; none
+imports it), so the registries and the policies form no import cycle.
 
 Policies written outside the package register through the entry-point group
-``deepboot.policies`` (:func:`load_plugins`, ``docs/extending.md``): installed
-plug-ins are loaded the first time a default registry is asked for a name.
+``deepboot.policies`` (:func:`load_plugins`, ``docs/extending.md``), calling
+:func:`register` (training) or ``deepboot.policies.inference.register`` (inference
+placement); installed plug-ins are loaded the first time a default registry is asked
+for a name.
 
 Usage::
 
@@ -19,228 +21,100 @@ Usage::
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import importlib.metadata
 import logging
-import math
-import types
-import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-from deepboot.core.errors import ConfigError, UnknownPolicyError
+from deepboot.core.errors import ConfigError
+from deepboot.policies import afs, deepboot, fifo, lyra, optimus, pollux, tiresias
 from deepboot.policies.base import TrainingPolicy
+from deepboot.policies.inference import ats_i, lyra_placement, random_placement
+from deepboot.policies.inference.base import InferencePolicy
+from deepboot.policies.inference.candidates import PlacementConfig
+from deepboot.policies.inference.registry import InferenceRegistry
+from deepboot.policies.registration import (
+    MAX_DELAY_S,
+    PolicyEntry,
+    PolicyRegistry,
+    require,
+)
+
+__all__ = [
+    "BUILTIN_INFERENCE",
+    "BUILTIN_TRAINING",
+    "DEFAULT_REGISTRY",
+    "INFERENCE_REGISTRY",
+    "MAX_DELAY_S",
+    "PLUGIN_GROUP",
+    "PolicyEntry",
+    "PolicyRegistry",
+    "config_class",
+    "create",
+    "entries",
+    "inference_config_class",
+    "inference_create",
+    "inference_make_config",
+    "inference_names",
+    "load_plugins",
+    "make_config",
+    "names",
+    "register",
+    "register_builtins",
+    "register_inference",
+    "require",
+]
 
 log = logging.getLogger(__name__)
 
 ConfigT = TypeVar("ConfigT")
-P = TypeVar("P")
 
 PLUGIN_GROUP = "deepboot.policies"
 """Entry-point group of out-of-tree policies (``docs/extending.md``)."""
 
+Builtin = tuple[str, Callable[[Any], Any], type[Any]]
 
-@dataclass(frozen=True, slots=True)
-class PolicyEntry(Generic[ConfigT, P]):
-    """One registered policy: its name, its config class and its factory."""
+BUILTIN_TRAINING: tuple[Builtin, ...] = (
+    ("afs", afs.AfsPolicy, afs.AfsConfig),
+    ("deepboot", deepboot.DeepBootPolicy, deepboot.DeepBootConfig),
+    ("fifo", fifo.FifoPolicy, fifo.FifoConfig),
+    ("lyra", lyra.LyraPolicy, lyra.LyraConfig),
+    ("optimus", optimus.OptimusPolicy, optimus.OptimusConfig),
+    ("pollux", pollux.PolluxPolicy, pollux.PolluxConfig),
+    ("tiresias", tiresias.TiresiasPolicy, tiresias.TiresiasConfig),
+)
+"""The built-in training policies: (name, factory from its config, config class)."""
 
-    name: str
-    config_cls: type[ConfigT]
-    factory: Callable[[ConfigT], P]
+BUILTIN_INFERENCE: tuple[Builtin, ...] = (
+    ("ats-i", ats_i.AtsIPolicy, PlacementConfig),
+    ("ats-i-pack", ats_i.AtsIPolicy, ats_i.PackedPlacementConfig),
+    ("lyra", lyra_placement.LyraPlacementPolicy, PlacementConfig),
+    ("random", random_placement.RandomPlacementPolicy, PlacementConfig),
+)
+"""The built-in inference-placement policies, as :data:`BUILTIN_TRAINING`."""
 
 
-class PolicyRegistry(Generic[P]):
-    """Maps policy names to factories with typed, validated parameters.
+def register_builtins(
+    training: PolicyRegistry[TrainingPolicy], inference: PolicyRegistry[InferencePolicy]
+) -> None:
+    """Register every built-in policy into ``training`` and ``inference``.
 
-    A registry is only mutated by :meth:`register`, which the policy modules (and
-    plug-ins) call once; lookups never mutate it.
-
-    Args:
-        kind: What its policies are, for messages ("policy", "inference policy").
+    Raises:
+        ConfigError: a name is already registered in one of them.
     """
-
-    def __init__(self, kind: str = "policy") -> None:
-        self.kind = kind
-        self._entries: dict[str, PolicyEntry[Any, P]] = {}
-        self.plugins_loaded = False
-
-    def register(
-        self,
-        name: str,
-        factory: Callable[[ConfigT], P],
-        config_cls: type[ConfigT],
-    ) -> None:
-        """Register ``factory`` under ``name``.
-
-        Args:
-            name: Lower-case policy name, unique in this registry.
-            factory: Builds the policy from a ``config_cls`` instance.
-            config_cls: A frozen dataclass whose fields all have defaults.
-
-        Raises:
-            ConfigError: ``name`` is taken, or ``config_cls`` is not a frozen dataclass
-                whose fields all have defaults.
-        """
-        if name in self._entries:
-            raise ConfigError(f"{self.kind} {name!r} is already registered")
-        if not dataclasses.is_dataclass(config_cls) or not _is_frozen(config_cls):
-            raise ConfigError(f"config of {self.kind} {name!r} must be a frozen dataclass")
-        for f in dataclasses.fields(config_cls):
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ConfigError(f"config field {name}.{f.name} needs a default")
-        self._entries[name] = PolicyEntry(name, config_cls, factory)
-
-    def names(self) -> list[str]:
-        """Registered names, sorted."""
-        return sorted(self._entries)
-
-    def config_class(self, name: str) -> type[Any]:
-        """The config dataclass of policy ``name``.
-
-        Raises:
-            UnknownPolicyError: ``name`` is not registered.
-        """
-        return self._entry(name).config_cls
-
-    def make_config(self, name: str, **params: object) -> Any:
-        """Build and validate the config of ``name`` from keyword parameters.
-
-        Strings are converted to the field's type (int, float, bool, enum by value or
-        name), so command-line values can be passed as they are.
-
-        Raises:
-            UnknownPolicyError: ``name`` is not registered.
-            ConfigError: a parameter is unknown, has the wrong type, or a bad value;
-                the message names the parameter.
-        """
-        entry = self._entry(name)
-        cls = entry.config_cls
-        hints = typing.get_type_hints(cls)
-        known = [f.name for f in dataclasses.fields(cls)]
-        converted: dict[str, object] = {}
-        for key, value in params.items():
-            if key not in known:
-                listing = ", ".join(known) or "none"
-                raise ConfigError(
-                    f"unknown parameter {key!r} for {self.kind} {name!r}; "
-                    f"known parameters: {listing}"
-                )
-            converted[key] = _convert(f"{name}.{key}", hints[key], value)
-        try:
-            return cls(**converted)
-        except ConfigError:
-            raise
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"bad parameters for {self.kind} {name!r}: {exc}") from exc
-
-    def create(self, name: str, **params: object) -> P:
-        """Build policy ``name`` with the given parameters (see :meth:`make_config`).
-
-        Raises:
-            UnknownPolicyError: ``name`` is not registered.
-            ConfigError: a parameter is unknown or invalid.
-        """
-        config = self.make_config(name, **params)
-        return self._entry(name).factory(config)
-
-    def factories(self) -> Mapping[str, Callable[[Any], P]]:
-        """Read-only view of the factories, by name."""
-        return types.MappingProxyType({n: e.factory for n, e in self._entries.items()})
-
-    def entries(self) -> Mapping[str, PolicyEntry[Any, P]]:
-        """Read-only view of the entries, by name."""
-        return types.MappingProxyType(dict(self._entries))
-
-    def _entry(self, name: str) -> PolicyEntry[Any, P]:
-        try:
-            return self._entries[name]
-        except KeyError:
-            known = ", ".join(self.names()) or "none"
-            raise UnknownPolicyError(f"unknown {self.kind} {name!r}; known: {known}") from None
-
-
-def _is_frozen(cls: type[Any]) -> bool:
-    params = getattr(cls, "__dataclass_params__", None)
-    return bool(getattr(params, "frozen", False))
-
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-def _convert(field: str, tp: Any, value: object) -> object:
-    """Convert ``value`` to type ``tp`` or raise a ConfigError naming ``field``."""
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return _convert_enum(field, tp, value)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-            return value.strip().lower() in _TRUE
-        raise ConfigError(f"parameter {field} must be a boolean; got {value!r}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:
-                pass
-        raise ConfigError(f"parameter {field} must be an integer; got {value!r}")
-    if tp is float:
-        out: float | None = None
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            out = float(value)
-        elif isinstance(value, str):
-            try:
-                out = float(value.strip())
-            except ValueError:
-                out = None
-        if out is None or math.isnan(out):
-            raise ConfigError(f"parameter {field} must be a number; got {value!r}")
-        return out
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"parameter {field} must be a string; got {value!r}")
-    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
-        # Only ``X | None`` is supported: None passes, anything else converts to X.
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
-            return None
-        if len(args) == 1:
-            return _convert(field, args[0], value)
-    # Types this converter does not know are passed through; the config validates them.
-    return value
-
-
-def _convert_enum(field: str, tp: type[enum.Enum], value: object) -> enum.Enum:
-    if isinstance(value, tp):
-        return value
-    if isinstance(value, str):
-        text = value.strip()
-        for member in tp:
-            if text.lower() in (str(member.value).lower(), member.name.lower()):
-                return member
-    choices = ", ".join(str(m.value) for m in tp)
-    raise ConfigError(f"parameter {field} must be one of: {choices}; got {value!r}")
-
-
-MAX_DELAY_S = 86_400.0
-"""Upper bound of every delay, protect time and window parameter (one day): larger
-values stop a simulation from scheduling anything in any horizon a trace covers."""
-
-
-def require(ok: bool, field: str, message: str) -> None:
-    """Raise ``ConfigError`` naming ``field`` unless ``ok`` (for configs' __post_init__)."""
-    if not ok:
-        raise ConfigError(f"parameter {field} {message}")
+    for name, factory, config_cls in BUILTIN_TRAINING:
+        training.register(name, factory, config_cls)
+    for name, factory, config_cls in BUILTIN_INFERENCE:
+        inference.register(name, factory, config_cls)
 
 
 DEFAULT_REGISTRY: PolicyRegistry[TrainingPolicy] = PolicyRegistry("policy")
-"""The registry the built-in policies register into when ``deepboot.policies`` is imported."""
+"""The training policies: the built-ins, then the plug-ins once a lookup loads them."""
+
+INFERENCE_REGISTRY: PolicyRegistry[InferencePolicy] = InferenceRegistry()
+"""The inference-placement policies, as :data:`DEFAULT_REGISTRY`."""
+
+register_builtins(DEFAULT_REGISTRY, INFERENCE_REGISTRY)
 
 
 def load_plugins() -> None:
@@ -271,6 +145,9 @@ def load_plugins() -> None:
         log.debug("loaded policy plug-in %s (%s)", ep.name, ep.value)
 
 
+# -- training policies --------------------------------------------------------------
+
+
 def register(
     name: str,
     factory: Callable[[ConfigT], TrainingPolicy],
@@ -282,39 +159,65 @@ def register(
 
 def create(name: str, **params: object) -> TrainingPolicy:
     """Build a policy from :data:`DEFAULT_REGISTRY` (see :meth:`PolicyRegistry.create`)."""
-    _load_builtins()
+    load_plugins()
     return DEFAULT_REGISTRY.create(name, **params)
 
 
 def names() -> list[str]:
     """Names in :data:`DEFAULT_REGISTRY`, sorted."""
-    _load_builtins()
+    load_plugins()
     return DEFAULT_REGISTRY.names()
 
 
 def config_class(name: str) -> type[Any]:
     """Config dataclass of ``name`` in :data:`DEFAULT_REGISTRY`."""
-    _load_builtins()
+    load_plugins()
     return DEFAULT_REGISTRY.config_class(name)
 
 
 def make_config(name: str, **params: object) -> Any:
     """Validated config of ``name`` (see :meth:`PolicyRegistry.make_config`)."""
-    _load_builtins()
+    load_plugins()
     return DEFAULT_REGISTRY.make_config(name, **params)
 
 
 def entries() -> Mapping[str, PolicyEntry[Any, TrainingPolicy]]:
     """Read-only view of the default registry's entries, by name."""
-    _load_builtins()
+    load_plugins()
     return DEFAULT_REGISTRY.entries()
 
 
-def _load_builtins() -> None:
-    # Importing the package registers the built-ins; a caller that imported only this
-    # module (``from deepboot.policies.registry import create``) gets them too. Then
-    # the installed plug-ins, which may register policies of either kind.
-    import deepboot.policies  # noqa: F401
-    import deepboot.policies.inference  # noqa: F401
+# -- inference-placement policies (``deepboot.policies.inference`` re-exports these) --
 
+
+def register_inference(
+    name: str,
+    factory: Callable[[ConfigT], InferencePolicy],
+    config_cls: type[ConfigT],
+) -> None:
+    """Register into :data:`INFERENCE_REGISTRY` (see :meth:`PolicyRegistry.register`)."""
+    INFERENCE_REGISTRY.register(name, factory, config_cls)
+
+
+def inference_create(name: str, **params: object) -> InferencePolicy:
+    """Build an inference policy from :data:`INFERENCE_REGISTRY`."""
     load_plugins()
+    return INFERENCE_REGISTRY.create(name, **params)
+
+
+def inference_names() -> list[str]:
+    """Names in :data:`INFERENCE_REGISTRY`, sorted."""
+    load_plugins()
+    return INFERENCE_REGISTRY.names()
+
+
+def inference_config_class(name: str) -> type[Any]:
+    """Config dataclass of ``name`` in :data:`INFERENCE_REGISTRY`."""
+    load_plugins()
+    return INFERENCE_REGISTRY.config_class(name)
+
+
+def inference_make_config(name: str, **params: object) -> Any:
+    """Validated config of inference policy ``name``."""
+    load_plugins()
+    return INFERENCE_REGISTRY.make_config(name, **params)

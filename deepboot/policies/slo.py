@@ -48,7 +48,7 @@ from deepboot.policies.forecast import (
     replicas_for,
 )
 from deepboot.policies.lending import ServiceLoad
-from deepboot.policies.registry import MAX_DELAY_S, require
+from deepboot.policies.registration import MAX_DELAY_S, require
 
 
 @dataclass(frozen=True, slots=True)

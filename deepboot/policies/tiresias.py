@@ -28,7 +28,7 @@ from deepboot.core.modes import JobMode
 from deepboot.core.placement import Allocation, freeze_allocation
 from deepboot.core.state import ClusterState, JobView
 from deepboot.policies.packing import Packing, free_map, keep_or_pack, requested_replicas
-from deepboot.policies.registry import register, require
+from deepboot.policies.registration import require
 
 _GPU_HOUR = 3600.0
 
@@ -85,6 +85,3 @@ class TiresiasPolicy:
         # The GPUs claimed above never exceed the total, so every running job gets a
         # placement (kept or packed).
         return freeze_allocation(keep_or_pack(running, free, self.config.packing))
-
-
-register("tiresias", lambda config: TiresiasPolicy(config), TiresiasConfig)

@@ -23,9 +23,26 @@ BUILT_INS = {
 }
 
 
-def test_importing_the_package_registers_the_built_ins() -> None:
+def test_the_default_registry_holds_the_built_ins() -> None:
     assert set(BUILT_INS) <= set(registry.names())
     assert registry.names() == sorted(registry.names())
+
+
+def test_the_built_ins_are_registered_explicitly_into_any_pair_of_registries() -> None:
+    """Registries are objects: the built-in list fills a fresh pair (importing the
+    policy modules registered nothing into them), and only once."""
+    from deepboot.policies.base import TrainingPolicy
+    from deepboot.policies.inference.registry import InferenceRegistry
+
+    training: PolicyRegistry[TrainingPolicy] = PolicyRegistry()
+    inference = InferenceRegistry()
+    assert training.names() == [] and inference.names() == []
+    registry.register_builtins(training, inference)
+    assert training.names() == sorted(n for n, _, _ in registry.BUILTIN_TRAINING)
+    assert inference.names() == ["ats-i", "ats-i-pack", "lyra", "random"]
+    assert set(training.names()) <= set(registry.names())  # the default has plug-ins too
+    with pytest.raises(ConfigError, match="already registered"):
+        registry.register_builtins(training, inference)
 
 
 @pytest.mark.parametrize("name", sorted(BUILT_INS), ids=sorted(BUILT_INS))

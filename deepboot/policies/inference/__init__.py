@@ -1,6 +1,7 @@
 """Inference-placement policies (ATS-I and its variants) and their registry.
 
-Importing this package registers ``ats-i``, ``random`` and ``lyra``. Build one with
+The built-ins ``ats-i``, ``ats-i-pack``, ``random`` and ``lyra`` are registered in
+:data:`deepboot.policies.registry.INFERENCE_REGISTRY`. Build one with
 ``deepboot.policies.inference.create(name, **params)``; every one takes a
 :class:`PlacementConfig`.
 """
@@ -16,14 +17,12 @@ from deepboot.policies.inference.base import (
 from deepboot.policies.inference.candidates import PlacementConfig, reclaim_losses
 from deepboot.policies.inference.lyra_placement import LyraPlacementPolicy
 from deepboot.policies.inference.random_placement import RandomPlacementPolicy
-from deepboot.policies.inference.registry import (
-    InferenceRegistry,
-    config_class,
-    create,
-    make_config,
-    names,
-    register,
-)
+from deepboot.policies.inference.registry import InferenceRegistry
+from deepboot.policies.registry import inference_config_class as config_class
+from deepboot.policies.registry import inference_create as create
+from deepboot.policies.registry import inference_make_config as make_config
+from deepboot.policies.registry import inference_names as names
+from deepboot.policies.registry import register_inference as register
 
 __all__ = [
     "AtsIPolicy",

@@ -36,7 +36,6 @@ from deepboot.policies.inference.candidates import (
     place_in_order,
     reclaim_losses,
 )
-from deepboot.policies.inference.registry import register
 
 
 def most_hits(replicas: list[GpuView]) -> GpuView:
@@ -96,7 +95,3 @@ class PackedPlacementConfig(PlacementConfig):
     """:class:`PlacementConfig` whose cold starts pack (the ``ats-i-pack`` defaults)."""
 
     cold_order: ColdOrder = ColdOrder.PACK
-
-
-register("ats-i", lambda config: AtsIPolicy(config), PlacementConfig)
-register("ats-i-pack", lambda config: AtsIPolicy(config), PackedPlacementConfig)

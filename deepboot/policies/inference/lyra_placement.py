@@ -27,7 +27,6 @@ from deepboot.policies.inference.candidates import (
     cold_key,
     place_in_order,
 )
-from deepboot.policies.inference.registry import register
 
 
 def whole_node(lent: list[GpuView]) -> tuple[GpuView, tuple[GpuView, ...]]:
@@ -60,6 +59,3 @@ class LyraPlacementPolicy:
             cold=lambda gpus: min(gpus, key=key),
             reclaim=whole_node,
         )
-
-
-register("lyra", lambda config: LyraPlacementPolicy(config), PlacementConfig)

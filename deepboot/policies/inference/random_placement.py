@@ -19,7 +19,6 @@ from deepboot.core.gpu import GpuView
 from deepboot.core.state import InferenceState
 from deepboot.policies.inference.base import InferencePlacement
 from deepboot.policies.inference.candidates import PlacementConfig, place_in_order
-from deepboot.policies.inference.registry import register
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +41,3 @@ class RandomPlacementPolicy:
             return g, (g,)
 
         return place_in_order(state, service, self.config, warm=pick, cold=pick, reclaim=reclaim)
-
-
-register("random", lambda config: RandomPlacementPolicy(config), PlacementConfig)
