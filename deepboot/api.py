@@ -31,23 +31,7 @@ from typing import Any
 
 from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.jobs import Workload
-from deepboot.perf.application import Application
-
-
-def load_apps(profiles: str | Path | None = None) -> Mapping[str, Application]:
-    """The models a run can use: measured profiles from ``profiles``, else the
-    built-in catalog.
-
-    Raises:
-        InputError: the profile directory is missing or malformed.
-    """
-    if profiles is not None:
-        from deepboot.perf.profiles import load_profiles
-
-        return load_profiles(profiles)
-    from deepboot.perf.catalog import load_catalog
-
-    return load_catalog()
+from deepboot.perf.apps import load_apps
 
 
 def load_workload(

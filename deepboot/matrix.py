@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from deepboot.api import load_apps
 from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.errors import ConfigError, DeepbootError, InputError
+from deepboot.perf.apps import load_apps
 from deepboot.report.figures import UsagePanel
 from deepboot.report.schema import conform_summary
 from deepboot.sim.settings import MAX_PROTECT_FACTOR

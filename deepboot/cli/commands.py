@@ -16,8 +16,8 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -48,14 +48,12 @@ from deepboot.core.errors import ConfigError, InputError
 from deepboot.report.schema import conform_summary
 from deepboot.report.table import summary_table
 
-if TYPE_CHECKING:
-    from deepboot.perf.application import Application
-
 log = logging.getLogger(__name__)
 
 
 def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``deepboot simulate``: run one policy on one workload and print the table."""
+    from deepboot.perf.apps import load_apps
     from deepboot.policies import registry
     from deepboot.sim.config import SimConfig
     from deepboot.sim.run import simulate as run_simulation
@@ -81,7 +79,7 @@ def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
             inputs.append(PathArg("--services", args.services))
         check_outputs([PathArg("--summary-json", summary_json)], inputs)
     services = read_services_arg(args.services)
-    apps = _load_apps(profiles)
+    apps = load_apps(profiles)
     workload = load_workload(
         workload_path, apps.keys(), {n: a.limits for n, a in apps.items()}, services
     )
@@ -127,17 +125,6 @@ def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
         write_text(summary_json, json.dumps(summary, indent=2) + "\n")
         log.info("wrote %s", summary_json)
     return 0
-
-
-def _load_apps(profiles: str | None) -> Mapping[str, Application]:
-    """Measured profiles from ``profiles`` if given, else the built-in catalog."""
-    if profiles:
-        from deepboot.perf.profiles import load_profiles
-
-        return load_profiles(profiles)
-    from deepboot.perf.catalog import load_catalog
-
-    return load_catalog()
 
 
 def workload_from_philly(args: argparse.Namespace, out: Console, err: Console) -> int:
