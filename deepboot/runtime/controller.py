@@ -38,7 +38,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,6 +82,7 @@ from deepboot.scheduler.control import (
     Step,
     run_event,
 )
+from deepboot.scheduler.decision import Preempt, Resize, Start
 from deepboot.scheduler.events import Event, EventKind
 from deepboot.scheduler.inference import InferenceScheduler
 from deepboot.scheduler.loop import Scheduler
@@ -152,6 +153,41 @@ def settings_file(state: StateDir) -> Path:
     return state.root / "controller.json"
 
 
+_APPLIED = (Bind, Lend, Release, Reclaim, EvictReplica, StartReplica, ProtectReplica,
+            SleepReplica, Start, Resize, Preempt)  # fmt: skip
+"""The operations this world applies (every one but ``WarmReplica``)."""
+
+
+def check_applicable(ops: Sequence[object]) -> None:
+    """Refuse, before any of it is applied, a step with an operation this world cannot
+    carry out: a ``WarmReplica`` (pre-warming is simulator-only for now) or one it does
+    not know at all (a new operation must be added here, not dropped silently).
+
+    Raises:
+        InvalidDecisionError: naming the operation; nothing of the step was applied.
+    """
+    for op in ops:
+        if isinstance(op, WarmReplica):
+            raise InvalidDecisionError(
+                f"the runtime cannot apply {op!r}: pre-warming a replica with no "
+                "request (WarmReplica) is simulator-only for now; nothing of the "
+                "step was applied"
+            )
+        if not isinstance(op, _APPLIED):
+            raise InvalidDecisionError(
+                f"the runtime does not know how to apply {op!r}; nothing of the step was applied"
+            )
+
+
+def next_tick(now: float, origin: float, interval: float) -> float:
+    """The first tick ``origin + k x interval`` (k >= 1) later than ``now``: ticks stay
+    on their grid whatever the polls' jitter (``now + interval`` drifted by each
+    iteration's lateness), and an iteration later than a whole interval skips the
+    ticks it missed instead of running them back to back."""
+    k = math.floor((now - origin) / interval) + 1
+    return origin + max(k, 1) * interval
+
+
 class RayBackend:
     """The control loop's second world: jobs, GPUs and replicas on a Ray cluster.
 
@@ -177,13 +213,7 @@ class RayBackend:
         return Snapshot(ctl.clock(), ctl.cluster, jobs, gpus, waiting, services=ctl.specs)
 
     def apply(self, step: Step) -> None:
-        for op in step.ops:
-            if isinstance(op, WarmReplica):
-                raise InvalidDecisionError(
-                    f"the runtime cannot apply {op!r}: pre-warming a replica with no "
-                    "request (WarmReplica) is simulator-only for now; nothing of the "
-                    "step was applied"
-                )
+        check_applicable(step.ops)
         ctl = self.ctl
         touched: list[str] = []
         for op in step.ops:
@@ -206,7 +236,10 @@ class RayBackend:
                 ctl.protect_replica(op)
             elif isinstance(op, SleepReplica):
                 ctl.sleep_replica(op.gpu)
-            # Start/Resize/Preempt restate the GPU operations above at the job level.
+            elif isinstance(op, Start | Resize | Preempt):
+                pass  # the job-level statement of the GPU operations above
+            else:  # pragma: no cover - check_applicable refused it before anything ran
+                raise AssertionError(f"unhandled operation {op!r}")
         for u in step.unplaced:
             if u.inference and u.name in ctl.arrived:
                 ctl.waiting.setdefault(u.name, ctl.arrived[u.name])
@@ -267,6 +300,7 @@ class Controller:
         self._backoffs: dict[str, tuple[int, float | None]] = {}
         self._pending_log: list[tuple[LogKind, str, dict[str, Any]]] = []
         self._next_tick = 0.0
+        self._tick0: float | None = None  # the first tick: the origin of the grid
         self._last = clock()
         self._stop = False
 
@@ -570,7 +604,9 @@ class Controller:
         events += self.take_cancellations(rows)
         if now >= self._next_tick:
             events.append(Event(EventKind.TICK))
-            self._next_tick = now + self.settings.interval
+            if self._tick0 is None:
+                self._tick0 = now
+            self._next_tick = next_tick(now, self._tick0, self.settings.interval)
         for event in events:
             run_event(self.loop, event, self.backend, self.rng)
         self.flush()
