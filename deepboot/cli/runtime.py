@@ -428,6 +428,10 @@ def cmd_cancel(args: argparse.Namespace, out: Console, err: Console) -> int:
     return 0
 
 
+def _float_or_none(text: str) -> float | None:
+    return round(float(text), 3) if text else None
+
+
 def status_document(state: StateDir) -> dict[str, Any]:
     """What ``deepboot status --json`` prints (schema: docs/runtime.md)."""
     from deepboot.runtime.lifecycle import controller_alive
@@ -458,6 +462,13 @@ def status_document(state: StateDir) -> dict[str, Any]:
             "controller_pid": controller_alive(state),
             "heartbeat_age_s": round(time.time() - float(heartbeat), 3) if heartbeat else None,
             "endpoint": endpoint,
+        },
+        # The control loop's training rounds, and the latency of the latest (up to
+        # 1,000) decisions, as the simulator's summary reports them.
+        "scheduler": {
+            "rounds": int(store.meta("rounds", "0")),
+            "decision_ms_median": _float_or_none(store.meta("decision_ms_median")),
+            "decision_ms_max": _float_or_none(store.meta("decision_ms_max")),
         },
         "gpus": [
             {

@@ -29,6 +29,7 @@ on.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import heapq
 import json
@@ -36,6 +37,7 @@ import logging
 import math
 import os
 import signal
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -300,6 +302,9 @@ class Controller:
         self._backoffs: dict[str, tuple[int, float | None]] = {}
         self._pending_log: list[tuple[LogKind, str, dict[str, Any]]] = []
         self._next_tick = 0.0
+        # Training rounds decided, and the latest decisions' latencies (ms), for status.
+        self.rounds = 0
+        self.decision_ms: collections.deque[float] = collections.deque(maxlen=1000)
         self._tick0: float | None = None  # the first tick: the origin of the grid
         self._last = clock()
         self._stop = False
@@ -312,6 +317,14 @@ class Controller:
 
     def log_gpu(self, gpu: GpuId, op: str, job: str) -> None:
         self.note(LogKind.GPU, job, gpu=gpu_name(gpu), op=op)
+
+    def run_event(self, event: Event) -> None:
+        """Hand ``event`` to the control loop (``run_event``), timing its training
+        round's decision as the simulator does (the loop itself reads no clock)."""
+        spent = run_event(self.loop, event, self.backend, self.rng, time.perf_counter)
+        if spent is not None:
+            self.rounds += 1
+            self.decision_ms.append(spent * 1000.0)
 
     def flush(self) -> None:
         with self.store.transaction() as db:
@@ -345,6 +358,11 @@ class Controller:
                 self.store.set_backoff(db, service, failures, until)
             self._backoffs.clear()
             self.store.set_meta(db, "heartbeat", repr(self.clock()))
+            if self.decision_ms:
+                median = statistics.median(self.decision_ms)
+                self.store.set_meta(db, "rounds", str(self.rounds))
+                self.store.set_meta(db, "decision_ms_median", repr(median))
+                self.store.set_meta(db, "decision_ms_max", repr(max(self.decision_ms)))
             self.store.set_meta(db, "controller_pid", str(os.getpid()))
         self.metrics.set_world(
             ((r.pool, r.state, r.job, r.service) for r in self.gpus.values()),
@@ -608,7 +626,7 @@ class Controller:
                 self._tick0 = now
             self._next_tick = next_tick(now, self._tick0, self.settings.interval)
         for event in events:
-            run_event(self.loop, event, self.backend, self.rng)
+            self.run_event(event)
         self.flush()
 
     # -- services and replicas ---------------------------------------------------------------
@@ -637,7 +655,7 @@ class Controller:
                     continue
                 self.arrived[msg.task] = msg.service
                 event = Event(EventKind.INFERENCE_ARRIVAL, job=msg.task, service=msg.service)
-                run_event(self.loop, event, self.backend, self.rng)
+                self.run_event(event)
             elif isinstance(msg, rt.Backoff):
                 until = self.clock() + msg.seconds if msg.failures else None
                 self._backoffs[msg.service] = (msg.failures, until)
@@ -648,7 +666,7 @@ class Controller:
                 rec = self.gpus[parse_gpu(msg.gpu)]
                 if rec.replica == msg.replica and rec.state is GpuState.RUNNING:
                     event = Event(EventKind.INFERENCE_DONE, gpu=rec.gpu)
-                    run_event(self.loop, event, self.backend, self.rng)
+                    self.run_event(event)
             elif isinstance(msg, rt.Ready):
                 rec = self.gpus[parse_gpu(msg.gpu)]
                 if rec.replica == msg.replica and rec.service:
@@ -672,7 +690,7 @@ class Controller:
                     error=msg.error[-2000:], phase=msg.phase, backoff_s=round(msg.backoff_s, 3),
                 )  # fmt: skip
                 rec.unload()
-                run_event(self.loop, RETRY, self.backend, self.rng)
+                self.run_event(RETRY)
         if self._pending_log:
             self.flush()
 
@@ -683,7 +701,7 @@ class Controller:
             rec = self.gpus[gpu]
             if rec.version == version and rec.state is GpuState.PROTECT:
                 event = Event(EventKind.PROTECT_EXPIRED, gpu=gpu)
-                run_event(self.loop, event, self.backend, self.rng)
+                self.run_event(event)
 
     def start_replica(self, op: StartReplica) -> None:
         rec = self.gpus[op.gpu]

@@ -36,6 +36,7 @@ from tests.runtime.cluster_helpers import (  # noqa: E402
     job,
     listening_sockets,
     local_cluster,
+    status,
     wait_for,
     worker_pids,
     write_job,
@@ -214,6 +215,10 @@ def test_first_job_shrinks_for_the_second_and_grows_back(cluster: Path, tmp_path
     kinds = [e.kind for e in events(cluster, "long-a") if e.kind is not LogKind.GPU]
     assert kinds[0] is LogKind.SUBMITTED and LogKind.STARTED in kinds
     assert kinds[-1] is LogKind.FINISHED
+    # The control loop's decisions are timed as in the simulator, and status says so.
+    sched = status(cluster)["scheduler"]
+    assert sched["rounds"] >= 2, sched
+    assert 0.0 < sched["decision_ms_median"] <= sched["decision_ms_max"], sched
 
 
 def test_a_killed_worker_does_not_lose_the_job(cluster: Path, tmp_path: Path) -> None:

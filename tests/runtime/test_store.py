@@ -89,3 +89,29 @@ def test_a_write_in_another_process_is_seen(tmp_path: Path) -> None:
     )
     subprocess.run([sys.executable, "-c", code], check=True)
     assert [r.name for r in store.jobs()] == ["other"]
+
+
+def test_status_reports_the_loop_s_decisions_from_the_store(tmp_path: Path) -> None:
+    """``deepboot status --json``'s ``scheduler``: what the controller last wrote to
+    the store (a real SQLite file), null before any round."""
+    from deepboot.cli.runtime import status_document
+    from deepboot.runtime.statedir import StateDir
+
+    state = StateDir.at(tmp_path / "state").ensure()
+    store = JobStore(state.db)
+    store.submit(make_spec("a"))
+    assert status_document(state)["scheduler"] == {
+        "rounds": 0,
+        "decision_ms_median": None,
+        "decision_ms_max": None,
+    }
+    with store.transaction() as db:
+        store.set_meta(db, "rounds", "7")
+        store.set_meta(db, "decision_ms_median", repr(0.41234))
+        store.set_meta(db, "decision_ms_max", repr(3.1))
+    assert status_document(state)["scheduler"] == {
+        "rounds": 7,
+        "decision_ms_median": 0.412,
+        "decision_ms_max": 3.1,
+    }
+    store.close()
