@@ -99,6 +99,9 @@ scenarios = st.fixed_dictionaries(
         "guaranteed": st.tuples(st.integers(0, 2), st.integers(0, 1)),
         "shape": st.sampled_from([("3x2", 2), ("3x1", 2), ("2x2", 1)]),
         "mode": st.sampled_from(["deepboot", "slo", "warm-pool", "oracle", "reserve"]),
+        # 1 s: the pre-warm regime for both services; 20 s: the relaxed one (its idle
+        # pool of sleeping replicas and FREE GPUs, refilled by reclaims at the ticks).
+        "slo_wait_s": st.sampled_from([1.0, 20.0]),
     }
 )
 
@@ -127,7 +130,14 @@ def test_guaranteed_replicas_are_never_lent(s: dict[str, object]) -> None:
     have fewer loaded replicas than its ``guaranteed_replicas`` (whatever the
     policy); and a service's guaranteed replicas are loaded at every tick after the
     guard had a GPU for them, unless inference itself uses every inference GPU."""
-    sim = build(s["jobs"], s["tasks"], s["guaranteed"], s["shape"], **config_of(s["mode"]))  # type: ignore[arg-type]
+    sim = build(
+        s["jobs"],  # type: ignore[arg-type]
+        s["tasks"],  # type: ignore[arg-type]
+        s["guaranteed"],  # type: ignore[arg-type]
+        s["shape"],  # type: ignore[arg-type]
+        slo_wait_s=s["slo_wait_s"],  # type: ignore[arg-type]
+        **config_of(s["mode"]),  # type: ignore[arg-type]
+    )
     rec = Recorder(sim.loop)
     sim.loop = rec
     sim.run()
