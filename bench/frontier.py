@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from matrixbench import Ticker, add_matrix_flags, matrix_setup, summary_value
+from matrixbench import Ticker, add_matrix_flags, bench_task, matrix_setup, summary_value
 from rich.console import Console
 from rich.table import Table
 
@@ -150,20 +150,10 @@ def make_cells(
         for setting in settings:
             services = services_file(folder, w, setting)
             for name, text in runs:
+                run = parse_run(f"{name}={text}")
                 for r in range(reps):
-                    task = RunTask(
-                        index=len(cells),
-                        workload_path=str(w.csv),
-                        workload_name=w.name,
-                        run=parse_run(f"{name}={text}"),
-                        cluster=CLUSTER,
-                        inference_nodes=INFERENCE_NODES,
-                        profiles=profiles,
-                        interval=60.0,
-                        seed=0,
-                        replication=r if reps > 1 else None,
-                        services=str(services),
-                    )
+                    task = bench_task(len(cells), w.csv, w.name, run, services, profiles, r, reps,
+                                      (CLUSTER, INFERENCE_NODES))  # fmt: skip
                     cells.append((w.name, setting, name, r, task))
     return cells
 

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from deepboot.matrix import RunSpec, RunTask
+
 
 def add_matrix_flags(ap: argparse.ArgumentParser, traces: Path) -> None:
     """``--replications``, ``--quick``, ``--procs``, ``--profiles``, ``--out``."""
@@ -51,6 +53,36 @@ class Ticker:
         if self.done % self.every == 0 or self.done == self.total:
             took = time.perf_counter() - self.started
             print(f"  {self.done}/{self.total} runs, {took:.0f} s", file=sys.stderr, flush=True)
+
+
+def bench_task(
+    index: int,
+    workload: Path,
+    name: str,
+    run: RunSpec,
+    services: Path,
+    profiles: str,
+    replication: int,
+    reps: int,
+    cluster: tuple[str, int] = ("16x4", 8),
+) -> RunTask:
+    """One run of a bench's matrix: ``workload`` (CSV, named ``name``) with its
+    ``services`` file, on ``cluster`` (shape, inference nodes), 60 s ticks, policy
+    seed 0; with more than one replication, replication ``replication`` (its own
+    seed and jittered submissions)."""
+    return RunTask(
+        index=index,
+        workload_path=str(workload),
+        workload_name=name,
+        run=run,
+        cluster=cluster[0],
+        inference_nodes=cluster[1],
+        profiles=profiles,
+        interval=60.0,
+        seed=0,
+        replication=replication if reps > 1 else None,
+        services=str(services),
+    )
 
 
 def summary_value(summary: Mapping[str, Any], path: str) -> float:

@@ -59,7 +59,9 @@ def test_idle_replicas_are_held_up_to_the_need_and_the_rest_lendable() -> None:
     assert out.held == {(1, 0)} and out.ops == ()
 
 
-def test_missing_replicas_are_prewarmed_free_first_then_evicting_then_reclaiming() -> None:
+def mixed() -> tuple[list[GpuView], tuple[JobView, ...]]:
+    """Job j on the training node and two lent GPUs; a FREE GPU and b's sleeping
+    replica on the inference pool."""
     gpus = [
         train(0, "j"),
         train(1, "j"),
@@ -68,7 +70,11 @@ def test_missing_replicas_are_prewarmed_free_first_then_evicting_then_reclaiming
         inf(2, 0, GpuState.LENT, job="j"),
         inf(2, 1, GpuState.LENT, job="j"),
     ]
-    jobs = (jobview("j", (0, 0, 2, 2)),)
+    return gpus, (jobview("j", (0, 0, 2, 2)),)
+
+
+def test_missing_replicas_are_prewarmed_free_first_then_evicting_then_reclaiming() -> None:
+    gpus, jobs = mixed()
     out = run({"a": ServiceNeed(warm=3, hold=3)}, gpus, jobs)
     until = 100.0 + 8.0 + 60.0
     reclaimed = [op for op in out.ops if isinstance(op, Reclaim)]
@@ -107,15 +113,7 @@ def test_the_idle_pool_keeps_sleeping_replicas_then_free_gpus_then_reclaims() ->
     """The relaxed services' shared idle GPUs: an unheld sleeping replica first (a
     request of its service reuses it), then FREE GPUs, then lent GPUs taken back at
     the tick (proactive, with the job's shrink) and left FREE: no warm-up."""
-    gpus = [
-        train(0, "j"),
-        train(1, "j"),
-        inf(1, 0, GpuState.FREE),
-        inf(1, 1, GpuState.SLEEP, "b"),
-        inf(2, 0, GpuState.LENT, job="j"),
-        inf(2, 1, GpuState.LENT, job="j"),
-    ]
-    jobs = (jobview("j", (0, 0, 2, 2)),)
+    gpus, jobs = mixed()
     assert run({}, gpus, jobs, idle=1).held == {(1, 1)}
     assert run({}, gpus, jobs, idle=2) == Guard((), frozenset({(1, 1), (1, 0)}))
     out = run({}, gpus, jobs, idle=3)
