@@ -187,7 +187,7 @@ def test_a_replica_the_router_restarts_costs_other_requests_no_retry(router: rt.
     """concurrency 2: A runs past its deadline (504, the replica is restarted); B, in
     flight beside it, loses its replica through no fault of its own: it is retried
     with no death counted, and answered by the next replica."""
-    serve(router, concurrency=2, request_timeout_s=30, handler_timeout_s=1)
+    serve(router, concurrency=2, request_timeout_s=30, handler_timeout_s=2)
     inbox = Inbox(router)
     first = FakeReplica()
     out: dict[str, tuple[int, Any]] = {}
@@ -196,11 +196,17 @@ def test_a_replica_the_router_restarts_costs_other_requests_no_retry(router: rt.
     router.start_replica("2.0", "svc", "r|svc|2.0|1", first, cold=True, task="A")
     first.settle_start()
     wait_until("A running", lambda: len(first.infers) == 1)
+    time.sleep(0.5)  # B's own handler deadline falls well after A's
     post(router, "B", out)
     wait_until("B running", lambda: len(first.infers) == 2)
+    # The controller kills the replica as soon as the router gives A's call up (the
+    # router cancels it): B's call fails then, in the router's own loop, long before
+    # B's deadline, however slowly this thread runs (it once lost that race in CI).
+    first.infers[0].add_done_callback(
+        lambda _: first.infers[1].set_exception(RuntimeError("killed by the controller"))
+    )
     wait_until("A's 504", lambda: "A" in out)
     assert out["A"][0] == 504
-    first.infers[1].set_exception(RuntimeError("killed by the controller"))
     wait_until("B posted again", lambda: msg.Arrival("B", "svc") in inbox.all())
     second = FakeReplica()
     router.start_replica("2.1", "svc", "r|svc|2.1|2", second, cold=True, task="B")
