@@ -75,7 +75,7 @@ test-determinism: $(VENV)/.installed-test
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy deepboot/core deepboot/perf deepboot/policies deepboot/scheduler
+	$(BIN)/mypy deepboot/core deepboot/perf deepboot/policies deepboot/scheduler deepboot/world
 
 clean-venv:
 	rm -rf $(VENV)

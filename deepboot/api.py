@@ -133,6 +133,7 @@ def simulate(
     ats_i_params: Mapping[str, object] | None = None,
     reserve: bool = False,
     reserve_target: float | None = None,
+    reserve_window: float | None = None,
     services: str | Path | None = None,
     slo: bool = False,
     slo_target: float | None = None,
@@ -153,7 +154,8 @@ def simulate(
         interval: Seconds between scheduling rounds.
         max_time: Stop at this simulated time (None: when every job is done).
         lending, lifecycle, protect_factor, afe, ats_i, ats_i_params, reserve,
-            reserve_target: the shared-cluster knobs (see ``deepboot simulate --help``).
+            reserve_target, reserve_window: the shared-cluster knobs (see ``deepboot
+            simulate --help``; :class:`deepboot.world.settings.SharedCluster`).
         services: A services file whose specs the workload's inference services
             take (cold start, ``concurrency``, ``max_replicas``): it must hold every
             service the tasks name (``deepboot simulate --services``). None: the
@@ -176,31 +178,30 @@ def simulate(
     from deepboot.report.schema import conform_summary
     from deepboot.sim.config import SimConfig
     from deepboot.sim.run import simulate as run
-    from deepboot.sim.settings import shared_cluster_config
+    from deepboot.world.settings import SharedCluster
 
     if not 0 <= seed < 2**63:
         raise ConfigError(f"seed must be in [0, 2**63); got {seed}")
     inference_nodes = len(cluster.pool_nodes(Pool.INFERENCE))
     apps = load_apps(profiles)
     chosen = registry.create(policy, **dict(params or {}))
-    settings = shared_cluster_config(
-        inference_nodes=inference_nodes,
-        policy=policy,
+    settings = SharedCluster(
         lending=lending,
         lifecycle=lifecycle,
         protect_factor=protect_factor,
         afe=afe,
         ats_i=ats_i,
-        ats_i_params=ats_i_params,
+        ats_i_params=ats_i_params or {},
         reserve=reserve,
         reserve_target=reserve_target,
+        reserve_window=reserve_window,
         slo=slo,
         slo_target=slo_target,
         slo_horizon=slo_horizon,
         slo_idle=slo_idle,
         warm_pool=warm_pool,
         oracle=oracle,
-    )
+    ).sim_kwargs(inference_nodes=inference_nodes, policy=policy)
     from deepboot.policies import inference
 
     inference.make_config(settings["inference_policy"], **settings["inference_params"])

@@ -29,7 +29,7 @@ from deepboot.core.errors import ConfigError, DeepbootError, InputError
 from deepboot.perf.apps import load_apps
 from deepboot.report.figures import UsagePanel
 from deepboot.report.schema import conform_summary
-from deepboot.sim.settings import MAX_PROTECT_FACTOR
+from deepboot.world.settings import MAX_PROTECT_FACTOR
 
 if TYPE_CHECKING:
     from deepboot.core.jobs import Workload
@@ -239,11 +239,9 @@ def sim_config(run: RunSpec, interval: float, seed: int, inference_nodes: int) -
         ConfigError: a value is invalid.
     """
     from deepboot.sim.config import SimConfig
-    from deepboot.sim.settings import shared_cluster_config
+    from deepboot.world.settings import SharedCluster
 
-    settings = shared_cluster_config(
-        inference_nodes=0 if run.no_inference else inference_nodes,
-        policy=run.policy,
+    settings = SharedCluster(
         lending=False if run.no_inference else (True if run.lending is None else run.lending),
         lifecycle=True if run.lifecycle is None else run.lifecycle,
         protect_factor=1.0 if run.protect_factor is None else run.protect_factor,
@@ -259,7 +257,7 @@ def sim_config(run: RunSpec, interval: float, seed: int, inference_nodes: int) -
         slo_idle=run.slo_idle,
         warm_pool=run.warm_pool,
         oracle=run.oracle,
-    )
+    ).sim_kwargs(inference_nodes=0 if run.no_inference else inference_nodes, policy=run.policy)
     return SimConfig(interval=interval, seed=seed, **settings)
 
 

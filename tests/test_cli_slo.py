@@ -81,5 +81,5 @@ def test_the_runtime_refuses_them(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str
 ) -> None:
     code, _, err = run_cli(capsys, "up", "--state-dir", str(tmp_path / "state"), flag)
-    assert code == 2 and "simulator only" in err
+    assert code == 2 and "deepboot simulate" in err
     assert not (tmp_path / "state").exists()  # refused before anything started

@@ -21,10 +21,11 @@ ALLOWED: dict[str, set[str]] = {
     "perf": _BASE | {"perf"},
     "policies": _BASE | {"perf", "policies"},
     "scheduler": _BASE | {"perf", "policies", "scheduler"},
-    "sim": _BASE | {"perf", "policies", "scheduler", "sim"},
-    "report": _BASE | {"perf", "policies", "scheduler", "sim", "report"},
+    "world": _BASE | {"perf", "policies", "scheduler", "world"},
+    "sim": _BASE | {"perf", "policies", "scheduler", "world", "sim"},
+    "report": _BASE | {"perf", "policies", "scheduler", "world", "sim", "report"},
     "elastic": _BASE | {"perf", "elastic"},
-    "runtime": _BASE | {"perf", "policies", "scheduler", "elastic", "runtime"},
+    "runtime": _BASE | {"perf", "policies", "scheduler", "world", "elastic", "runtime"},
 }
 
 

@@ -11,10 +11,13 @@ import dataclasses
 import enum
 import typing
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deepboot.cli import limits
 from deepboot.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from deepboot.world.settings import SharedCluster
 
 
 def split_pairs(pairs: Sequence[str]) -> dict[str, str]:
@@ -130,7 +133,16 @@ def add_shared_cluster_flags(parser: argparse.ArgumentParser) -> None:
         help="with --reserve, 0 <= Q < 1: hold a service's replicas back "
         "when it sees an arrival before the next tick with probability above 1 - Q, and "
         "then enough of them that an arrival finds one idle with probability Q (rates "
-        "and run times of the last 10 minutes). Higher Q: fewer reclaims, less lending",
+        "and run times of the last --reserve-window seconds). Higher Q: fewer "
+        "reclaims, less lending",
+    )
+    parser.add_argument(
+        "--reserve-window",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --reserve: the seconds of history its rates and run times are "
+        "measured over (default 600; shorter: quicker to follow a change of load)",
     )
     slo = parser.add_argument_group(
         "inference SLOs (docs/slo.md; every run reports each request against its "
@@ -209,27 +221,34 @@ def shared_cluster_settings(
     args: argparse.Namespace, inference_nodes: int, policy: str
 ) -> dict[str, Any]:
     """``SimConfig`` keyword arguments for the flags of :func:`add_shared_cluster_flags`
-    (:func:`deepboot.sim.settings.shared_cluster_config` of their values).
+    (:meth:`SharedCluster.sim_kwargs` of :func:`shared_cluster`).
 
     Args:
-        args: Parsed arguments (``lending``, ``lifecycle``, ``protect_factor``, ``afe``,
-            ``ats_i``, ``reserve``, ``reserve_target``).
+        args: Parsed arguments.
         inference_nodes: Nodes in the inference pool.
         policy: The training policy's name (``lyra`` implies ``--ats-i lyra``).
 
     Raises:
-        ConfigError: ``--protect-factor`` is outside [0, 100] or not a number, or
-            ``--reserve-target`` is outside [0, 1).
+        ConfigError: as :func:`shared_cluster`.
     """
-    from deepboot.sim.settings import shared_cluster_config
+    return shared_cluster(args).sim_kwargs(inference_nodes=inference_nodes, policy=policy)
+
+
+def shared_cluster(args: argparse.Namespace) -> SharedCluster:
+    """The :class:`~deepboot.world.settings.SharedCluster` the flags of
+    :func:`add_shared_cluster_flags` name (``deepboot simulate`` and ``deepboot up``).
+
+    Raises:
+        ConfigError: a value is out of range, or two flags contradict each other.
+    """
+    from deepboot.world.settings import SharedCluster
 
     factor = limits.check_protect_factor(float(args.protect_factor))
     target = getattr(args, "reserve_target", None)
     if target is not None:
         limits.check_reserve_target(float(target))
-    return shared_cluster_config(
-        inference_nodes=inference_nodes,
-        policy=policy,
+    window = getattr(args, "reserve_window", None)
+    return SharedCluster(
         lending=bool(args.lending),
         lifecycle=bool(args.lifecycle),
         protect_factor=factor,
@@ -238,6 +257,7 @@ def shared_cluster_settings(
         ats_i_params=split_pairs(getattr(args, "ats_i_param", None) or []),
         reserve=bool(getattr(args, "reserve", False)),
         reserve_target=None if target is None else float(target),
+        reserve_window=None if window is None else float(window),
         slo=bool(getattr(args, "slo", False)),
         slo_target=getattr(args, "slo_target", None),
         slo_horizon=getattr(args, "slo_horizon", None),

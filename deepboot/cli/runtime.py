@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from deepboot.cli.params import add_shared_cluster_flags
 from deepboot.core.cluster import ClusterSpec
 from deepboot.core.errors import ConfigError
 from deepboot.runtime.statedir import StateDir
@@ -33,6 +34,15 @@ examples:
 
   # serve requests on every interface
   deepboot up --inference-nodes 2 --http-host 0.0.0.0
+
+  # keep back from lending the idle replicas the last 2 minutes of requests say the
+  # next arrivals will need (fewer reclaims; the simulator's --reserve)
+  deepboot up --inference-nodes 2 --reserve --reserve-window 120
+
+The shared-cluster flags are deepboot simulate's, with the same meaning and checks
+(--afe: keep-alive resizes, on by default here; --no-afe: checkpoint and restart).
+--slo, --warm-pool and --oracle are refused: the runtime does not pre-warm replicas
+yet.
 
   # then, from the directory that holds .deepboot (the header file keeps the token
   # off curl's command line, where ps would show it to every user)
@@ -133,18 +143,7 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     up.add_argument("--address", metavar="HOST:PORT", help="attach to this Ray cluster")
     up.add_argument("--ray-token", metavar="FILE", help="the attached cluster's Ray token file")
     up.add_argument("--policy", default="deepboot", help="training policy")
-    up.add_argument(
-        "--no-afe",
-        action="store_true",
-        help="resize by checkpoint and restart (the baseline) instead of keeping workers alive",
-    )
-    up.add_argument("--no-lending", action="store_true", help="never lend inference GPUs")
-    for flag in ("--slo", "--warm-pool", "--oracle"):
-        up.add_argument(
-            flag,
-            action="store_true",
-            help="simulator only for now ('deepboot simulate " + flag + "'): refused here",
-        )
+    add_shared_cluster_flags(up)
     up.add_argument("--interval", type=float, default=60.0, help="seconds between rounds")
     up.add_argument("--poll", type=float, default=1.0, help="seconds between worker polls")
     up.add_argument(
@@ -154,14 +153,6 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         help="seconds before a hung collective or rendezvous fails (gloo's default is 30 min)",
     )
     up.add_argument("--seed", type=int, default=0, help="seed of the policy's randomness")
-    up.add_argument(
-        "--protect-factor",
-        type=float,
-        default=1.0,
-        metavar="P",
-        help="scales an idle replica's protect time (30-120 s at 1, DeepBoot's P) before "
-        "its GPU may be lent; e.g. 0.05 for a demo",
-    )
     up.add_argument(
         "--http-host",
         default="127.0.0.1",
@@ -259,21 +250,14 @@ def _positive(name: str, value: float, integer: bool = True) -> None:
 
 
 def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
-    from deepboot.cli.params import split_pairs
-    from deepboot.runtime.controller import ControllerSettings
+    from deepboot.cli.params import shared_cluster, split_pairs
+    from deepboot.runtime.controller import ControllerSettings, check_runnable
     from deepboot.runtime.lifecycle import up
 
-    for name in ("slo", "warm_pool", "oracle"):
-        if getattr(args, name, False):
-            raise ConfigError(
-                f"--{name.replace('_', '-')}: SLO-guarded lending and its references run "
-                "in the simulator only ('deepboot simulate'); the runtime does not "
-                "pre-warm replicas yet"
-            )
+    shared = shared_cluster(args)
+    check_runnable(shared)
     for name in ("interval", "poll", "collective_timeout"):
         _positive(name.replace("_", "-"), getattr(args, name), integer=False)
-    if not (math.isfinite(args.protect_factor) and 0 <= args.protect_factor <= 100):
-        raise ConfigError(f"--protect-factor must be in [0, 100], got {args.protect_factor}")
     if not 0 <= args.http_port <= 65535:
         raise ConfigError(f"--http-port must be in [0, 65535], got {args.http_port}")
     cluster = None
@@ -288,16 +272,14 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
         cluster = ClusterSpec.parse(f"{total}x{args.gpus_per_node}", args.inference_nodes)
     settings = ControllerSettings(
         policy=args.policy,
-        afe=not args.no_afe,
         interval=args.interval,
         poll=args.poll,
         collective_timeout=args.collective_timeout,
-        lending=not args.no_lending,
         seed=args.seed,
         params=split_pairs(args.param),
-        protect_factor=args.protect_factor,
         http_host=args.http_host,
         http_port=args.http_port,
+        shared=shared,
     )
     state = StateDir.at(args.state_dir)
     restarting = state.cluster_file.exists()

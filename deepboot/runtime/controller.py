@@ -41,14 +41,15 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from deepboot.core.cluster import ClusterSpec, Pool
-from deepboot.core.errors import InvalidDecisionError
+from deepboot.core.errors import ConfigError, InvalidDecisionError
 from deepboot.core.gpu import GpuId, GpuState
 from deepboot.core.service import ServiceSpec
 from deepboot.elastic.protocol import (
@@ -59,7 +60,8 @@ from deepboot.elastic.protocol import (
     WorkerStatus,
 )
 from deepboot.policies import inference, registry
-from deepboot.policies.lifecycle import LifecycleConfig, protect_time
+from deepboot.policies.lending import ServiceLoad
+from deepboot.policies.lifecycle import protect_time
 from deepboot.runtime import messages as rt
 from deepboot.runtime.actors import ActorName, RayActors, actor_name
 from deepboot.runtime.raycluster import ClusterRecord, ray_env
@@ -78,7 +80,6 @@ from deepboot.runtime.world import (
 from deepboot.scheduler.control import (
     RETRY,
     ControlLoop,
-    LoopSettings,
     PendingTask,
     Snapshot,
     Step,
@@ -99,6 +100,8 @@ from deepboot.scheduler.operations import (
     StartReplica,
     WarmReplica,
 )
+from deepboot.world.demand import LoadWindow
+from deepboot.world.settings import SharedCluster, shared_loop_settings
 
 if TYPE_CHECKING:
     from deepboot.runtime.metrics import Metrics
@@ -113,42 +116,76 @@ class ControllerSettings:
 
     Attributes:
         policy: Training policy (one that needs no oracle; see ``deepboot up --help``).
-        afe: Keep-alive resizes (False: checkpoint-restart resizes, the baseline).
         interval: Seconds between scheduling rounds.
         poll: Seconds between polls of the workers.
         collective_timeout: Seconds before a hung collective or rendezvous fails.
-        lending: Training may borrow idle inference-pool GPUs.
         seed: Seed of the policies' randomness.
         params: The training policy's parameters (as ``deepboot policies`` lists).
-        inference_policy: Where a request's new replica goes (ATS-I by default).
-        protect_factor: Scales idle replicas' protect time (DeepBoot's P; the
-            reference's 30-120 s at 1).
         http_host: Address of the HTTP endpoint (requests, submissions, metrics);
             anything but loopback requires the bearer token.
         http_port: Its port (0: any free one; see STATE_DIR/http.json).
+        shared: The shared-cluster knobs, as the simulator takes them: lending, the
+            lifecycle and its protect factor, AFE (keep-alive resizes; off:
+            checkpoint-restart resizes, the baseline), the lending reserve, the
+            inference placement (:func:`check_runnable` says which run here).
     """
 
     policy: str = "deepboot"
-    afe: bool = True
     interval: float = 60.0
     poll: float = 1.0
     collective_timeout: float = 60.0
-    lending: bool = True
     seed: int = 0
     params: dict[str, str] = field(default_factory=dict)
-    inference_policy: str = "ats-i"
-    protect_factor: float = 1.0
     http_host: str = "127.0.0.1"
     http_port: int = 8470
+    shared: SharedCluster = field(default_factory=SharedCluster)
+
+    @property
+    def afe(self) -> bool:
+        """Keep-alive resizes (AFE unless turned off: the runtime's default)."""
+        return self.shared.afe is not False
 
     def save(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
+        raw = {f.name: getattr(self, f.name) for f in fields(self)}
+        raw["shared"] = self.shared.to_dict()
+        tmp.write_text(json.dumps(raw, indent=2))
         os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: Path) -> ControllerSettings:
-        return cls(**json.loads(path.read_text()))
+        raw = json.loads(path.read_text())
+        shared = dict(raw.pop("shared", {}))
+        # controller.json of a cluster an older deepboot started: its four
+        # shared-cluster knobs sat at the top level.
+        renamed = {"inference_policy": "ats_i"}
+        for old in ("afe", "lending", "protect_factor", "inference_policy"):
+            new = renamed.get(old, old)
+            if old in raw:
+                shared.setdefault(new, raw.pop(old))
+        return cls(**raw, shared=SharedCluster.from_dict(shared))
+
+
+RUNTIME_REFUSED = {
+    "slo": "SLO-guarded lending pre-warms replicas, which the runtime does not do yet",
+    "warm_pool": "the warm-pool reference is a simulator reference for --slo",
+    "oracle": "the oracle reference reads the requests still to come",
+}
+"""Shared-cluster knobs the runtime refuses, and why."""
+
+
+def check_runnable(shared: SharedCluster) -> None:
+    """Refuse, with the reason, the shared-cluster knobs this world cannot run.
+
+    Raises:
+        ConfigError: ``--slo``, ``--warm-pool`` or ``--oracle``.
+    """
+    for name, why in RUNTIME_REFUSED.items():
+        if getattr(shared, name):
+            raise ConfigError(
+                f"--{name.replace('_', '-')}: {why} (the simulator runs it: "
+                f"'deepboot simulate --{name.replace('_', '-')}')"
+            )
 
 
 def settings_file(state: StateDir) -> Path:
@@ -212,7 +249,14 @@ class RayBackend:
         )
         gpus = tuple(ctl.gpus[g].view() for g in sorted(ctl.gpus))
         waiting = tuple(PendingTask(t, s) for t, s in ctl.waiting.items())
-        return Snapshot(ctl.clock(), ctl.cluster, jobs, gpus, waiting, services=ctl.specs)
+        now = ctl.clock()
+        loads: dict[str, ServiceLoad] = {}
+        settings = ctl.loop.settings
+        if event.kind is EventKind.TICK and settings.lending and settings.reserve.enabled:
+            loads = ctl.demand.loads(now, settings.reserve.window_s)
+        return Snapshot(
+            now, ctl.cluster, jobs, gpus, waiting, MappingProxyType(loads), services=ctl.specs
+        )
 
     def apply(self, step: Step) -> None:
         check_applicable(step.ops)
@@ -277,13 +321,16 @@ class Controller:
         self.jobs: dict[str, JobRec] = {}
         self.rng = np.random.default_rng(settings.seed)
         policy = registry.create(settings.policy, **settings.params)
-        self.lifecycle = LifecycleConfig(factor=settings.protect_factor)
+        shared = settings.shared
+        check_runnable(shared)
+        self.lifecycle = shared.lifecycle_config
+        placement = inference.create(
+            shared.inference_policy(settings.policy), **shared.ats_i_params
+        )
         self.loop = ControlLoop(
             Scheduler(policy),
-            InferenceScheduler(inference.create(settings.inference_policy)),
-            LoopSettings(
-                interval=settings.interval, lending=settings.lending, lifecycle=self.lifecycle
-            ),
+            InferenceScheduler(placement),
+            shared_loop_settings(shared, settings.interval),
         )
         self.backend = RayBackend(self)
         from deepboot.runtime.metrics import Metrics  # prometheus_client: runtime extra
@@ -294,6 +341,8 @@ class Controller:
         self.specs: dict[str, ServiceSpec] = {}
         self.arrived: dict[str, str] = {}  # request id -> service, until placed or withdrawn
         self.waiting: dict[str, str] = {}  # the arrivals the loop could not place, in order
+        # Every request the router accepted and every answer: the services' load.
+        self.demand = LoadWindow()
         self._timers: list[tuple[float, GpuId, int]] = []  # (protect end, GPU, version)
         self._adopt: list[GpuRec] = []  # replicas recovered, for the router once it runs
         self._cold_starts: list[tuple[str, float]] = []
@@ -650,7 +699,11 @@ class Controller:
     def handle_messages(self) -> None:
         """Act on what the router reported (arrivals, idle and dead replicas)."""
         for msg in self.inbox.drain():
-            if isinstance(msg, rt.Arrival):
+            if isinstance(msg, rt.Received):
+                self.demand.arrived(msg.service, self.clock())
+            elif isinstance(msg, rt.Served):
+                self.demand.ran(msg.service, self.clock(), msg.seconds)
+            elif isinstance(msg, rt.Arrival):
                 if msg.task in self.arrived or msg.service not in self.specs:
                     continue
                 self.arrived[msg.task] = msg.service

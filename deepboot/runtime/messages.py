@@ -67,7 +67,24 @@ class Backoff:
     seconds: float
 
 
-Message = Arrival | Withdraw | Idle | Ready | Died | Backoff
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A request of ``service`` was accepted (every one, whether a replica serves it
+    warm or it waits for a new one): the services' load, as the lending reserve
+    reads it."""
+
+    service: str
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """A replica of ``service`` answered a request after ``seconds`` in its handler."""
+
+    service: str
+    seconds: float
+
+
+Message = Arrival | Withdraw | Idle | Ready | Died | Backoff | Received | Served
 
 
 class Inbox:

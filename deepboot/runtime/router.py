@@ -97,7 +97,17 @@ from aiohttp import web
 from deepboot.core.errors import ConfigError, InputError
 from deepboot.core.service import ServiceSpec, valid_name
 from deepboot.runtime.endpoint import CHALLENGE_RE, healthz_proof
-from deepboot.runtime.messages import Arrival, Backoff, Died, Idle, Inbox, Ready, Withdraw
+from deepboot.runtime.messages import (
+    Arrival,
+    Backoff,
+    Died,
+    Idle,
+    Inbox,
+    Ready,
+    Received,
+    Served,
+    Withdraw,
+)
 from deepboot.runtime.metrics import Metrics
 
 log = logging.getLogger("deepboot.router")
@@ -614,6 +624,7 @@ class Router:
     async def _dispatch(self, p: Pending, rep: Replica) -> None:
         q = self.services[p.service]
         limit = max(min(q.spec.handler_deadline_s, p.deadline - time.monotonic()), 0.001)
+        began = time.monotonic()
         try:
             result = await asyncio.wait_for(_ray_future(rep.handle.infer.remote(p.body)), limit)
         except TimeoutError:
@@ -634,6 +645,7 @@ class Router:
                 self._died_serving(p, rep, f"{type(exc).__name__}: {exc}")
         else:
             self._answer(p, 200, {"result": result, "replica": rep.gpu})
+            self.inbox.put(Served(p.service, time.monotonic() - began))
             self._reset_backoff(q)
         finally:
             rep.inflight -= 1
@@ -821,6 +833,7 @@ class Router:
             now + spec.request_timeout_s,
             now + spec.request_timeout_s + spec.handler_deadline_s,
         )  # fmt: skip
+        self.inbox.put(Received(service))  # every request counts in the load
         self._enqueue(p)  # from here on, answering the request releases its id
         try:
             # The router answers every request by its deadline; the extra second

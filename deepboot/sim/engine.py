@@ -16,7 +16,7 @@ Training semantics (faithful to the Pollux reference simulator, ALGORITHMS §1b)
 
 The shared cluster (DeepBoot, ALGORITHMS §2), when the cluster has an inference pool:
 
-* Every GPU has a :class:`~deepboot.core.gpu.GpuState` (:mod:`deepboot.sim.gpus`). A
+* Every GPU has a :class:`~deepboot.core.gpu.GpuState` (:mod:`deepboot.world.gpus`). A
   tick's capacity is every FREE, SLEEP, TRAINING or LENT GPU, inference-pool ones only
   when lending is on; placements on a node map to concrete GPUs, keeping the job's
   own, then FREE ones, then SLEEP ones (whose replicas are evicted).
@@ -38,13 +38,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import heapq
-import itertools
 import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
@@ -71,7 +68,6 @@ from deepboot.scheduler import Event, EventKind, Scheduler, new_placement
 from deepboot.scheduler import operations as ops
 from deepboot.scheduler.control import (
     ControlLoop,
-    LoopSettings,
     Snapshot,
     Step,
     run_event,
@@ -79,11 +75,13 @@ from deepboot.scheduler.control import (
 from deepboot.scheduler.decision import Preempt, Resize, Start
 from deepboot.scheduler.inference import InferenceScheduler
 from deepboot.sim.config import SimConfig
-from deepboot.sim.demand import DemandLedger
-from deepboot.sim.gpus import GpuBoard, SimGpu
 from deepboot.sim.job import GroundTruth, JobCheckpoint, SimJob
 from deepboot.sim.metrics import TimelinePoint
 from deepboot.sim.serving import Serving, service_specs
+from deepboot.world.demand import DemandLedger
+from deepboot.world.gpus import BoardGpu, GpuBoard
+from deepboot.world.queue import EventQueue
+from deepboot.world.settings import loop_settings
 
 log = logging.getLogger(__name__)
 
@@ -93,58 +91,6 @@ ProgressCallback = Callable[[float, int, int], None]
 EventCallback = Callable[[float, Event, "Simulation"], None]
 """``on_event(now, event, sim)``, called after every handled event (a debug hook:
 tests inspect ``sim.board``, ``sim.placements()`` and ``sim.waiting()``)."""
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class _Entry:
-    time: float
-    priority: int
-    seq: int
-    event: Event
-
-
-class EventQueue:
-    """A heap of ``(time, priority, seq, event)``.
-
-    Events pop in time order; at equal times by ``EventKind.priority``; then in
-    insertion order (``seq``), so runs are deterministic.
-    """
-
-    __slots__ = ("_heap", "_seq", "_other")
-
-    def __init__(self) -> None:
-        self._heap: list[_Entry] = []
-        self._seq = itertools.count()
-        self._other = 0
-
-    def push(self, at: float, event: Event) -> None:
-        """Schedule ``event`` at virtual time ``at``."""
-        heapq.heappush(self._heap, _Entry(at, event.kind.priority, next(self._seq), event))
-        if event.kind is not EventKind.TICK:
-            self._other += 1
-
-    def pop(self) -> tuple[float, Event]:
-        """Remove and return the next ``(time, event)``.
-
-        Raises:
-            IndexError: the queue is empty.
-        """
-        entry = heapq.heappop(self._heap)
-        if entry.event.kind is not EventKind.TICK:
-            self._other -= 1
-        return entry.time, entry.event
-
-    @property
-    def only_ticks(self) -> bool:
-        """Nothing but ticks is scheduled (no submission, arrival or completion)."""
-        return self._other == 0
-
-    def peek_time(self) -> float:
-        """Time of the next event (``inf`` when empty)."""
-        return self._heap[0].time if self._heap else math.inf
-
-    def __len__(self) -> int:
-        return len(self._heap)
 
 
 def _create_inference_policy(name: str, params: Mapping[str, object]) -> InferencePolicy:
@@ -335,12 +281,12 @@ class Simulation:
         self.loop = ControlLoop(
             scheduler,
             inference,
-            LoopSettings(
-                interval=config.interval,
+            loop_settings(
+                config.interval,
                 lending=self._lending,
                 lifecycle=config.lifecycle,
                 reserve=config.lend_reserve,
-                slo=slo if self._lending else SloConfig(),
+                slo=slo,
             ),
         )
         self._track = self.serving is not None and self._lending
@@ -713,7 +659,7 @@ class Simulation:
             self._job_waits = {u.name: u.reason for u in step.unplaced if not u.inference}
             self._after_round(now)
 
-    def _load(self, gpu: SimGpu, service: str, hits: int, joined: bool) -> None:
+    def _load(self, gpu: BoardGpu, service: str, hits: int, joined: bool) -> None:
         """``gpu`` holds a RUNNING replica of ``service`` with ``hits`` (a FREE, PROTECT
         or SLEEP GPU moves to RUNNING; a ``joined`` one is RUNNING already)."""
         board = self.board

@@ -12,7 +12,6 @@ engine applies its operations and tells this ledger.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
@@ -23,8 +22,8 @@ from deepboot.core.service import ServiceSpec
 from deepboot.policies.lending import ServiceLoad
 from deepboot.scheduler.control import PendingTask, ReplicaLoad
 from deepboot.scheduler.events import Event, EventKind
-from deepboot.sim.demand import DemandLedger
 from deepboot.sim.metrics import InferenceRecord
+from deepboot.world.demand import DemandLedger, LoadWindow
 
 
 def service_specs(
@@ -131,8 +130,7 @@ class Serving:
         self._order = [self.tasks[t.name] for t in tasks]
         self._waiting: dict[str, SimTask] = {}
         self._pending: tuple[PendingTask, ...] | None = ()
-        self._arrivals: dict[str, deque[float]] = {}
-        self._runs: dict[str, deque[tuple[float, float]]] = {}
+        self.window = LoadWindow()
         self.reclaim_times: list[float] = []
         self.demand: DemandLedger | None = None
         """Binned arrivals for the SLO guard's forecast (set when it is on)."""
@@ -191,7 +189,7 @@ class Serving:
     def arrived(self, name: str, now: float) -> None:
         """Task ``name`` arrived at ``now`` (counted in its service's load)."""
         service = self.tasks[name].spec.service
-        self._arrivals.setdefault(service, deque()).append(now)
+        self.window.arrived(service, now)
         if self.demand is not None:
             self.demand.arrived(service, now)
 
@@ -267,24 +265,11 @@ class Serving:
                 del self._replicas[task.gpu]
             self._replica_view = None
         if task.start is not None:
-            self._runs.setdefault(task.spec.service, deque()).append((now, now - task.start))
+            self.window.ran(task.spec.service, now, now - task.start)
             if self.demand is not None:
                 self.demand.ran(task.spec.service, now - task.start)
         return task.gpu
 
     def service_loads(self, now: float, window_s: float) -> dict[str, ServiceLoad]:
-        """Each service's load over ``(now - window_s, now]``, from the past only:
-        arrivals per second, and the mean run time of the tasks that finished
-        (services with no arrival in the window are left out)."""
-        loads: dict[str, ServiceLoad] = {}
-        since = now - window_s
-        for service, times in self._arrivals.items():
-            while times and times[0] <= since:
-                times.popleft()
-            runs = self._runs.get(service, deque())
-            while runs and runs[0][0] <= since:
-                runs.popleft()
-            if times:
-                mean = sum(d for _, d in runs) / len(runs) if runs else 0.0
-                loads[service] = ServiceLoad(len(times) / window_s, mean)
-        return loads
+        """Each service's load over ``(now - window_s, now]`` (:class:`LoadWindow`)."""
+        return self.window.loads(now, window_s)

@@ -126,6 +126,20 @@ def post(router: rt.Router, rid: str, out: dict[str, tuple[int, Any]], **headers
     threading.Thread(target=run, daemon=True).start()
 
 
+def cold_start(
+    router: rt.Router, inbox: Inbox, rid: str, out: dict[str, tuple[int, Any]]
+) -> FakeReplica:
+    """POST ``rid``; once it is an arrival, start a replica for it on GPU 2.0 (cold),
+    and return that replica once the request runs on it."""
+    rep = FakeReplica()
+    post(router, rid, out)
+    wait_until(f"{rid} posted", lambda: msg.Arrival(rid, "svc") in inbox.all())
+    router.start_replica("2.0", "svc", "r|svc|2.0|1", rep, cold=True, task=rid)
+    rep.settle_start()
+    wait_until(f"{rid} running", lambda: len(rep.infers) == 1)
+    return rep
+
+
 def queued(router: rt.Router) -> list[str]:
     return [p.id for p in router.services["svc"].queue]
 
@@ -189,13 +203,8 @@ def test_a_replica_the_router_restarts_costs_other_requests_no_retry(router: rt.
     with no death counted, and answered by the next replica."""
     serve(router, concurrency=2, request_timeout_s=30, handler_timeout_s=2)
     inbox = Inbox(router)
-    first = FakeReplica()
     out: dict[str, tuple[int, Any]] = {}
-    post(router, "A", out)
-    wait_until("A posted", lambda: msg.Arrival("A", "svc") in inbox.all())
-    router.start_replica("2.0", "svc", "r|svc|2.0|1", first, cold=True, task="A")
-    first.settle_start()
-    wait_until("A running", lambda: len(first.infers) == 1)
+    first = cold_start(router, inbox, "A", out)
     time.sleep(0.5)  # B's own handler deadline falls well after A's
     post(router, "B", out)
     wait_until("B running", lambda: len(first.infers) == 2)
@@ -361,3 +370,25 @@ def test_a_retried_request_keeps_its_deadlines(router: rt.Router) -> None:
     wait_until("queued again", lambda: queued(router) == ["early"])
     wait_until("answered", lambda: "early" in out)  # by its queue deadline, no replica
     assert out["early"][0] == 503 and queued(router) == []
+
+
+def test_every_request_counts_in_the_load_warm_served_ones_too(router: rt.Router) -> None:
+    """The lending reserve reads each service's load from every request: the router
+    reports each one it accepts (``Received``) and each answer's handler time
+    (``Served``), while only the request no replica covered is an arrival (concurrency
+    2: the second joins the first's replica, warm)."""
+    serve(router, concurrency=2, request_timeout_s=60)
+    inbox = Inbox(router)
+    out: dict[str, tuple[int, Any]] = {}
+    rep = cold_start(router, inbox, "cold", out)
+    post(router, "warm", out)
+    wait_until("warm running beside it", lambda: len(rep.infers) == 2)
+    for n, rid in enumerate(("cold", "warm")):
+        rep.infers[n].set_result({"n": n})
+        wait_until(f"{rid} answered", lambda rid=rid: rid in out)
+        assert out[rid][0] == 200
+    wait_until("both served", lambda: sum(isinstance(m, msg.Served) for m in inbox.all()) == 2)
+    seen = inbox.all()
+    assert [m for m in seen if isinstance(m, msg.Received)] == [msg.Received("svc")] * 2
+    assert all(m.service == "svc" and m.seconds >= 0 for m in seen if isinstance(m, msg.Served))
+    assert [m.task for m in seen if isinstance(m, msg.Arrival)] == ["cold"]

@@ -7,7 +7,6 @@ Timings are scaled down: 2 s rounds, 0.3 s polls, protect times x0.05 (1.5-6 s).
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -28,7 +27,6 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from deepboot.runtime.store import EventRow, LogKind  # noqa: E402
 from tests.runtime.cluster_helpers import (  # noqa: E402
-    REPO,
     alive,
     assert_exact_resizes,
     cancel_leftover_jobs,
@@ -41,12 +39,17 @@ from tests.runtime.cluster_helpers import (  # noqa: E402
     status,
     wait_for,
 )
+from tests.runtime.serving_helpers import (
+    THRESHOLD,
+    Load,
+    gated_job,
+    open_gate,
+    post,
+    rate_profile,
+    service_file,
+)
 
 pytestmark = pytest.mark.runtime
-
-GATED = Path(__file__).resolve().parent / "gated_regression.py"
-ECHO = REPO / "examples" / "runtime" / "echo_service.py"
-THRESHOLD = 0.004
 
 
 @pytest.fixture(scope="module")
@@ -65,92 +68,6 @@ def _no_leftover_jobs(request: pytest.FixtureRequest) -> Iterator[None]:
         cancel_leftover_jobs(request.getfixturevalue("cluster"))
 
 
-def _service(directory: Path, name: str, delay: float, max_replicas: int) -> Path:
-    path = directory / f"{name}.toml"
-    path.write_text(
-        "\n".join(
-            [
-                f'name = "{name}"',
-                'model = "tiny-mlp"',
-                f'handler = "{ECHO}:load"',
-                "concurrency = 1",
-                f"max_replicas = {max_replicas}",
-                "queue_bound = 1000",
-                "request_timeout_s = 120",
-                "[args]",
-                f"delay_s = {delay}",
-            ]
-        )
-        + "\n"
-    )
-    return path
-
-
-def _job(directory: Path, name: str, gate: Path, max_workers: int) -> Path:
-    path = directory / f"{name}.toml"
-    path.write_text(
-        "\n".join(
-            [
-                f'name = "{name}"',
-                f'entry = "{GATED}:train"',
-                "min_workers = 1",
-                f"max_workers = {max_workers}",
-                # An initial batch of 128 and >= 16 per GPU: steps long enough
-                # (5 ms per sample) that more GPUs clearly pay, even on a loaded
-                # 2-core machine, so the policy grows the job whenever it can. At
-                # 2 ms, 6 gloo workers' all-reduce on a busy 2-core CI machine ate
-                # most of the gain (64 -> 42 samples a step: 44 ms), the online fit
-                # saw no speed-up, and the job never borrowed again after a spike.
-                "batch_size = 128",
-                "max_batch_size = 256",
-                "min_local_batch_size = 16",
-                "max_local_batch_size = 64",
-                "checkpoint_every = 25",
-                "[args]",
-                f"loss_threshold = {THRESHOLD}",
-                f'gate = "{gate}"',
-                "sample_delay = 0.005",
-            ]
-        )
-        + "\n"
-    )
-    return path
-
-
-def _open_gate(state: Path, name: str, gate: Path) -> None:
-    """Let ``name`` finish once its loss is low enough, 40 steps from now."""
-    tmp = gate.with_suffix(".tmp")
-    tmp.write_text(str(job(state, name)["step"] + 40))
-    os.replace(tmp, gate)
-
-
-def _profile(directory: Path, name: str, rows: list[tuple[float, float]]) -> Path:
-    path = directory / f"{name}.csv"
-    path.write_text("time_s,rps\n" + "".join(f"{t},{r}\n" for t, r in rows))
-    return path
-
-
-class Load:
-    """``deepboot load`` in a thread (the real CLI, in a subprocess).
-
-    Each run numbers its request ids from 0, so ids are unique within a run.
-    """
-
-    def __init__(self, state: Path, service: str, profile: Path, out: Path) -> None:
-        self.out = out
-        args = (service, "--rate-profile", str(profile), "--out", str(out), "-q")
-        self.thread = threading.Thread(
-            target=lambda: cli(state, "load", *args, timeout=600), daemon=True
-        )
-        self.thread.start()
-
-    def rows(self) -> list[dict[str, str]]:
-        self.thread.join(600)
-        assert not self.thread.is_alive()
-        with self.out.open() as f:
-            return list(csv.DictReader(f))
-
-
 def _gpu_ops(log: list[EventRow], name: str) -> list[tuple[str, str]]:
     return [
         (e.detail["op"], e.detail["gpu"]) for e in log if e.kind is LogKind.GPU and e.job == name
@@ -159,26 +76,6 @@ def _gpu_ops(log: list[EventRow], name: str) -> list[tuple[str, str]]:
 
 def _replica_ops(log: list[EventRow]) -> list[tuple[str, str]]:
     return [(e.detail["op"], e.detail["gpu"]) for e in log if e.kind is LogKind.REPLICA]
-
-
-def _post(state: Path, service: str, rid: str, body: Any) -> tuple[int, Any]:
-    url = json.loads((state / "http.json").read_text())["url"]
-    token = (state / "http-token").read_text().strip()
-    req = urllib.request.Request(
-        f"{url}/v1/{service}/infer",
-        data=json.dumps(body).encode(),
-        headers={
-            "X-Request-Id": rid,
-            "Authorization": f"Bearer {token}",
-            "Content-Type": "application/json",
-        },
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=300) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
 
 
 def _metrics(state: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -196,15 +93,15 @@ def test_lull_spike_lull(cluster: Path, tmp_path: Path) -> None:
     """Training borrows inference GPUs in a lull, gives them back in a spike (AFE
     shrink), borrows them again after it, and finishes; every request is answered
     once; the metrics endpoint agrees with the event log."""
-    cli(cluster, "serve", str(_service(tmp_path, "echo", delay=0.2, max_replicas=4)))
-    code, _ = _post(cluster, "echo", "warm-up", {"x": [0.0]})  # one replica, started cold
+    cli(cluster, "serve", str(service_file(tmp_path, "echo", delay=0.2, max_replicas=4)))
+    code, _ = post(cluster, "echo", "warm-up", {"x": [0.0]})  # one replica, started cold
     assert code == 200
     gate = tmp_path / "gate"
-    cli(cluster, "submit", str(_job(tmp_path, "trainer", gate, max_workers=6)))
+    cli(cluster, "submit", str(gated_job(tmp_path, "trainer", gate, max_workers=6)))
     runs: list[list[dict[str, str]]] = []
 
     # Lull: one request a second; the job takes the idle inference GPUs.
-    lull = _profile(tmp_path, "lull", [(0, 1), (20, 0)])
+    lull = rate_profile(tmp_path, "lull", [(0, 1), (20, 0)])
     for i in range(15):
         load = Load(cluster, "echo", lull, tmp_path / f"lull1-requests-{i}.csv")
         runs.append(load.rows())
@@ -220,7 +117,7 @@ def test_lull_spike_lull(cluster: Path, tmp_path: Path) -> None:
     spike = Load(
         cluster,
         "echo",
-        _profile(tmp_path, "spike", [(0, 20), (15, 0)]),
+        rate_profile(tmp_path, "spike", [(0, 20), (15, 0)]),
         tmp_path / "spike-requests.csv",
     )
     runs.append(spike.rows())
@@ -234,7 +131,7 @@ def test_lull_spike_lull(cluster: Path, tmp_path: Path) -> None:
     spike_end = time.time()
 
     # Lull again: the idle replicas go PROTECT -> SLEEP and their GPUs are lent again.
-    lull2 = _profile(tmp_path, "lull2", [(0, 0.5), (10, 0)])
+    lull2 = rate_profile(tmp_path, "lull2", [(0, 0.5), (10, 0)])
     for i in range(20):
         load = Load(cluster, "echo", lull2, tmp_path / f"lull2-requests-{i}.csv")
         runs.append(load.rows())
@@ -252,7 +149,7 @@ def test_lull_spike_lull(cluster: Path, tmp_path: Path) -> None:
             f"replicas: {_replica_ops(events(cluster))}; status: {status(cluster)}"
         )
 
-    _open_gate(cluster, "trainer", gate)
+    open_gate(cluster, "trainer", gate)
     wait_for("trainer to finish", lambda: job(cluster, "trainer")["state"] == "finished", 600)
 
     # Training: lend -> reclaim -> lend, AFE resizes, exact parameters, loss reached.
@@ -319,12 +216,12 @@ def test_lull_spike_lull(cluster: Path, tmp_path: Path) -> None:
 
 
 def test_killed_replica_requests_are_retried(cluster: Path, tmp_path: Path) -> None:
-    cli(cluster, "serve", str(_service(tmp_path, "slow", delay=3.0, max_replicas=2)))
-    code, first = _post(cluster, "slow", "warm", {"x": [1.0]})
+    cli(cluster, "serve", str(service_file(tmp_path, "slow", delay=3.0, max_replicas=2)))
+    code, first = post(cluster, "slow", "warm", {"x": [1.0]})
     assert code == 200
     victim = first["result"]["pid"]
     out: dict[str, tuple[int, Any]] = {}
-    t = threading.Thread(target=lambda: out.update(a=_post(cluster, "slow", "a", {"x": [2.0]})))
+    t = threading.Thread(target=lambda: out.update(a=post(cluster, "slow", "a", {"x": [2.0]})))
     t.start()
     time.sleep(1.0)  # "a" is in flight on the warm replica (3 s of work)
     os.kill(victim, signal.SIGKILL)
@@ -342,9 +239,9 @@ def test_killed_replica_requests_are_retried(cluster: Path, tmp_path: Path) -> N
 
 def test_sigkilled_controller_recovers_services_and_jobs(cluster: Path, tmp_path: Path) -> None:
     gate = tmp_path / "gate"
-    cli(cluster, "submit", str(_job(tmp_path, "keeper", gate, max_workers=4)))
+    cli(cluster, "submit", str(gated_job(tmp_path, "keeper", gate, max_workers=4)))
     wait_for("keeper running", lambda: job(cluster, "keeper")["step"] > 20, 600)
-    code, first = _post(cluster, "echo", "before", {"x": [1.0]})
+    code, first = post(cluster, "echo", "before", {"x": [1.0]})
     assert code == 200
     port = json.loads((cluster / "http.json").read_text())["port"]
     old = controller_pid(cluster)
@@ -366,9 +263,9 @@ def test_sigkilled_controller_recovers_services_and_jobs(cluster: Path, tmp_path
     assert json.loads((cluster / "http.json").read_text())["port"] == port
     doc = status(cluster)
     assert {s["name"] for s in doc["services"]} >= {"echo", "slow"}
-    code, again = _post(cluster, "echo", "after", {"x": [1.0]})
+    code, again = post(cluster, "echo", "after", {"x": [1.0]})
     assert code == 200
-    _open_gate(cluster, "keeper", gate)
+    open_gate(cluster, "keeper", gate)
     wait_for("keeper to finish", lambda: job(cluster, "keeper")["state"] == "finished", 600)
     starts = [e for e in events(cluster) if e.kind is LogKind.CONTROLLER_STARTED]
     assert "keeper" in starts[-1].detail["recovered"]

@@ -34,9 +34,10 @@ from deepboot.perf.restart import FlatRestartCost
 from deepboot.scheduler import Event, EventKind, Scheduler
 from deepboot.scheduler.operations import WaitReason
 from deepboot.sim.config import SimConfig
-from deepboot.sim.engine import EventQueue, Simulation
+from deepboot.sim.engine import Simulation
 from deepboot.sim.metrics import JobRecord, SimResult
 from deepboot.sim.run import simulate
+from deepboot.world.queue import EventQueue
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The simulator's binned arrivals for the SLO forecast (deepboot.sim.demand)."""
+"""The simulator's binned arrivals for the SLO forecast (deepboot.world.demand)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deepboot.sim.demand import DemandLedger
+from deepboot.world.demand import DemandLedger
 
 
 def test_complete_bins_only_with_quiet_bins_as_zeros() -> None:

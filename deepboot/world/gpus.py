@@ -1,6 +1,6 @@
 """Sim-internal per-GPU state of the shared cluster, with its GPU-second accounting.
 
-Every GPU of the cluster is one :class:`SimGpu` in exactly one
+Every GPU of the cluster is one :class:`BoardGpu` in exactly one
 :class:`~deepboot.core.gpu.GpuState`. Every change goes through :meth:`GpuBoard.move`,
 which checks the transition (``check_transition``) and keeps the per-state counts
 that the timeline and the utilisation figures are built from. GPU-seconds are
@@ -25,7 +25,7 @@ _STATES = tuple(GpuState)
 _POOLS = tuple(Pool)
 
 
-class SimGpu:
+class BoardGpu:
     """One GPU, mutable; the simulator's own record behind a :class:`GpuView`.
 
     Attributes:
@@ -96,14 +96,14 @@ class GpuBoard:
 
     def __init__(self, cluster: ClusterSpec) -> None:
         self.cluster = cluster
-        self.gpus: tuple[SimGpu, ...] = tuple(
-            SimGpu(n.node_id, i, n.pool) for n in cluster.nodes for i in range(n.gpus)
+        self.gpus: tuple[BoardGpu, ...] = tuple(
+            BoardGpu(n.node_id, i, n.pool) for n in cluster.nodes for i in range(n.gpus)
         )
-        self._nodes: tuple[tuple[SimGpu, ...], ...] = tuple(
+        self._nodes: tuple[tuple[BoardGpu, ...], ...] = tuple(
             tuple(g for g in self.gpus if g.node_id == n.node_id) for n in cluster.nodes
         )
         self._by_id = {g.gpu_id: g for g in self.gpus}
-        self._held: dict[str, list[SimGpu]] = {}
+        self._held: dict[str, list[BoardGpu]] = {}
         self._counts: dict[tuple[Pool, GpuState], int] = {
             (p, s): 0 for p in _POOLS for s in _STATES
         }
@@ -146,7 +146,7 @@ class GpuBoard:
 
     # -- queries ---------------------------------------------------------------------
 
-    def get(self, gpu_id: GpuId) -> SimGpu:
+    def get(self, gpu_id: GpuId) -> BoardGpu:
         """The GPU ``(node_id, index)``.
 
         Raises:
@@ -175,11 +175,11 @@ class GpuBoard:
             self._views = tuple(g.view() for g in self.gpus)
         return self._views
 
-    def held(self, job: str) -> tuple[SimGpu, ...]:
+    def held(self, job: str) -> tuple[BoardGpu, ...]:
         """The GPUs training job ``job`` holds (TRAINING or LENT)."""
         return tuple(self._held.get(job, ()))
 
-    def holders(self) -> Iterator[tuple[str, tuple[SimGpu, ...]]]:
+    def holders(self) -> Iterator[tuple[str, tuple[BoardGpu, ...]]]:
         """(job, its GPUs) for every job holding at least one GPU."""
         for job, gpus in self._held.items():
             if gpus:
@@ -187,7 +187,7 @@ class GpuBoard:
 
     # -- changes ---------------------------------------------------------------------
 
-    def move(self, gpu: SimGpu, new: GpuState) -> None:
+    def move(self, gpu: BoardGpu, new: GpuState) -> None:
         """Change one GPU's state after checking the transition.
 
         Clears what the new state does not carry: the job unless TRAINING/LENT, the
@@ -212,7 +212,7 @@ class GpuBoard:
             gpu.protect_until = None
         self.touch(gpu)
 
-    def touch(self, gpu: SimGpu) -> None:
+    def touch(self, gpu: BoardGpu) -> None:
         """Record that ``gpu``'s fields changed (drops cached views, bumps version)."""
         gpu.version += 1
         gpu._view = None
@@ -224,7 +224,7 @@ class GpuBoard:
             self.move(gpu, GpuState.FREE)
         self._held.pop(job, None)
 
-    def assign(self, gpu: SimGpu, job: str) -> None:
+    def assign(self, gpu: BoardGpu, job: str) -> None:
         """``job`` takes a FREE GPU: TRAINING on the training pool, LENT on the
         inference pool.
 
@@ -237,7 +237,7 @@ class GpuBoard:
         gpu.job = job
         self._held.setdefault(job, []).append(gpu)
 
-    def take_from_job(self, gpu: SimGpu, new: GpuState) -> str:
+    def take_from_job(self, gpu: BoardGpu, new: GpuState) -> str:
         """Take a LENT GPU back from its job (reclaim); returns the job's name.
 
         Raises:

@@ -1,10 +1,13 @@
-"""Each service's demand as the SLO guard's forecast reads it: arrivals in fixed bins.
+"""Each service's demand as the SLO guard's forecast and the lending reserve read it.
 
-The world's side of :mod:`deepboot.policies.slo`: the simulator counts each
-service's arrivals in bins of ``bin_s`` seconds aligned to time 0, keeping the last
-``keep`` of them (a bounded history), and the mean run time of its finished tasks
-since the start. At a tick it hands the policy every *complete* bin up to now (the
+The world's side of :mod:`deepboot.policies.slo` (:class:`DemandLedger`): each
+service's arrivals are counted in bins of ``bin_s`` seconds aligned to time 0, keeping
+the last ``keep`` of them (a bounded history), with the mean run time of its finished
+tasks since the start. At a tick the policy gets every *complete* bin up to now (the
 bin in progress is left out: a forecast never reads a partial count as a rate).
+
+The world's side of :mod:`deepboot.policies.lending` (:class:`LoadWindow`): arrivals
+per second and mean run times over a sliding window.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from deepboot.policies.lending import ServiceLoad
 
 
 class DemandLedger:
-    """Binned arrival counts and mean run times per service (mutable, sim-private).
+    """Binned arrival counts and mean run times per service (mutable; a world's own).
 
     Args:
         bin_s: Bin width, seconds (> 0).
@@ -66,3 +69,41 @@ class DemandLedger:
     def loads(self) -> dict[str, ServiceLoad]:
         """Each service's mean run time so far (``rate`` unused: 0)."""
         return {s: ServiceLoad(0.0, total / n) for s, (total, n) in self._runs.items()}
+
+
+class LoadWindow:
+    """Each service's arrivals and finished run times, for the lending reserve's
+    recent load (:class:`ServiceLoad`), from the past only.
+
+    Both worlds feed it the same facts: every request that arrives (the runtime's
+    router reports each one, warm-served or not) and every task that finishes.
+    """
+
+    def __init__(self) -> None:
+        self._arrivals: dict[str, deque[float]] = {}
+        self._runs: dict[str, deque[tuple[float, float]]] = {}
+
+    def arrived(self, service: str, now: float) -> None:
+        """One request of ``service`` arrived at ``now`` (times never go back)."""
+        self._arrivals.setdefault(service, deque()).append(now)
+
+    def ran(self, service: str, now: float, seconds: float) -> None:
+        """A task of ``service`` finished at ``now`` after running ``seconds``."""
+        self._runs.setdefault(service, deque()).append((now, seconds))
+
+    def loads(self, now: float, window_s: float) -> dict[str, ServiceLoad]:
+        """Each service's load over ``(now - window_s, now]``: arrivals per second,
+        and the mean run time of the tasks that finished in it (services with no
+        arrival in the window are left out). Forgets what is older than the window."""
+        loads: dict[str, ServiceLoad] = {}
+        since = now - window_s
+        for service, times in self._arrivals.items():
+            while times and times[0] <= since:
+                times.popleft()
+            runs = self._runs.get(service, deque())
+            while runs and runs[0][0] <= since:
+                runs.popleft()
+            if times:
+                mean = sum(d for _, d in runs) / len(runs) if runs else 0.0
+                loads[service] = ServiceLoad(len(times) / window_s, mean)
+        return loads
