@@ -61,11 +61,30 @@ TRAINABLE: frozenset[GpuState] = frozenset(
 """States a training round may hand out: empty, idle-and-lendable, or already training."""
 
 
-def check_transition(old: GpuState, new: GpuState, where: str = "") -> None:
-    """Raise ``InvalidDecisionError`` unless ``old -> new`` is a legal transition."""
-    if new not in TRANSITIONS[old]:
+FAILURES: Mapping[GpuState, frozenset[GpuState]] = MappingProxyType(
+    {
+        # A replica's process died (or the router gave it up): its GPU is empty.
+        _T.RUNNING: frozenset({_T.FREE}),
+        _T.PROTECT: frozenset({_T.FREE}),
+        _T.SLEEP: frozenset({_T.FREE}),
+        # A training worker died: its GPU is empty (as a release).
+        _T.TRAINING: frozenset({_T.FREE}),
+        _T.LENT: frozenset({_T.FREE}),
+        _T.FREE: frozenset(),
+    }
+)
+"""What a failure (a fact, never a decision) may do to a GPU: a real world's process
+dies. Kept apart from :data:`TRANSITIONS`, so that no decision may, say, empty a
+RUNNING GPU."""
+
+
+def check_transition(old: GpuState, new: GpuState, where: str = "", failure: bool = False) -> None:
+    """Raise ``InvalidDecisionError`` unless ``old -> new`` is a legal transition (of a
+    decision; of a failure with ``failure``: :data:`FAILURES`)."""
+    if new not in (FAILURES if failure else TRANSITIONS)[old]:
         suffix = f" on {where}" if where else ""
-        raise InvalidDecisionError(f"illegal GPU transition {old.name} -> {new.name}{suffix}")
+        kind = "failure" if failure else "GPU transition"
+        raise InvalidDecisionError(f"illegal {kind} {old.name} -> {new.name}{suffix}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,9 +29,7 @@ on.
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
-import heapq
 import json
 import logging
 import math
@@ -48,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deepboot.core.cluster import ClusterSpec, Pool
+from deepboot.core.cluster import ClusterSpec
 from deepboot.core.errors import ConfigError, InvalidDecisionError
 from deepboot.core.gpu import GpuId, GpuState
 from deepboot.core.service import ServiceSpec
@@ -61,7 +59,6 @@ from deepboot.elastic.protocol import (
 )
 from deepboot.policies import inference, registry
 from deepboot.policies.lending import ServiceLoad
-from deepboot.policies.lifecycle import protect_time
 from deepboot.runtime import messages as rt
 from deepboot.runtime.actors import ActorName, RayActors, actor_name
 from deepboot.runtime.raycluster import ClusterRecord, ray_env
@@ -69,21 +66,17 @@ from deepboot.runtime.replica import REPLICA_PREFIX, parse_replica_name, replica
 from deepboot.runtime.statedir import StateDir
 from deepboot.runtime.store import GpuRow, JobRow, JobState, JobStore, LogKind
 from deepboot.runtime.world import (
-    GpuRec,
     JobRec,
     OnlineModel,
     Transition,
-    cluster_gpus,
     gpu_name,
     parse_gpu,
 )
 from deepboot.scheduler.control import (
-    RETRY,
     ControlLoop,
     PendingTask,
     Snapshot,
     Step,
-    run_event,
 )
 from deepboot.scheduler.decision import Preempt, Resize, Start
 from deepboot.scheduler.events import Event, EventKind
@@ -101,6 +94,8 @@ from deepboot.scheduler.operations import (
     WarmReplica,
 )
 from deepboot.world.demand import LoadWindow
+from deepboot.world.driver import Driver, WallClock, is_stale
+from deepboot.world.gpus import BoardGpu, GpuBoard, apply_gpu_op
 from deepboot.world.settings import SharedCluster, shared_loop_settings
 
 if TYPE_CHECKING:
@@ -188,6 +183,10 @@ def check_runnable(shared: SharedCluster) -> None:
             )
 
 
+LATENCIES_KEPT = 1000
+"""The latest decision latencies the controller keeps for ``deepboot status``."""
+
+
 def settings_file(state: StateDir) -> Path:
     return state.root / "controller.json"
 
@@ -243,11 +242,11 @@ class RayBackend:
     def snapshot(self, event: Event) -> Snapshot:
         ctl = self.ctl
         jobs = tuple(
-            j.view(ctl.gpus)
+            j.view(ctl.board)
             for j in sorted(ctl.jobs.values(), key=lambda j: (j.row.submitted, j.name))
             if j.active
         )
-        gpus = tuple(ctl.gpus[g].view() for g in sorted(ctl.gpus))
+        gpus = ctl.board.views()
         waiting = tuple(PendingTask(t, s) for t, s in ctl.waiting.items())
         now = ctl.clock()
         loads: dict[str, ServiceLoad] = {}
@@ -258,34 +257,54 @@ class RayBackend:
             now, ctl.cluster, jobs, gpus, waiting, MappingProxyType(loads), services=ctl.specs
         )
 
+    def record(self, now: float, event: Event) -> bool:
+        """The facts of ``event`` (the controller recorded a message's on receipt):
+        a replica's protect timer or idle report that no longer matches its GPU is
+        moot; the first tick is the origin of the grid."""
+        ctl = self.ctl
+        kind = event.kind
+        if is_stale(ctl.board, event):
+            return False
+        if kind is EventKind.INFERENCE_DONE:
+            assert event.gpu is not None
+            return ctl.board.get(event.gpu).state is GpuState.RUNNING
+        if kind is EventKind.TICK and ctl._tick0 is None:
+            ctl._tick0 = now
+        return True
+
+    def after_tick(self, now: float) -> float:
+        """The next tick, on the grid from the first one."""
+        assert self.ctl._tick0 is not None
+        return next_tick(now, self.ctl._tick0, self.ctl.settings.interval)
+
+    def after_event(self, now: float, event: Event) -> None:
+        """Nothing: the controller flushes once per turn of its loop."""
+
     def apply(self, step: Step) -> None:
         check_applicable(step.ops)
         ctl = self.ctl
         touched: list[str] = []
         for op in step.ops:
-            if isinstance(op, Bind | Lend):
-                rec = ctl.gpus[op.gpu]
-                rec.state = GpuState.TRAINING if isinstance(op, Bind) else GpuState.LENT
-                rec.job = op.job
+            if isinstance(op, Start | Resize | Preempt):
+                continue  # the job-level statement of the GPU operations around it
+            if isinstance(op, StartReplica):
+                ctl.start_replica(op)  # through the ledger, around the actors
+                continue
+            gpu = ctl.board.get(op.gpu)
+            replica, service = gpu.replica, gpu.service
+            apply_gpu_op(ctl.board, op)  # every GPU change: the ledger checks it
+            if isinstance(op, Bind | Lend | Release | Reclaim):
                 touched.append(op.job)
-                ctl.log_gpu(op.gpu, "bind" if isinstance(op, Bind) else "lend", op.job)
-            elif isinstance(op, Release | Reclaim):
-                rec = ctl.gpus[op.gpu]
-                rec.state, rec.job = GpuState.FREE, None
-                touched.append(op.job)
-                ctl.log_gpu(op.gpu, "release" if isinstance(op, Release) else "reclaim", op.job)
+                ctl.log_gpu(op.gpu, type(op).__name__.lower(), op.job)
             elif isinstance(op, EvictReplica):
-                ctl.evict_replica(op.gpu)
-            elif isinstance(op, StartReplica):
-                ctl.start_replica(op)
+                ctl.replica_gone(op.gpu, replica, service)
             elif isinstance(op, ProtectReplica):
-                ctl.protect_replica(op)
+                # Not logged (every idle moment of a replica); SLEEP, when its GPU
+                # becomes lendable, is. Its expiry is on the one queue.
+                expiry = Event(EventKind.PROTECT_EXPIRED, seq=gpu.version, gpu=op.gpu)
+                ctl.post(expiry, at=op.until)
             elif isinstance(op, SleepReplica):
-                ctl.sleep_replica(op.gpu)
-            elif isinstance(op, Start | Resize | Preempt):
-                pass  # the job-level statement of the GPU operations above
-            else:  # pragma: no cover - check_applicable refused it before anything ran
-                raise AssertionError(f"unhandled operation {op!r}")
+                ctl.note(LogKind.REPLICA, gpu=gpu_name(op.gpu), service=service, op="sleep")
         for u in step.unplaced:
             if u.inference and u.name in ctl.arrived:
                 ctl.waiting.setdefault(u.name, ctl.arrived[u.name])
@@ -317,13 +336,15 @@ class Controller:
         self.actors = actors
         self.clock = clock
         self.store = JobStore(state.db)
-        self.gpus: dict[GpuId, GpuRec] = cluster_gpus(cluster)
+        self.board = GpuBoard(cluster)  # the GPU ledger: every change is checked
+        self._gpu_ids = frozenset(g.gpu_id for g in self.board.gpus)
+        # Replicas recovered RUNNING (idle now): the loop hears of each once it runs.
+        self._idle_recovered: list[GpuId] = []
         self.jobs: dict[str, JobRec] = {}
         self.rng = np.random.default_rng(settings.seed)
         policy = registry.create(settings.policy, **settings.params)
         shared = settings.shared
         check_runnable(shared)
-        self.lifecycle = shared.lifecycle_config
         placement = inference.create(
             shared.inference_policy(settings.policy), **shared.ats_i_params
         )
@@ -337,23 +358,22 @@ class Controller:
 
         self.metrics: Metrics = Metrics()
         self.inbox = rt.Inbox()
+        # The one driver: its queue holds the ticks and the replicas' protect timers;
+        # its wall clock wakes early when the router posts a message.
+        wall = WallClock(clock, self.inbox.wake, longest_wait=settings.poll)
+        self.driver = Driver(self.loop, self.backend, self.rng, wall)
         self.router: Router | None = None
         self.specs: dict[str, ServiceSpec] = {}
         self.arrived: dict[str, str] = {}  # request id -> service, until placed or withdrawn
         self.waiting: dict[str, str] = {}  # the arrivals the loop could not place, in order
         # Every request the router accepted and every answer: the services' load.
         self.demand = LoadWindow()
-        self._timers: list[tuple[float, GpuId, int]] = []  # (protect end, GPU, version)
-        self._adopt: list[GpuRec] = []  # replicas recovered, for the router once it runs
+        self._adopt: list[BoardGpu] = []  # replicas recovered, for the router once it runs
         self._cold_starts: list[tuple[str, float]] = []
         # Crash-loop back-offs to record: service -> (failures in a row, Unix time
         # before which no replica starts, or None once it ended).
         self._backoffs: dict[str, tuple[int, float | None]] = {}
         self._pending_log: list[tuple[LogKind, str, dict[str, Any]]] = []
-        self._next_tick = 0.0
-        # Training rounds decided, and the latest decisions' latencies (ms), for status.
-        self.rounds = 0
-        self.decision_ms: collections.deque[float] = collections.deque(maxlen=1000)
         self._tick0: float | None = None  # the first tick: the origin of the grid
         self._last = clock()
         self._stop = False
@@ -367,13 +387,9 @@ class Controller:
     def log_gpu(self, gpu: GpuId, op: str, job: str) -> None:
         self.note(LogKind.GPU, job, gpu=gpu_name(gpu), op=op)
 
-    def run_event(self, event: Event) -> None:
-        """Hand ``event`` to the control loop (``run_event``), timing its training
-        round's decision as the simulator does (the loop itself reads no clock)."""
-        spent = run_event(self.loop, event, self.backend, self.rng, time.perf_counter)
-        if spent is not None:
-            self.rounds += 1
-            self.decision_ms.append(spent * 1000.0)
+    def post(self, event: Event, at: float | None = None) -> None:
+        """Schedule ``event`` on the driver's queue at ``at`` (None: now)."""
+        self.driver.post(event, at)
 
     def flush(self) -> None:
         with self.store.transaction() as db:
@@ -386,9 +402,9 @@ class Controller:
                 db,
                 [
                     GpuRow(
-                        gpu_name(g),
-                        g[0],
-                        g[1],
+                        gpu_name(r.gpu_id),
+                        r.node_id,
+                        r.index,
                         r.pool.value,
                         r.state.value,
                         r.job or "",
@@ -397,7 +413,7 @@ class Controller:
                         r.hits,
                         r.protect_until,
                     )
-                    for g, r in sorted(self.gpus.items())
+                    for r in self.board.gpus
                 ],
             )
             for service, seconds in self._cold_starts:
@@ -407,14 +423,16 @@ class Controller:
                 self.store.set_backoff(db, service, failures, until)
             self._backoffs.clear()
             self.store.set_meta(db, "heartbeat", repr(self.clock()))
-            if self.decision_ms:
-                median = statistics.median(self.decision_ms)
-                self.store.set_meta(db, "rounds", str(self.rounds))
+            latencies = self.driver.decision_ms
+            if latencies:
+                del latencies[:-LATENCIES_KEPT]  # the latest decisions only
+                median = statistics.median(latencies)
+                self.store.set_meta(db, "rounds", str(self.driver.rounds))
                 self.store.set_meta(db, "decision_ms_median", repr(median))
-                self.store.set_meta(db, "decision_ms_max", repr(max(self.decision_ms)))
+                self.store.set_meta(db, "decision_ms_max", repr(max(latencies)))
             self.store.set_meta(db, "controller_pid", str(os.getpid()))
         self.metrics.set_world(
-            ((r.pool, r.state, r.job, r.service) for r in self.gpus.values()),
+            ((r.pool, r.state, r.job, r.service) for r in self.board.gpus),
             (j.row.state.value for j in self.jobs.values()),
             self.specs,
         )
@@ -478,7 +496,14 @@ class Controller:
             rec.actors = {g: actors[g] for g in members}
             kept.extend(rec.actors.values())
             reports = self.actors.reports(list(rec.actors.values()))
-            alive = [g for g in members if reports.get(rec.actors[g]) is not None]
+            # A worker counts only on a GPU no other job's row claimed first (a store
+            # written by two controllers at once is not trusted twice).
+            alive = [
+                g
+                for g in members
+                if reports.get(rec.actors[g]) is not None
+                and self.board.get(parse_gpu(g)).state is GpuState.FREE
+            ]
             for g in members:
                 if g not in alive:
                     self.actors.kill(rec.actors.pop(g))
@@ -486,9 +511,7 @@ class Controller:
                 rep = reports[rec.actors[g]]
                 assert rep is not None
                 rec.reports[g] = rep
-                r = self.gpus[parse_gpu(g)]
-                r.state = GpuState.TRAINING if r.pool is Pool.TRAINING else GpuState.LENT
-                r.job = row.name
+                self.board.assign(self.board.get(parse_gpu(g)), row.name)
             rec.gen = Generation(
                 row.generation,
                 tuple(row.workers),
@@ -530,32 +553,38 @@ class Controller:
         was RUNNING is idle now: the requests it served died with the old router, so
         it goes to PROTECT); kill the others."""
         stored = {r.gpu: r for r in stored_gpus}
-        now = self.clock()
         for name in self.actors.list_named(REPLICA_PREFIX):
             parsed = parse_replica_name(name)
             row = stored.get(parsed[1]) if parsed else None
             gpu = parse_gpu(row.gpu) if row else None
             ok = (
                 row is not None
-                and gpu in self.gpus
+                and gpu in self._gpu_ids
                 and row.replica == name
                 and row.service in self.specs
                 and row.state in ("running", "protect", "sleep")
-                and self.gpus[gpu].job is None
+                and self.board.get(gpu).state is GpuState.FREE
             )
             if not ok:
                 self.actors.kill(name)
                 killed.append(name)
                 continue
             assert row is not None and gpu is not None
-            rec = self.gpus[gpu]
-            rec.service, rec.replica, rec.hits = row.service, name, row.hits
-            if row.state == "sleep":
-                rec.state = GpuState.SLEEP
-            else:
-                self.protect_replica(
-                    ProtectReplica(gpu, now + protect_time(row.hits, self.lifecycle))
-                )
+            rec = self.board.get(gpu)
+            state = GpuState(row.state)
+            until = row.protect_until if state is GpuState.PROTECT else None
+            if state is GpuState.PROTECT and until is None:
+                state = GpuState.RUNNING  # a row without its end: let the loop decide
+            self.board.restore(
+                rec, state, service=row.service, replica=name, hits=row.hits, protect_until=until
+            )
+            if until is not None:
+                expiry = Event(EventKind.PROTECT_EXPIRED, seq=rec.version, gpu=gpu)
+                self.post(expiry, at=until)
+            if state is GpuState.RUNNING:
+                # Idle now (its requests died with the old router): the loop decides
+                # what happens to it, as for any replica that went idle.
+                self._idle_recovered.append(gpu)
             self._adopt.append(rec)
             kept.append(name)
 
@@ -598,7 +627,7 @@ class Controller:
         for rec in self._adopt:
             assert rec.replica is not None and rec.service is not None
             router.adopt_replica(
-                gpu_name(rec.gpu), rec.service, rec.replica, self.actors.handle(rec.replica)
+                gpu_name(rec.gpu_id), rec.service, rec.replica, self.actors.handle(rec.replica)
             )
         self._adopt.clear()
         router.write_address(self.state.http_file)
@@ -633,25 +662,31 @@ class Controller:
         return spec.name
 
     def run(self, until: Callable[[], bool] | None = None) -> None:
-        """Iterate until SIGTERM/SIGINT (or ``until()`` is true)."""
+        """Run the driver until SIGTERM/SIGINT (or ``until()`` is true): each turn
+        takes what the router reported, polls the workers and reads the store when a
+        poll is due, handles every event due, flushes, and waits for the next event,
+        poll or message."""
         self.recover()
         self.start_router()
+        for gpu in self._idle_recovered:
+            self.post(Event(EventKind.INFERENCE_DONE, gpu=gpu))
+        self._idle_recovered.clear()
         signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
+        self.post(Event(EventKind.TICK))  # the first tick, the grid's origin
+        driver, clock = self.driver, self.driver.clock
         next_poll = 0.0
         try:
             while not self._stop and not (until and until()):
                 self.handle_messages()
-                self.expire_protects()
-                if time.monotonic() >= next_poll:
+                polled = time.monotonic() >= next_poll
+                if polled:
                     next_poll = time.monotonic() + self.settings.poll
                     self.iteration()
-                elif self._pending_log:
+                driver.run_due()
+                if polled or self._pending_log:
                     self.flush()
-                wait = next_poll - time.monotonic()
-                if self._timers:
-                    wait = min(wait, self._timers[0][0] - self.clock())
-                self.inbox.wake.wait(min(max(wait, 0.005), self.settings.poll))
-                self.inbox.wake.clear()
+                poll_at = clock.now() + max(next_poll - time.monotonic(), 0.0)
+                clock.wait_until(min(driver.queue.peek_time(), poll_at))
         finally:
             if self.router is not None:
                 self.router.stop()
@@ -661,6 +696,7 @@ class Controller:
         self.inbox.wake.set()
 
     def iteration(self) -> None:
+        """Poll the workers and read the store: their events go on the queue."""
         now = self.clock()
         dt, self._last = max(now - self._last, 0.0), now
         events: list[Event] = []
@@ -669,14 +705,8 @@ class Controller:
         rows = self.store.jobs()  # one read of the store per iteration
         events += self.take_submissions(rows)
         events += self.take_cancellations(rows)
-        if now >= self._next_tick:
-            events.append(Event(EventKind.TICK))
-            if self._tick0 is None:
-                self._tick0 = now
-            self._next_tick = next_tick(now, self._tick0, self.settings.interval)
         for event in events:
-            self.run_event(event)
-        self.flush()
+            self.post(event)
 
     # -- services and replicas ---------------------------------------------------------------
 
@@ -707,8 +737,7 @@ class Controller:
                 if msg.task in self.arrived or msg.service not in self.specs:
                     continue
                 self.arrived[msg.task] = msg.service
-                event = Event(EventKind.INFERENCE_ARRIVAL, job=msg.task, service=msg.service)
-                self.run_event(event)
+                self.post(Event(EventKind.INFERENCE_ARRIVAL, job=msg.task, service=msg.service))
             elif isinstance(msg, rt.Backoff):
                 until = self.clock() + msg.seconds if msg.failures else None
                 self._backoffs[msg.service] = (msg.failures, until)
@@ -716,12 +745,11 @@ class Controller:
                 self.arrived.pop(msg.task, None)
                 self.waiting.pop(msg.task, None)
             elif isinstance(msg, rt.Idle):
-                rec = self.gpus[parse_gpu(msg.gpu)]
+                rec = self.board.get(parse_gpu(msg.gpu))
                 if rec.replica == msg.replica and rec.state is GpuState.RUNNING:
-                    event = Event(EventKind.INFERENCE_DONE, gpu=rec.gpu)
-                    self.run_event(event)
+                    self.post(Event(EventKind.INFERENCE_DONE, gpu=rec.gpu_id))
             elif isinstance(msg, rt.Ready):
-                rec = self.gpus[parse_gpu(msg.gpu)]
+                rec = self.board.get(parse_gpu(msg.gpu))
                 if rec.replica == msg.replica and rec.service:
                     self._cold_starts.append((rec.service, round(msg.load_seconds, 3)))
                     self.note(
@@ -733,7 +761,7 @@ class Controller:
                         load_seconds=round(msg.load_seconds, 3),
                     )
             elif isinstance(msg, rt.Died):
-                rec = self.gpus[parse_gpu(msg.gpu)]
+                rec = self.board.get(parse_gpu(msg.gpu))
                 if rec.replica != msg.replica:
                     continue
                 log.warning("replica %s died (%s): %s", msg.replica, msg.phase, msg.error)
@@ -742,36 +770,30 @@ class Controller:
                     LogKind.REPLICA, gpu=msg.gpu, service=rec.service, op="died",
                     error=msg.error[-2000:], phase=msg.phase, backoff_s=round(msg.backoff_s, 3),
                 )  # fmt: skip
-                rec.unload()
-                self.run_event(RETRY)
+                self.board.fail(rec)  # the fact; the loop retries the queued tasks
+                self.post(Event(EventKind.REPLICA_LOST, gpu=rec.gpu_id))
         if self._pending_log:
             self.flush()
 
-    def expire_protects(self) -> None:
-        now = self.clock()
-        while self._timers and self._timers[0][0] <= now:
-            _, gpu, version = heapq.heappop(self._timers)
-            rec = self.gpus[gpu]
-            if rec.version == version and rec.state is GpuState.PROTECT:
-                event = Event(EventKind.PROTECT_EXPIRED, gpu=gpu)
-                self.run_event(event)
-
     def start_replica(self, op: StartReplica) -> None:
-        rec = self.gpus[op.gpu]
+        """A task's replica on ``op.gpu``: the idle one of its service there, woken
+        (warm), or a new actor (cold; one of another service there is killed first)."""
+        rec = self.board.get(op.gpu)
         self.arrived.pop(op.task, None)
         self.waiting.pop(op.task, None)
-        warm = not op.cold and rec.replica is not None and rec.service == op.service
-        if not warm and rec.replica is not None:
-            self.evict_replica(op.gpu)
-        rec.state, rec.hits, rec.protect_until = GpuState.RUNNING, op.hits, None
-        rec.version += 1
+        replica, service = rec.replica, rec.service
+        warm = not op.cold and replica is not None and service == op.service
+        if not warm and replica is not None:
+            self.replica_gone(op.gpu, replica, service)
+        apply_gpu_op(self.board, op)
         gpu = gpu_name(op.gpu)
         if warm:
-            assert rec.replica is not None
+            assert replica is not None
+            rec.replica = replica
             if self.router is not None:
-                handle = self.actors.handle(rec.replica)
+                handle = self.actors.handle(replica)
                 self.router.start_replica(
-                    gpu, op.service, rec.replica, handle, cold=False, task=op.task
+                    gpu, op.service, replica, handle, cold=False, task=op.task
                 )
             # A warm reuse is not logged: in a lull it happens at every request.
             return
@@ -780,33 +802,20 @@ class Controller:
         handle = self.actors.create_replica(
             name, spec.to_json(), gpu, str(self.state.logs / f"service-{op.service}.log")
         )
-        rec.service, rec.replica = op.service, name
+        rec.replica = name
         self.note(LogKind.REPLICA, gpu=gpu, service=op.service, op="start", cold=True)
         if self.router is not None:
             self.router.start_replica(gpu, op.service, name, handle, cold=True, task=op.task)
 
-    def protect_replica(self, op: ProtectReplica) -> None:
-        # Not logged (every idle moment of a replica); SLEEP, when its GPU becomes
-        # lendable, is.
-        rec = self.gpus[op.gpu]
-        rec.state, rec.protect_until = GpuState.PROTECT, op.until
-        rec.version += 1
-        heapq.heappush(self._timers, (op.until, op.gpu, rec.version))
-
-    def sleep_replica(self, gpu: GpuId) -> None:
-        rec = self.gpus[gpu]
-        rec.state, rec.hits, rec.protect_until = GpuState.SLEEP, 0, None
-        rec.version += 1
-        self.note(LogKind.REPLICA, gpu=gpu_name(gpu), service=rec.service, op="sleep")
-
-    def evict_replica(self, gpu: GpuId) -> None:
-        rec = self.gpus[gpu]
-        if rec.replica is not None:
-            self.actors.kill(rec.replica)
-            if self.router is not None:
-                self.router.stop_replica(gpu_name(gpu))
-            self.note(LogKind.REPLICA, gpu=gpu_name(gpu), service=rec.service, op="evict")
-        rec.unload()
+    def replica_gone(self, gpu: GpuId, replica: str | None, service: str | None) -> None:
+        """The replica ``replica`` that was on ``gpu`` is evicted: kill its actor and
+        tell the router (the ledger has moved the GPU already)."""
+        if replica is None:
+            return
+        self.actors.kill(replica)
+        if self.router is not None:
+            self.router.stop_replica(gpu_name(gpu))
+        self.note(LogKind.REPLICA, gpu=gpu_name(gpu), service=service, op="evict")
 
     def take_submissions(self, rows: list[JobRow]) -> list[Event]:
         events = []
@@ -839,7 +848,7 @@ class Controller:
         for rec in list(self.jobs.values()):
             if not rec.active or not (rec.actors or rec.leaving):
                 continue
-            held = sum(1 for g in self.gpus.values() if g.job == rec.name)
+            held = len(self.board.held(rec.name))
             rec.update(attained=rec.row.attained + held * dt)
             reports = self.actors.reports([*rec.actors.values(), *rec.leaving])
             self._poll_leavers(rec, reports)
@@ -965,9 +974,10 @@ class Controller:
                 generation=rec.gen.number if rec.gen else 0,
                 step=rec.row.step,
             )
-            gpu = self.gpus[parse_gpu(g)]
-            gpu.state, gpu.job = GpuState.FREE, None
-            self.log_gpu(gpu.gpu, "release", rec.name)
+            gpu = self.board.get(parse_gpu(g))
+            if gpu.job == rec.name:
+                self.board.fail(gpu)
+                self.log_gpu(gpu.gpu_id, "release", rec.name)
         survivors = tuple(g for g in rec.members if g not in dead)
         if not any(g in rec.members for g in dead):
             return
@@ -983,10 +993,9 @@ class Controller:
             self.actors.kill(name)
         rec.actors.clear()
         rec.leaving.clear()
-        for g in self.gpus.values():
-            if g.job == rec.name:
-                self.log_gpu(g.gpu, "release", rec.name)
-                g.state, g.job = GpuState.FREE, None
+        for g in self.board.held(rec.name):
+            self.log_gpu(g.gpu_id, "release", rec.name)
+        self.board.release_job(rec.name)
         rec.gen, rec.transition = None, None
         rec.update(state=state, finished=self.clock(), workers=(), message=message)
 
@@ -994,7 +1003,7 @@ class Controller:
 
     def retarget(self, rec: JobRec) -> None:
         """Start the generation that puts ``rec`` on the GPUs the loop gave it."""
-        held = sorted(gpu_name(g.gpu) for g in self.gpus.values() if g.job == rec.name)
+        held = sorted(gpu_name(g.gpu_id) for g in self.board.held(rec.name))
         old = rec.members
         if set(held) == set(old):
             return

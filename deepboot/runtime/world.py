@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from deepboot.core.cluster import ClusterSpec, Pool
-from deepboot.core.gpu import GpuId, GpuState, GpuView
+from deepboot.core.gpu import GpuId
 from deepboot.core.params import GradParams, PerfParams
 from deepboot.core.placement import EMPTY, Placement
 from deepboot.core.state import JobView
@@ -24,6 +23,7 @@ from deepboot.elastic.protocol import Generation, Measurement, WorkerReport
 from deepboot.perf.fit import fit_perf_params
 from deepboot.perf.goodput import GoodputModel, select_batch
 from deepboot.runtime.store import JobRow, JobState
+from deepboot.world.gpus import GpuBoard
 
 
 def gpu_name(gpu: GpuId) -> str:
@@ -34,47 +34,6 @@ def gpu_name(gpu: GpuId) -> str:
 def parse_gpu(name: str) -> GpuId:
     node, index = name.split(".")
     return (int(node), int(index))
-
-
-@dataclass
-class GpuRec:
-    """One GPU: its pool, state, and holder (a training job, or a service's replica).
-
-    Attributes:
-        service: The service whose replica is loaded (RUNNING/PROTECT/SLEEP).
-        replica: That replica's actor name.
-        hits: The replica's warm-reuse count.
-        protect_until: When PROTECT ends (PROTECT only).
-        version: Bumped at every replica change, so a stale protect timer is ignored.
-    """
-
-    gpu: GpuId
-    pool: Pool
-    state: GpuState = GpuState.FREE
-    job: str | None = None
-    service: str | None = None
-    replica: str | None = None
-    hits: int = 0
-    protect_until: float | None = None
-    version: int = 0
-
-    def view(self) -> GpuView:
-        return GpuView(
-            self.gpu[0],
-            self.gpu[1],
-            self.pool,
-            self.state,
-            service=self.service,
-            hits=self.hits,
-            job=self.job,
-            protect_until=self.protect_until,
-        )
-
-    def unload(self) -> None:
-        """No replica here any more (-> FREE)."""
-        self.state, self.service, self.replica = GpuState.FREE, None, None
-        self.hits, self.protect_until = 0, None
-        self.version += 1
 
 
 @dataclass
@@ -212,9 +171,9 @@ class JobRec:
         local_bsz, extra = select_batch(model, limits, num_nodes, num_replicas)
         return local_bsz, extra + 1
 
-    def view(self, gpus: dict[GpuId, GpuRec]) -> JobView:
+    def view(self, board: GpuBoard) -> JobView:
         spec = self.row.spec
-        held = sorted(g.gpu[0] for g in gpus.values() if g.job == self.name)
+        held = sorted(g.node_id for g in board.held(self.name))
         placement = Placement.of(held) if held else EMPTY
         lo, hi = spec.min_workers, spec.max_workers
         if self.transition is not None and held:
@@ -237,9 +196,3 @@ class JobRec:
     @property
     def active(self) -> bool:
         return self.row.state in (JobState.QUEUED, JobState.RUNNING)
-
-
-def cluster_gpus(cluster: ClusterSpec) -> dict[GpuId, GpuRec]:
-    return {
-        (n.node_id, i): GpuRec((n.node_id, i), n.pool) for n in cluster.nodes for i in range(n.gpus)
-    }

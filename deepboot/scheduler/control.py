@@ -294,8 +294,8 @@ class ControlLoop:
             return self._protect_expired(event, snap)
         if kind is EventKind.REPLICA_WARM:
             return self._replica_warm(event, snap)
-        if kind is EventKind.JOB_FINISHED:
-            return Step(retry=_retry_cursor(snap))
+        if kind is EventKind.JOB_FINISHED or kind is EventKind.REPLICA_LOST:
+            return Step(retry=_retry_cursor(snap))  # a GPU was freed
         if kind is EventKind.JOB_SUBMITTED:
             return Step()
         raise AssertionError(f"unhandled event kind {kind}")  # pragma: no cover

@@ -19,6 +19,8 @@ class EventKind(enum.Enum):
     REPLICA_WARM: a replica started by ``WarmReplica`` is loaded; unless a task joined
         it meanwhile (it serves: nothing to do, the event's ``seq`` is then stale) it
         goes RUNNING -> PROTECT until the event's ``until``.
+    REPLICA_LOST: a replica's process died (a real world's fact: the world has freed
+        its GPU); the queued inference tasks are tried again.
     TICK: a scheduling round of the training policy.
     RETRY: the queued inference tasks are tried again; never queued by a world, only
         made by :func:`deepboot.scheduler.control.run_event` to continue a retry pass.
@@ -30,6 +32,7 @@ class EventKind(enum.Enum):
     INFERENCE_DONE = "inference_done"
     PROTECT_EXPIRED = "protect_expired"
     REPLICA_WARM = "replica_warm"
+    REPLICA_LOST = "replica_lost"
     TICK = "tick"
     RETRY = "retry"
 
@@ -55,6 +58,7 @@ _PRIORITY = MappingProxyType(
         EventKind.INFERENCE_DONE: 12,
         EventKind.REPLICA_WARM: 13,
         EventKind.PROTECT_EXPIRED: 14,
+        EventKind.REPLICA_LOST: 15,
         EventKind.JOB_SUBMITTED: 20,
         EventKind.INFERENCE_ARRIVAL: 30,
         EventKind.RETRY: 50,
@@ -75,7 +79,7 @@ class Event:
             reclaim finishes at another time; a replica reused before its protect
             time ended).
         gpu: The GPU concerned, as (node_id, index), for INFERENCE_DONE,
-            PROTECT_EXPIRED and REPLICA_WARM.
+            PROTECT_EXPIRED, REPLICA_WARM and REPLICA_LOST.
         service: The task's service, for INFERENCE_ARRIVAL; the replica's, for
             REPLICA_WARM.
         until: When the ready replica's protect time ends (``WarmReplica.until``),

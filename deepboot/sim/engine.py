@@ -49,7 +49,6 @@ import numpy as np
 from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.errors import (
     ConfigError,
-    InvalidDecisionError,
     SimulationStalledError,
     UnschedulableError,
 )
@@ -70,7 +69,6 @@ from deepboot.scheduler.control import (
     ControlLoop,
     Snapshot,
     Step,
-    run_event,
 )
 from deepboot.scheduler.decision import Preempt, Resize, Start
 from deepboot.scheduler.inference import InferenceScheduler
@@ -79,8 +77,8 @@ from deepboot.sim.job import GroundTruth, JobCheckpoint, SimJob
 from deepboot.sim.metrics import TimelinePoint
 from deepboot.sim.serving import Serving, service_specs
 from deepboot.world.demand import DemandLedger
-from deepboot.world.gpus import BoardGpu, GpuBoard
-from deepboot.world.queue import EventQueue
+from deepboot.world.driver import REPLICA_TIMERS, Driver, VirtualClock, is_stale
+from deepboot.world.gpus import GpuBoard, apply_gpu_op
 from deepboot.world.settings import loop_settings
 
 log = logging.getLogger(__name__)
@@ -241,15 +239,13 @@ class Simulation:
         self._submit_times = sorted(j.spec.submit_time for j in self.jobs)
         self._submitted = 0
         self.completed = 0
-        self.rounds = 0
-        self.decision_ms: list[float] = []
         self.now = 0.0
         self.start_time: float | None = None
         self.board = GpuBoard(cluster)
         self.timeline: list[TimelinePoint] = []
-        self._queue = EventQueue()
         self._rng = np.random.default_rng(config.seed)
         self._horizon = 0.0
+        self._tick = 0
         self._views_tuple: tuple[JobView, ...] | None = None
         self._stalled_ticks = 0
         # Why each waiting job (as of the last round) and queued task waits.
@@ -278,7 +274,7 @@ class Simulation:
             if slo.enabled and self._lending:
                 fc = slo.forecast
                 self.serving.demand = DemandLedger(fc.bin_s, fc.history_bins)
-        self.loop = ControlLoop(
+        loop = ControlLoop(
             scheduler,
             inference,
             loop_settings(
@@ -289,6 +285,14 @@ class Simulation:
                 slo=slo,
             ),
         )
+        # The one driver (its queue, its virtual clock, the decision timer).
+        self.driver = Driver(loop, self, self._rng, VirtualClock(), time.perf_counter)
+        self._queue = self.driver.queue
+        self._max_time = math.inf
+        self._check = False
+        self._collect: Callable[[], None] = _nothing
+        self._on_progress: ProgressCallback | None = None
+        self._on_event: EventCallback | None = None
         self._track = self.serving is not None and self._lending
         # The SLO guard holds or pre-warms replicas at ticks: they go on while
         # inference runs, jobs or not.
@@ -381,63 +385,74 @@ class Simulation:
             queue.push(k * interval, Event(EventKind.TICK))
         elif self.jobs:
             queue.push(self._tick_at_or_after(self._submit_times[0], 1), Event(EventKind.TICK))
-        check = self.config.check_invariants
+        self._max_time, self._check = max_time, self.config.check_invariants
+        self._on_progress, self._on_event = on_progress, on_event
         with _collect_per_tick() as collect:
-            self._loop(queue, max_time, interval, check, collect, on_progress, on_event)
+            self._collect = collect
+            try:
+                self.driver.run_due(max_time)
+            finally:
+                self._collect = _nothing
         if self.timeline and self.timeline[-1].t < self.now:
             # Close the step function at the end of the run (duplicates were dropped).
             self.timeline.append(dataclasses.replace(self.timeline[-1], t=self.now))
 
-    def _loop(
-        self,
-        queue: EventQueue,
-        max_time: float,
-        interval: float,
-        check: bool,
-        collect: Callable[[], None],
-        on_progress: ProgressCallback | None,
-        on_event: EventCallback | None,
-    ) -> None:
-        while queue and queue.peek_time() <= max_time:
-            now, event = queue.pop()
-            if not self._record_facts(now, event):
-                continue
-            if event.kind is EventKind.TICK:
-                tick = round(now / interval)
-                self._horizon = min((tick + 1) * interval, max_time)
-                self._decide(event)
-                self._check_progress(now)
-                next_tick = self._next_tick(tick)
-                if next_tick is not None:
-                    if not next_tick > now:
-                        raise SimulationStalledError(
-                            f"the clock cannot advance past {now:g} s by the {interval:g} s "
-                            "interval (times this large lose sub-interval precision)"
-                        )
-                    queue.push(next_tick, Event(EventKind.TICK))
-                if on_progress is not None:
-                    on_progress(now, self.completed, len(self.jobs))
-                collect()
-            elif event.kind is not EventKind.JOB_SUBMITTED:
-                # A submission changes nothing before the next tick.
-                self._decide(event)
-            self._sample(now)
-            if check:
-                self.board.check(self.placements())
-            if on_event is not None:
-                on_event(now, event, self)
+    @property
+    def loop(self) -> ControlLoop:
+        """The control loop the driver steps (a test may wrap it)."""
+        return self.driver.loop
+
+    @loop.setter
+    def loop(self, value: ControlLoop) -> None:
+        self.driver.loop = value
+
+    @property
+    def rounds(self) -> int:
+        """Scheduling rounds run (ticks where the policy was consulted)."""
+        return self.driver.rounds
+
+    @property
+    def decision_ms(self) -> list[float]:
+        """Wall-clock milliseconds of each round's decision."""
+        return self.driver.decision_ms
+
+    # -- the driver's hooks ------------------------------------------------------------
+
+    def record(self, now: float, event: Event) -> bool:
+        """Record what ``event`` says happened; False when the event is moot."""
+        if not self._record_facts(now, event):
+            return False
+        if event.kind is EventKind.TICK:
+            interval = self.config.interval
+            self._tick = tick = round(now / interval)
+            self._horizon = min((tick + 1) * interval, self._max_time)
+        return True
+
+    def after_tick(self, now: float) -> float | None:
+        """Stop a stalled run, report progress; the next tick (None: the run ends)."""
+        self._check_progress(now)
+        next_tick = self._next_tick(self._tick)
+        if self._on_progress is not None:
+            self._on_progress(now, self.completed, len(self.jobs))
+        self._collect()
+        return next_tick
+
+    def after_event(self, now: float, event: Event) -> None:
+        """Sample the timeline; the invariant check and the debug hook, if asked."""
+        self._sample(now)
+        if self._check:
+            self.board.check(self.placements())
+        if self._on_event is not None:
+            self._on_event(now, event, self)
 
     def _record_facts(self, now: float, event: Event) -> bool:
         """Record what ``event`` says happened; False when the event is moot."""
         kind = event.kind
         serving = self.serving
-        timer = _REPLICA_TIMERS.get(kind)
-        if timer is not None:
+        if kind in REPLICA_TIMERS:
             if self._all_done():
                 return False  # nothing left to serve: idle replicas no longer matter
-            assert event.gpu is not None
-            gpu = self.board.get(event.gpu)
-            if gpu.version != event.seq or gpu.state is not timer:
+            if is_stale(self.board, event):
                 return False  # the replica changed since (reused, or joined by a task)
         if kind is EventKind.JOB_FINISHED and event.seq != self._records[event.job].finish_seq:
             return False  # superseded: a reclaim changed the completion time
@@ -496,12 +511,6 @@ class Simulation:
             f"jobs wait, none runs, and nothing else is scheduled; waiting: {reasons}"
             + (f" and {more} more" if more > 0 else "")
         )
-
-    def _decide(self, event: Event) -> None:
-        spent = run_event(self.loop, event, self, self._rng, time.perf_counter)
-        if spent is not None:
-            self.rounds += 1
-            self.decision_ms.append(spent * 1e3)
 
     def _all_done(self) -> bool:
         training = self.completed == len(self.jobs)
@@ -587,45 +596,32 @@ class Simulation:
         # between ticks) counted that interval twice once the round resized it again.
         at_tick = step.round or (step.retry is not None and step.retry.round)
         for op in step.ops:
-            if isinstance(op, ops.Release):
-                board.move(board.get(op.gpu), GpuState.FREE)
-            elif isinstance(op, ops.Bind | ops.Lend):
-                board.assign(board.get(op.gpu), op.job)
-            elif isinstance(op, ops.EvictReplica):
-                board.move(board.get(op.gpu), GpuState.FREE)
-                board.evictions += 1
-            elif isinstance(op, ops.Reclaim):
-                board.take_from_job(board.get(op.gpu), GpuState.FREE)
-                assert serving is not None
-                serving.reclaim_times.append(now)
-                if op.proactive:
-                    serving.proactive_reclaim_times.append(now)
-            elif isinstance(op, Start | Resize | Preempt):
+            if isinstance(op, Start | Resize | Preempt):
                 if at_tick:
                     self._records[op.job].job.reallocate(
                         new_placement(op), now, self.config.restart
                     )
                 else:
                     self._shrink_now(op.job, new_placement(op), now)
+                continue
+            # A RUNNING replica takes another task (a free slot of its concurrency, or
+            # a pre-warmed replica still loading).
+            joined = isinstance(op, ops.StartReplica) and board.get(op.gpu).state is _RUNNING
+            gpu = apply_gpu_op(board, op)
+            assert gpu is not None
+            if isinstance(op, ops.Reclaim):
+                assert serving is not None
+                serving.reclaim_times.append(now)
+                if op.proactive:
+                    serving.proactive_reclaim_times.append(now)
             elif isinstance(op, ops.StartReplica):
                 assert serving is not None
-                gpu = board.get(op.gpu)
-                # A RUNNING replica takes another task (a free slot of its concurrency,
-                # or a pre-warmed replica still loading).
-                joined = gpu.state is GpuState.RUNNING
-                self._load(gpu, op.service, op.hits, joined)
                 task = serving.started(op.task, op.gpu, op.cold, now, joined)
                 self._task_waits.pop(op.task, None)
                 assert task.end is not None
                 self._queue.push(task.end, Event(EventKind.INFERENCE_DONE, op.task, gpu=op.gpu))
             elif isinstance(op, ops.WarmReplica):
                 assert serving is not None  # validated: the service is known
-                gpu = board.get(op.gpu)
-                if gpu.state is not GpuState.FREE:
-                    # FREE -> RUNNING only: LENT/TRAINING -> RUNNING are legal
-                    # transitions (a task's reclaim), not a warm-up's.
-                    raise InvalidDecisionError(f"{op!r}: GPU is {gpu.state.name}, not FREE")
-                self._load(gpu, op.service, 0, False)
                 ready = serving.warming(op.gpu, op.service, now)
                 warm = Event(
                     EventKind.REPLICA_WARM,
@@ -635,21 +631,9 @@ class Simulation:
                     until=op.until,
                 )
                 self._queue.push(ready, warm)
-            elif isinstance(op, ops.ProtectReplica):
-                gpu = board.get(op.gpu)
-                board.move(gpu, GpuState.PROTECT)
-                gpu.protect_until = op.until
-                board.touch(gpu)
-                if op.until > now:
-                    expiry = Event(EventKind.PROTECT_EXPIRED, seq=gpu.version, gpu=op.gpu)
-                    self._queue.push(op.until, expiry)
-            elif isinstance(op, ops.SleepReplica):
-                gpu = board.get(op.gpu)
-                board.move(gpu, GpuState.SLEEP)
-                gpu.hits = 0
-                board.touch(gpu)
-            else:  # pragma: no cover - exhaustiveness guard for future operations
-                raise AssertionError(f"unhandled operation {op!r}")
+            elif isinstance(op, ops.ProtectReplica) and op.until > now:
+                expiry = Event(EventKind.PROTECT_EXPIRED, seq=gpu.version, gpu=op.gpu)
+                self._queue.push(op.until, expiry)
         for u in step.unplaced:
             if u.inference:
                 assert serving is not None
@@ -658,16 +642,6 @@ class Simulation:
         if step.round:
             self._job_waits = {u.name: u.reason for u in step.unplaced if not u.inference}
             self._after_round(now)
-
-    def _load(self, gpu: BoardGpu, service: str, hits: int, joined: bool) -> None:
-        """``gpu`` holds a RUNNING replica of ``service`` with ``hits`` (a FREE, PROTECT
-        or SLEEP GPU moves to RUNNING; a ``joined`` one is RUNNING already)."""
-        board = self.board
-        if not joined:
-            board.move(gpu, GpuState.RUNNING)
-        gpu.service = service
-        gpu.hits = hits
-        board.touch(gpu)
 
     # -- training --------------------------------------------------------------------
 
@@ -748,11 +722,12 @@ class Simulation:
         return k * interval
 
 
-_REPLICA_TIMERS: Mapping[EventKind, GpuState] = MappingProxyType(
-    {EventKind.PROTECT_EXPIRED: GpuState.PROTECT, EventKind.REPLICA_WARM: GpuState.RUNNING}
-)
-"""Events a replica's own timer schedules, and the state its GPU must still be in (at
-the version the event carries) for the event to matter."""
+_RUNNING = GpuState.RUNNING
+
+
+
+def _nothing() -> None:
+    pass
 
 
 def _gpus(n: int) -> str:

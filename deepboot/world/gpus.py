@@ -1,9 +1,12 @@
-"""Sim-internal per-GPU state of the shared cluster, with its GPU-second accounting.
+"""The GPU ledger of the shared cluster, in both worlds, with its GPU-second accounting.
 
 Every GPU of the cluster is one :class:`BoardGpu` in exactly one
-:class:`~deepboot.core.gpu.GpuState`. Every change goes through :meth:`GpuBoard.move`,
-which checks the transition (``check_transition``) and keeps the per-state counts
-that the timeline and the utilisation figures are built from. GPU-seconds are
+:class:`~deepboot.core.gpu.GpuState`. Every change goes through :meth:`GpuBoard.move`
+(a decision's, checked by ``check_transition``), :meth:`GpuBoard.fail` (a failure's:
+a process died, checked against ``FAILURES``) or :meth:`GpuBoard.restore` (the runtime's
+recovery, from its stored rows), and keeps the per-state counts that the timeline,
+the utilisation figures and the runtime's metrics are built from. The GPU part of
+every operation is applied here, once for both worlds (:func:`apply_gpu_op`). GPU-seconds are
 integrated per (pool, state) between events, so they add up to
 ``GPUs x elapsed time`` by construction; :meth:`GpuBoard.check` re-derives
 everything from the GPUs themselves (the conservation tests' debug hook).
@@ -18,11 +21,17 @@ from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.errors import InvalidDecisionError
 from deepboot.core.gpu import GpuId, GpuState, GpuView, check_transition
 from deepboot.core.placement import Placement
+from deepboot.scheduler import operations as ops
 
 _HELD = frozenset({GpuState.TRAINING, GpuState.LENT})
 _LOADED = frozenset({GpuState.RUNNING, GpuState.PROTECT, GpuState.SLEEP})
 _STATES = tuple(GpuState)
 _POOLS = tuple(Pool)
+
+
+def _held_state(pool: Pool) -> GpuState:
+    """The state of a GPU a training job holds: TRAINING on its own pool, else LENT."""
+    return GpuState.TRAINING if pool is Pool.TRAINING else GpuState.LENT
 
 
 class BoardGpu:
@@ -37,6 +46,8 @@ class BoardGpu:
         hits: Warm-reuse hit count of that replica.
         job: The training job on it (TRAINING/LENT).
         protect_until: When PROTECT ends (PROTECT only).
+        replica: The runtime's name of the loaded replica's actor (None in the
+            simulator, and whenever no replica is loaded).
         version: Bumped on every change, so a PROTECT_EXPIRED scheduled before a
             reuse can be recognised as stale.
     """
@@ -50,6 +61,7 @@ class BoardGpu:
         "hits",
         "job",
         "protect_until",
+        "replica",
         "version",
         "_view",
     )
@@ -63,6 +75,7 @@ class BoardGpu:
         self.hits = 0
         self.job: str | None = None
         self.protect_until: float | None = None
+        self.replica: str | None = None
         self.version = 0
         self._view: GpuView | None = None
 
@@ -197,8 +210,61 @@ class GpuBoard:
         Raises:
             InvalidDecisionError: ``gpu.state -> new`` is not a legal transition.
         """
+        check_transition(gpu.state, new, f"GPU {gpu.gpu_id}")
+        self._set(gpu, new)
+
+    def fail(self, gpu: BoardGpu) -> None:
+        """A failure empties ``gpu``: its replica's or its worker's process died (a
+        fact of the world, checked against ``FAILURES``, never a decision).
+
+        Raises:
+            InvalidDecisionError: ``gpu`` is FREE already.
+        """
+        check_transition(gpu.state, GpuState.FREE, f"GPU {gpu.gpu_id}", failure=True)
+        self._set(gpu, GpuState.FREE)
+
+    def restore(
+        self,
+        gpu: BoardGpu,
+        state: GpuState,
+        *,
+        job: str | None = None,
+        service: str | None = None,
+        replica: str | None = None,
+        hits: int = 0,
+        protect_until: float | None = None,
+    ) -> None:
+        """Recovery only: a FREE ``gpu`` takes the state its stored row records, with
+        the fields that state carries (a job for TRAINING/LENT; a service for a loaded
+        replica; a protect end for PROTECT).
+
+        Raises:
+            InvalidDecisionError: ``gpu`` is not FREE, or the fields do not fit ``state``.
+        """
+        held, loaded = state in _HELD, state in _LOADED
+        ok = (
+            gpu.state is GpuState.FREE
+            and (job is not None) == held
+            and (service is not None) == loaded
+            and (protect_until is not None) == (state is GpuState.PROTECT)
+            and not (held and state is not _held_state(gpu.pool))
+        )
+        if not ok:
+            raise InvalidDecisionError(
+                f"GPU {gpu.gpu_id}: cannot restore {state.name} (job {job!r}, service "
+                f"{service!r}, protect end {protect_until!r}) onto {gpu.state.name}"
+            )
+        if held:
+            assert job is not None
+            self.assign(gpu, job)
+            return
+        self._set(gpu, state)
+        gpu.service, gpu.replica, gpu.hits = service, replica, hits
+        gpu.protect_until = protect_until
+        self.touch(gpu)
+
+    def _set(self, gpu: BoardGpu, new: GpuState) -> None:
         old = gpu.state
-        check_transition(old, new, f"GPU {gpu.gpu_id}")
         self._counts[gpu.pool, old] -= 1
         self._counts[gpu.pool, new] += 1
         gpu.state = new
@@ -208,6 +274,7 @@ class GpuBoard:
         if new not in _LOADED:
             gpu.service = None
             gpu.hits = 0
+            gpu.replica = None
         if new is not GpuState.PROTECT:
             gpu.protect_until = None
         self.touch(gpu)
@@ -233,7 +300,7 @@ class GpuBoard:
         """
         if gpu.state is not GpuState.FREE:
             raise InvalidDecisionError(f"GPU {gpu.gpu_id} is {gpu.state.name}, not FREE")
-        self.move(gpu, GpuState.TRAINING if gpu.pool is Pool.TRAINING else GpuState.LENT)
+        self.move(gpu, _held_state(gpu.pool))
         gpu.job = job
         self._held.setdefault(job, []).append(gpu)
 
@@ -287,3 +354,54 @@ class GpuBoard:
             assert Counter(g.node_id for g in gpus) == owners.get(job, Counter()), job
         want = {j: Counter(p.counts()) for j, p in placements.items() if p}
         assert owners == want, f"GPUs held {owners} != placements {want}"
+
+
+def apply_gpu_op(board: GpuBoard, op: ops.AnyOperation) -> BoardGpu | None:
+    """Apply the GPU part of one operation to ``board`` (both worlds call this; what
+    else an operation means, a world does around it). Job operations (``Start``,
+    ``Resize``, ``Preempt``) change no GPU here: their ``Bind``/``Release``/... do.
+
+    ``StartReplica`` on a RUNNING GPU is a task joining its replica (no move);
+    ``WarmReplica`` takes a FREE GPU only (LENT/TRAINING -> RUNNING are a task's
+    reclaim, never a warm-up's).
+
+    Returns:
+        The GPU the operation changed (None for a job operation).
+
+    Raises:
+        InvalidDecisionError: an illegal transition, or a ``WarmReplica`` on a GPU
+            that is not FREE.
+    """
+    gpu_id = getattr(op, "gpu", None)
+    if gpu_id is None:
+        return None
+    gpu = board.get(gpu_id)
+    if isinstance(op, ops.Release):
+        board.move(gpu, GpuState.FREE)
+    elif isinstance(op, ops.Bind | ops.Lend):
+        board.assign(gpu, op.job)
+    elif isinstance(op, ops.EvictReplica):
+        board.move(gpu, GpuState.FREE)
+        board.evictions += 1
+    elif isinstance(op, ops.Reclaim):
+        board.take_from_job(gpu, GpuState.FREE)
+    elif isinstance(op, ops.StartReplica | ops.WarmReplica):
+        if isinstance(op, ops.WarmReplica) and gpu.state is not GpuState.FREE:
+            raise InvalidDecisionError(f"{op!r}: GPU is {gpu.state.name}, not FREE")
+        if gpu.state is not GpuState.RUNNING:
+            board.move(gpu, GpuState.RUNNING)
+        gpu.service = op.service
+        gpu.hits = op.hits if isinstance(op, ops.StartReplica) else 0
+        board.touch(gpu)
+    elif isinstance(op, ops.ProtectReplica):
+        board.move(gpu, GpuState.PROTECT)
+        gpu.protect_until = op.until
+        board.touch(gpu)
+    elif isinstance(op, ops.SleepReplica):
+        board.move(gpu, GpuState.SLEEP)
+        gpu.hits = 0
+        board.touch(gpu)
+    else:  # pragma: no cover - exhaustiveness guard for future operations
+        raise AssertionError(f"no GPU rule for operation {op!r}")
+    return gpu
+
