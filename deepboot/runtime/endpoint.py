@@ -7,7 +7,8 @@ The contract with the controller (see :mod:`deepboot.runtime.router`):
 * ``STATE_DIR/http.json`` records the running controller's endpoint: a JSON object
   with at least ``"url"`` (``http://HOST:PORT``) and ``"instance"``, a random hex id
   the controller draws when it starts serving.
-* ``GET {url}/healthz`` needs no token and answers 200 ``{"ok": true, "instance": ID}``;
+* ``GET {url}/healthz`` needs no token and answers 200 ``{"ok": true, "instance": ID}`` (503
+  and ``"ok": false`` once the controller's loop has stalled);
   ``GET {url}/healthz?challenge=C`` (C: 32-128 hex digits the client draws) adds
   ``"proof"``: :func:`healthz_proof` of the token and C, which only a process that
   holds the token can compute, and which reveals nothing of it.

@@ -253,6 +253,8 @@ class Router:
             ConfigError/InputError for a bad one.
         register: Called with a JSON service spec, likewise.
         instance: The id ``/healthz`` echoes (random when empty).
+        stall_s: ``/healthz`` answers 503 once the controller's loop has not beaten
+            (:meth:`beat`) for this many seconds.
 
     Raises:
         ConfigError: no token.
@@ -268,6 +270,7 @@ class Router:
         submit: Callable[[dict[str, Any]], str] | None = None,
         register: Callable[[dict[str, Any]], str] | None = None,
         instance: str = "",
+        stall_s: float = 120.0,
     ) -> None:
         if not token:
             raise ConfigError("the HTTP endpoint needs a bearer token")
@@ -287,6 +290,12 @@ class Router:
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._error: BaseException | None = None
+        self.stall_s = stall_s
+        self._beat = time.monotonic()
+
+    def beat(self) -> None:
+        """The controller's loop completed a turn (``/healthz`` reports its age)."""
+        self._beat = time.monotonic()
 
     # -- life cycle (controller thread) ----------------------------------------------------
 
@@ -908,15 +917,20 @@ class Router:
         )
 
     async def _health(self, request: web.Request) -> web.Response:
-        """Liveness and the instance id; with ``?challenge=C`` (hex) also the proof
-        that this endpoint holds the token (:func:`~deepboot.runtime.endpoint.healthz_proof`)."""
-        answer: dict[str, Any] = {"ok": True, "instance": self.instance}
+        """Liveness (503 once the controller's loop stalls: no turn for ``stall_s``)
+        and the instance id; with ``?challenge=C`` (hex) also the proof that this
+        endpoint holds the token (:func:`~deepboot.runtime.endpoint.healthz_proof`)."""
+        age = time.monotonic() - self._beat
+        ok = age <= self.stall_s
+        answer: dict[str, Any] = {"ok": ok, "instance": self.instance, "loop_age_s": round(age, 3)}
+        if not ok:
+            answer["error"] = f"the controller's loop has not turned for {age:.0f} s"
         challenge = request.query.get("challenge")
         if challenge is not None:
             if not CHALLENGE_RE.fullmatch(challenge):
                 raise Refused(400, "challenge: 32-128 lowercase hex digits")
             answer["proof"] = healthz_proof(self.token, challenge)
-        return web.json_response(answer)
+        return web.json_response(answer, status=200 if ok else 503)
 
 
 def _error(status: int, reason: str, rid: str, **headers: str) -> web.Response:

@@ -78,6 +78,8 @@ class LogKind(enum.Enum):
     cancelled: {}
     reconciled: {kept: [actor names], killed: [actor names]}
     service_registered: {service, model, concurrency, max_replicas}
+    decision_rejected: {event, error}: a step of the control loop raised; the
+              controller skipped the event and kept running
     replica: {gpu, service, op: start|ready|sleep|evict|died, cold (start: always
               true; warm reuses and PROTECT are not logged, they happen at every
               request of a lull), seconds and load_seconds (ready), error, phase
@@ -98,6 +100,7 @@ class LogKind(enum.Enum):
     RECONCILED = "reconciled"
     SERVICE_REGISTERED = "service_registered"
     REPLICA = "replica"
+    DECISION_REJECTED = "decision_rejected"
 
 
 _SCHEMA = """

@@ -230,6 +230,9 @@ class Step:
     round: bool = False
 
 
+_GPU_FREED = frozenset({EventKind.JOB_FINISHED, EventKind.REPLICA_LOST, EventKind.WORKER_LOST})
+"""Events after which a GPU may be free: the queued inference tasks are retried."""
+
 RETRY = Event(EventKind.RETRY)
 """The event of a retry continuation (see :class:`Step`)."""
 
@@ -294,8 +297,8 @@ class ControlLoop:
             return self._protect_expired(event, snap)
         if kind is EventKind.REPLICA_WARM:
             return self._replica_warm(event, snap)
-        if kind is EventKind.JOB_FINISHED or kind is EventKind.REPLICA_LOST:
-            return Step(retry=_retry_cursor(snap))  # a GPU was freed
+        if kind in _GPU_FREED:
+            return Step(retry=_retry_cursor(snap))
         if kind is EventKind.JOB_SUBMITTED:
             return Step()
         raise AssertionError(f"unhandled event kind {kind}")  # pragma: no cover

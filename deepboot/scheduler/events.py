@@ -21,6 +21,9 @@ class EventKind(enum.Enum):
         goes RUNNING -> PROTECT until the event's ``until``.
     REPLICA_LOST: a replica's process died (a real world's fact: the world has freed
         its GPU); the queued inference tasks are tried again.
+    WORKER_LOST: a training worker's process died (likewise: its GPU is free, the
+        job's survivors go on); the queued inference tasks are tried again, and the
+        job's size is the policy's again at the next tick.
     TICK: a scheduling round of the training policy.
     RETRY: the queued inference tasks are tried again; never queued by a world, only
         made by :func:`deepboot.scheduler.control.run_event` to continue a retry pass.
@@ -33,6 +36,7 @@ class EventKind(enum.Enum):
     PROTECT_EXPIRED = "protect_expired"
     REPLICA_WARM = "replica_warm"
     REPLICA_LOST = "replica_lost"
+    WORKER_LOST = "worker_lost"
     TICK = "tick"
     RETRY = "retry"
 
@@ -59,6 +63,7 @@ _PRIORITY = MappingProxyType(
         EventKind.REPLICA_WARM: 13,
         EventKind.PROTECT_EXPIRED: 14,
         EventKind.REPLICA_LOST: 15,
+        EventKind.WORKER_LOST: 16,
         EventKind.JOB_SUBMITTED: 20,
         EventKind.INFERENCE_ARRIVAL: 30,
         EventKind.RETRY: 50,

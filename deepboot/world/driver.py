@@ -152,6 +152,9 @@ class Driver:
         rng: The run's generator (the loop's only randomness).
         clock: Virtual or wall time.
         timer: The decision timer (a monotonic clock; the loop reads none).
+        on_rejected: The error boundary of a world that must keep running (the
+            runtime): a decision that raises is handed to it with its event, and the
+            driver goes on with the next event. None (the simulator): it propagates.
 
     Attributes:
         queue: Every scheduled event.
@@ -166,7 +169,9 @@ class Driver:
         rng: np.random.Generator,
         clock: Clock,
         timer: Callable[[], float] = time.perf_counter,
+        on_rejected: Callable[[Event, Exception], None] | None = None,
     ) -> None:
+        self.on_rejected = on_rejected
         self.loop = loop
         self.world = world
         self.rng = rng
@@ -181,7 +186,19 @@ class Driver:
         self.queue.push(self.clock.now() if at is None else at, event)
 
     def decide(self, event: Event) -> None:
-        """One step of the loop for ``event`` (and its retry continuations), applied."""
+        """One step of the loop for ``event`` (and its retry continuations), applied;
+        within the error boundary when there is one (a step the world refused half
+        way stays half applied: the world's own checks run before it changes
+        anything it cannot take back)."""
+        if self.on_rejected is None:
+            self._decide(event)
+            return
+        try:
+            self._decide(event)
+        except Exception as exc:  # the boundary: one event's failure ends nothing
+            self.on_rejected(event, exc)
+
+    def _decide(self, event: Event) -> None:
         spent = run_event(self.loop, event, self.world, self.rng, self.timer)
         if spent is not None:
             self.rounds += 1

@@ -91,6 +91,7 @@ def router() -> Iterator[rt.Router]:
 def test_loopback_reads_need_no_token(router: rt.Router) -> None:
     assert router.host == "127.0.0.1" and router.open_reads
     code, _, body = _call(router.url + "/healthz")
+    assert body.pop("loop_age_s") >= 0
     assert (code, body) == (200, {"ok": True, "instance": router.instance})
     code, headers, text = _call(router.url + "/metrics")
     assert code == 200 and "deepboot_gpus_lent_total" in text

@@ -312,6 +312,7 @@ def test_healthz_proves_it_holds_the_token_without_revealing_it(router: rt.Route
     conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
     conn.request("GET", f"/healthz?challenge={challenge}")
     body = json.loads(conn.getresponse().read())
+    assert body.pop("loop_age_s") >= 0
     assert body == {
         "ok": True,
         "instance": router.instance,
@@ -392,3 +393,27 @@ def test_every_request_counts_in_the_load_warm_served_ones_too(router: rt.Router
     assert [m for m in seen if isinstance(m, msg.Received)] == [msg.Received("svc")] * 2
     assert all(m.service == "svc" and m.seconds >= 0 for m in seen if isinstance(m, msg.Served))
     assert [m.task for m in seen if isinstance(m, msg.Arrival)] == ["cold"]
+
+
+def test_healthz_turns_unhealthy_when_the_controllers_loop_stops_turning(
+    router: rt.Router,
+) -> None:
+    def health() -> tuple[int, dict[str, Any]]:
+        parts = urlsplit(router.url)
+        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+        conn.request("GET", "/healthz")
+        r = conn.getresponse()
+        out = (r.status, json.loads(r.read()))
+        conn.close()
+        return out
+
+    router.beat()
+    status, body = health()
+    assert status == 200 and body["ok"] is True
+    router.stall_s = 0.05
+    time.sleep(0.2)  # no beat: the loop is stuck
+    status, body = health()
+    assert status == 503 and body["ok"] is False and body["loop_age_s"] >= 0.05
+    assert "has not turned" in body["error"]
+    router.beat()  # it turns again
+    assert health()[0] == 200

@@ -1,0 +1,156 @@
+"""The runtime as a world of the driver: its snapshot, its facts, and how it applies a
+step of the control loop (every GPU change through the ledger; replicas started, woken
+and killed; every job whose GPU set changed handed to its next generation)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from deepboot.core.errors import InvalidDecisionError
+from deepboot.core.gpu import GpuState
+from deepboot.policies.lending import ServiceLoad
+from deepboot.runtime.store import LogKind
+from deepboot.runtime.world import gpu_name
+from deepboot.scheduler.control import PendingTask, Snapshot, Step
+from deepboot.scheduler.decision import Preempt, Resize, Start
+from deepboot.scheduler.events import Event, EventKind
+from deepboot.scheduler.operations import (
+    Bind,
+    EvictReplica,
+    Lend,
+    ProtectReplica,
+    Reclaim,
+    Release,
+    SleepReplica,
+    StartReplica,
+    WarmReplica,
+)
+from deepboot.world.driver import is_stale
+from deepboot.world.gpus import apply_gpu_op
+
+if TYPE_CHECKING:
+    from deepboot.runtime.controller import Controller
+
+
+_APPLIED = (Bind, Lend, Release, Reclaim, EvictReplica, StartReplica, ProtectReplica,
+            SleepReplica, Start, Resize, Preempt)  # fmt: skip
+"""The operations this world applies (every one but ``WarmReplica``)."""
+
+
+def check_applicable(ops: Sequence[object]) -> None:
+    """Refuse, before any of it is applied, a step with an operation this world cannot
+    carry out: a ``WarmReplica`` (pre-warming is simulator-only for now) or one it does
+    not know at all (a new operation must be added here, not dropped silently).
+
+    Raises:
+        InvalidDecisionError: naming the operation; nothing of the step was applied.
+    """
+    for op in ops:
+        if isinstance(op, WarmReplica):
+            raise InvalidDecisionError(
+                f"the runtime cannot apply {op!r}: pre-warming a replica with no "
+                "request (WarmReplica) is simulator-only for now; nothing of the "
+                "step was applied"
+            )
+        if not isinstance(op, _APPLIED):
+            raise InvalidDecisionError(
+                f"the runtime does not know how to apply {op!r}; nothing of the step was applied"
+            )
+
+
+def next_tick(now: float, origin: float, interval: float) -> float:
+    """The first tick ``origin + k x interval`` (k >= 1) later than ``now``: ticks stay
+    on their grid whatever the polls' jitter (``now + interval`` drifted by each
+    iteration's lateness), and an iteration later than a whole interval skips the
+    ticks it missed instead of running them back to back."""
+    k = math.floor((now - origin) / interval) + 1
+    return origin + max(k, 1) * interval
+
+
+class RayBackend:
+    """The control loop's second world: jobs, GPUs and replicas on a Ray cluster.
+
+    ``snapshot`` reports the world as the loop sees it; ``apply`` records the GPU
+    operations, starts, wakes and kills replicas, and hands every job whose GPU set
+    changed to the controller, which starts its next generation. It refuses a step
+    with a ``WarmReplica`` (pre-warming is simulator-only for now), before applying any
+    of it.
+    """
+
+    def __init__(self, ctl: Controller) -> None:
+        self.ctl = ctl
+
+    def snapshot(self, event: Event) -> Snapshot:
+        ctl = self.ctl
+        jobs = tuple(
+            j.view(ctl.board)
+            for j in sorted(ctl.jobs.values(), key=lambda j: (j.row.submitted, j.name))
+            if j.active
+        )
+        gpus = ctl.board.views()
+        waiting = tuple(PendingTask(t, s) for t, s in ctl.waiting.items())
+        now = ctl.clock()
+        loads: dict[str, ServiceLoad] = {}
+        settings = ctl.loop.settings
+        if event.kind is EventKind.TICK and settings.lending and settings.reserve.enabled:
+            loads = ctl.demand.loads(now, settings.reserve.window_s)
+        return Snapshot(
+            now, ctl.cluster, jobs, gpus, waiting, MappingProxyType(loads), services=ctl.specs
+        )
+
+    def record(self, now: float, event: Event) -> bool:
+        """The facts of ``event`` (the controller recorded a message's on receipt):
+        a replica's protect timer or idle report that no longer matches its GPU is
+        moot; the first tick is the origin of the grid."""
+        ctl = self.ctl
+        kind = event.kind
+        if is_stale(ctl.board, event):
+            return False
+        if kind is EventKind.INFERENCE_DONE:
+            assert event.gpu is not None
+            return ctl.board.get(event.gpu).state is GpuState.RUNNING
+        if kind is EventKind.TICK and ctl._tick0 is None:
+            ctl._tick0 = now
+        return True
+
+    def after_tick(self, now: float) -> float:
+        """The next tick, on the grid from the first one."""
+        assert self.ctl._tick0 is not None
+        return next_tick(now, self.ctl._tick0, self.ctl.settings.interval)
+
+    def after_event(self, now: float, event: Event) -> None:
+        """Nothing: the controller flushes once per turn of its loop."""
+
+    def apply(self, step: Step) -> None:
+        check_applicable(step.ops)
+        ctl = self.ctl
+        touched: list[str] = []
+        for op in step.ops:
+            if isinstance(op, Start | Resize | Preempt):
+                continue  # the job-level statement of the GPU operations around it
+            if isinstance(op, StartReplica):
+                ctl.start_replica(op)  # through the ledger, around the actors
+                continue
+            gpu = ctl.board.get(op.gpu)
+            replica, service = gpu.replica, gpu.service
+            apply_gpu_op(ctl.board, op)  # every GPU change: the ledger checks it
+            if isinstance(op, Bind | Lend | Release | Reclaim):
+                touched.append(op.job)
+                ctl.log_gpu(op.gpu, type(op).__name__.lower(), op.job)
+            elif isinstance(op, EvictReplica):
+                ctl.replica_gone(op.gpu, replica, service)
+            elif isinstance(op, ProtectReplica):
+                # Not logged (every idle moment of a replica); SLEEP, when its GPU
+                # becomes lendable, is. Its expiry is on the one queue.
+                expiry = Event(EventKind.PROTECT_EXPIRED, seq=gpu.version, gpu=op.gpu)
+                ctl.post(expiry, at=op.until)
+            elif isinstance(op, SleepReplica):
+                ctl.note(LogKind.REPLICA, gpu=gpu_name(op.gpu), service=service, op="sleep")
+        for u in step.unplaced:
+            if u.inference and u.name in ctl.arrived:
+                ctl.waiting.setdefault(u.name, ctl.arrived[u.name])
+        for job in dict.fromkeys(touched):
+            ctl.retarget(ctl.jobs[job])

@@ -1,0 +1,197 @@
+"""What reaches the controller, as events on the driver's queue: the router's messages
+(arrivals, idle and dead replicas, every request and answer for the load), the
+store (submissions, cancellations, services), the workers' polls, and the HTTP
+endpoint's submissions (which the router's thread writes to the store)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from typing import Any
+
+from deepboot.core.gpu import GpuState
+from deepboot.runtime import messages as rt
+from deepboot.runtime.replicas import Replicas
+from deepboot.runtime.store import JobRow, JobState, JobStore, LogKind
+from deepboot.runtime.world import JobRec, gpu_name, parse_gpu
+from deepboot.scheduler.events import Event, EventKind
+
+log = logging.getLogger("deepboot.controller")
+
+
+class Intake(Replicas):
+    """The controller's event sources (see the module docstring)."""
+
+    def iteration(self) -> None:
+        """Poll the workers and read the store: their events go on the queue."""
+        now = self.clock()
+        dt, self._last = max(now - self._last, 0.0), now
+        events: list[Event] = []
+        events += self.poll(dt)
+        self.take_services()
+        rows = self.store.jobs()  # one read of the store per iteration
+        events += self.take_submissions(rows)
+        events += self.take_cancellations(rows)
+        for event in events:
+            self.post(event)
+
+    def handle_messages(self) -> None:
+        """Act on what the router reported (arrivals, idle and dead replicas)."""
+        for msg in self.inbox.drain():
+            if isinstance(msg, rt.Received):
+                self.demand.arrived(msg.service, self.clock())
+            elif isinstance(msg, rt.Served):
+                self.demand.ran(msg.service, self.clock(), msg.seconds)
+            elif isinstance(msg, rt.Arrival):
+                if msg.task in self.arrived or msg.service not in self.specs:
+                    continue
+                self.arrived[msg.task] = msg.service
+                self.post(Event(EventKind.INFERENCE_ARRIVAL, job=msg.task, service=msg.service))
+            elif isinstance(msg, rt.Backoff):
+                until = self.clock() + msg.seconds if msg.failures else None
+                self._backoffs[msg.service] = (msg.failures, until)
+            elif isinstance(msg, rt.Withdraw):
+                self.arrived.pop(msg.task, None)
+                self.waiting.pop(msg.task, None)
+            elif isinstance(msg, rt.Idle):
+                rec = self.board.get(parse_gpu(msg.gpu))
+                if rec.replica == msg.replica and rec.state is GpuState.RUNNING:
+                    self.post(Event(EventKind.INFERENCE_DONE, gpu=rec.gpu_id))
+            elif isinstance(msg, rt.Ready):
+                rec = self.board.get(parse_gpu(msg.gpu))
+                if rec.replica == msg.replica and rec.service:
+                    self._cold_starts.append((rec.service, round(msg.load_seconds, 3)))
+                    self.note(
+                        LogKind.REPLICA,
+                        gpu=msg.gpu,
+                        service=rec.service,
+                        op="ready",
+                        seconds=round(msg.seconds, 3),
+                        load_seconds=round(msg.load_seconds, 3),
+                    )
+            elif isinstance(msg, rt.Died):
+                rec = self.board.get(parse_gpu(msg.gpu))
+                if rec.replica != msg.replica:
+                    continue
+                log.warning("replica %s died (%s): %s", msg.replica, msg.phase, msg.error)
+                self.actors.kill(msg.replica)
+                self.note(
+                    LogKind.REPLICA, gpu=msg.gpu, service=rec.service, op="died",
+                    error=msg.error[-2000:], phase=msg.phase, backoff_s=round(msg.backoff_s, 3),
+                )  # fmt: skip
+                self.board.fail(rec)  # the fact; the loop retries the queued tasks
+                self.post(Event(EventKind.REPLICA_LOST, gpu=rec.gpu_id))
+        if self._pending_log:
+            self.flush()
+
+    def take_services(self) -> None:
+        """Services registered since the last look (``deepboot serve``, POST /v1/services)."""
+        fresh = {
+            r.spec.name: r.spec for r in self.store.services() if r.spec.name not in self.specs
+        }
+        if not fresh:
+            return
+        self.specs = {**self.specs, **fresh}
+        if self.router is not None:
+            self.router.set_services(self.specs, self._measured_cold_starts())
+
+    def _measured_cold_starts(self) -> dict[str, float]:
+        """The first cold start measured of each service (the store's), for the
+        router's default load timeouts."""
+        return {r.spec.name: r.cold_start for r in self.store.services() if r.cold_start}
+
+    def take_submissions(self, rows: list[JobRow]) -> list[Event]:
+        events = []
+        for row in rows:
+            if row.state is JobState.SUBMITTED and row.name not in self.jobs:
+                rec = JobRec(row)
+                rec.update(state=JobState.QUEUED)
+                self.jobs[row.name] = rec
+                events.append(Event(EventKind.JOB_SUBMITTED, job=row.name))
+            elif row.state is JobState.SUBMITTED:
+                self.jobs[row.name].update(state=JobState.QUEUED)
+        return events
+
+    def take_cancellations(self, rows: list[JobRow]) -> list[Event]:
+        events = []
+        cancelled = {r.name for r in rows if r.cancel and not r.state.ended}
+        for name in sorted(cancelled):
+            rec = self.jobs.get(name)
+            if rec is None:
+                continue
+            self._end(rec, JobState.CANCELLED)
+            self.note(LogKind.CANCELLED, name)
+            events.append(Event(EventKind.JOB_FINISHED, job=name))
+        return events
+
+    def start_router(self) -> None:
+        """Serve HTTP (requests, submissions, metrics) and record where."""
+        from deepboot.runtime.router import Router, is_loopback  # aiohttp: runtime extra
+
+        s = self.settings
+        # The token guards every route that accepts work, on loopback too.
+        token = self.state.ensure_http_token().read_text().strip()
+        port = s.http_port
+        if port == 0 and self.state.http_file.exists():
+            # A restarted controller keeps its address, so clients reconnect.
+            with contextlib.suppress(ValueError, OSError, KeyError):
+                port = int(json.loads(self.state.http_file.read_text())["port"])
+
+        def serve(on: int) -> Router:
+            router = Router(
+                self.inbox, self.metrics, s.http_host, on, token,
+                submit=self._http_submit, register=self._http_register,
+            )  # fmt: skip
+            router.start()
+            return router
+
+        try:
+            router = serve(port)
+        except OSError:
+            if port == s.http_port:
+                raise
+            router = serve(0)  # the old port is taken: any free one (http.json says)
+        self.router = router
+        router.set_services(self.specs, self._measured_cold_starts())
+        now = self.clock()  # a back-off outlives the controller that started it
+        for row in self.store.services():
+            if row.load_failures and row.spec.name in self.specs:
+                left = (row.backoff_until or now) - now
+                router.restore_backoff(row.spec.name, row.load_failures, left)
+        for rec in self._adopt:
+            assert rec.replica is not None and rec.service is not None
+            router.adopt_replica(
+                gpu_name(rec.gpu_id), rec.service, rec.replica, self.actors.handle(rec.replica)
+            )
+        self._adopt.clear()
+        router.write_address(self.state.http_file)
+        reads = "open on loopback" if is_loopback(s.http_host) else "need the token too"
+        log.info("HTTP endpoint at %s (work needs the token; reads %s)", router.url, reads)
+
+    def _http_submit(self, raw: dict[str, Any]) -> str:
+        from deepboot.runtime.jobspec import parse_job
+
+        # A relative entry file is resolved against the state directory's parent
+        # (where 'deepboot up' ran); clients should send absolute paths.
+        spec = parse_job(raw, "POST /v1/jobs", self.state.root.parent)
+        store = JobStore(self.state.db)
+        try:
+            store.submit(spec)
+        finally:
+            store.close()
+        self.inbox.wake.set()
+        return spec.name
+
+    def _http_register(self, raw: dict[str, Any]) -> str:
+        from deepboot.runtime.servicespec import parse_service
+
+        raw = {k: v for k, v in raw.items() if v is not None}  # to_json's unset cold start
+        spec = parse_service(raw, "POST /v1/services", self.state.root.parent)
+        store = JobStore(self.state.db)
+        try:
+            store.register_service(spec)
+        finally:
+            store.close()
+        self.inbox.wake.set()
+        return spec.name

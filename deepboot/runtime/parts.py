@@ -1,0 +1,141 @@
+"""The controller's state as each of its parts sees it, and what every part uses: the
+event log (flushed with the state it describes), the driver's queue, the flush.
+
+The controller (:mod:`deepboot.runtime.controller`) is assembled from parts, each a
+small module with one concern: generations (:mod:`~deepboot.runtime.generations`),
+worker polls (:mod:`~deepboot.runtime.polling`), replicas
+(:mod:`~deepboot.runtime.replicas`), intake from the router, the store and HTTP
+(:mod:`~deepboot.runtime.intake`) and recovery (:mod:`~deepboot.runtime.recovery`).
+Each part builds on the ones before it, in that order.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from deepboot.core.cluster import ClusterSpec
+from deepboot.core.gpu import GpuId
+from deepboot.core.service import ServiceSpec
+from deepboot.runtime import messages as rt
+from deepboot.runtime.actors import RayActors
+from deepboot.runtime.settings import LATENCIES_KEPT, ControllerSettings
+from deepboot.runtime.statedir import StateDir
+from deepboot.runtime.store import GpuRow, JobStore, LogKind
+from deepboot.runtime.world import JobRec, gpu_name
+from deepboot.scheduler.control import ControlLoop
+from deepboot.scheduler.events import Event
+from deepboot.world.demand import LoadWindow
+from deepboot.world.driver import Driver
+from deepboot.world.gpus import BoardGpu, GpuBoard
+
+if TYPE_CHECKING:
+    from deepboot.runtime.metrics import Metrics
+    from deepboot.runtime.router import Router
+
+
+class ControllerParts:
+    """The controller's state (set by ``Controller.__init__``) and its shared helpers.
+
+    Attributes:
+        board: The GPU ledger: every GPU change goes through it, checked.
+        jobs: The jobs not yet ended, by name.
+        arrived: Request id -> service, until placed or withdrawn.
+        waiting: The arrivals the loop could not place, in order.
+        demand: Every request the router accepted and every answer: the services'
+            load, for the lending reserve.
+        driver: The one driver: its queue holds the ticks and the protect timers.
+    """
+
+    state: StateDir
+    settings: ControllerSettings
+    cluster: ClusterSpec
+    actors: RayActors
+    clock: Callable[[], float]
+    store: JobStore
+    board: GpuBoard
+    jobs: dict[str, JobRec]
+    loop: ControlLoop
+    driver: Driver
+    metrics: Metrics
+    inbox: rt.Inbox
+    router: Router | None
+    specs: dict[str, ServiceSpec]
+    arrived: dict[str, str]
+    waiting: dict[str, str]
+    demand: LoadWindow
+    _gpu_names: frozenset[str]
+    _idle_recovered: list[GpuId]
+    _adopt: list[BoardGpu]
+    _cold_starts: list[tuple[str, float]]
+    # Crash-loop back-offs to record: service -> (failures in a row, Unix time before
+    # which no replica starts, or None once it ended).
+    _backoffs: dict[str, tuple[int, float | None]]
+    _pending_log: list[tuple[LogKind, str, dict[str, Any]]]
+    _tick0: float | None
+    _last: float
+    _stop: bool
+
+    # -- logging into the store (flushed with the state it describes) ------------------------
+
+    def note(self, kind: LogKind, job: str = "", **detail: Any) -> None:
+        self._pending_log.append((kind, job, detail))
+        self.metrics.count(kind, detail)
+
+    def log_gpu(self, gpu: GpuId, op: str, job: str) -> None:
+        self.note(LogKind.GPU, job, gpu=gpu_name(gpu), op=op)
+
+    def post(self, event: Event, at: float | None = None) -> None:
+        """Schedule ``event`` on the driver's queue at ``at`` (None: now)."""
+        self.driver.post(event, at)
+
+    def flush(self) -> None:
+        with self.store.transaction() as db:
+            for kind, job, detail in self._pending_log:
+                self.store.log(db, kind, job, **detail)
+            self._pending_log.clear()
+            for j in self.jobs.values():
+                self.store.save_job(db, j.row)
+            self.store.save_gpus(
+                db,
+                [
+                    GpuRow(
+                        gpu_name(r.gpu_id),
+                        r.node_id,
+                        r.index,
+                        r.pool.value,
+                        r.state.value,
+                        r.job or "",
+                        r.service or "",
+                        r.replica or "",
+                        r.hits,
+                        r.protect_until,
+                    )
+                    for r in self.board.gpus
+                ],
+            )
+            for service, seconds in self._cold_starts:
+                self.store.set_cold_start(db, service, seconds)
+            self._cold_starts.clear()
+            for service, (failures, until) in self._backoffs.items():
+                self.store.set_backoff(db, service, failures, until)
+            self._backoffs.clear()
+            self.store.set_meta(db, "heartbeat", repr(self.clock()))
+            latencies = self.driver.decision_ms
+            if latencies:
+                del latencies[:-LATENCIES_KEPT]  # the latest decisions only
+                median = statistics.median(latencies)
+                self.store.set_meta(db, "rounds", str(self.driver.rounds))
+                self.store.set_meta(db, "decision_ms_median", repr(median))
+                self.store.set_meta(db, "decision_ms_max", repr(max(latencies)))
+            self.store.set_meta(db, "controller_pid", str(os.getpid()))
+        self.metrics.set_world(
+            ((r.pool, r.state, r.job, r.service) for r in self.board.gpus),
+            (j.row.state.value for j in self.jobs.values()),
+            self.specs,
+        )
+        # An ended job's last row is written: stop rewriting it every iteration.
+        for name in [n for n, j in self.jobs.items() if j.row.state.ended]:
+            del self.jobs[name]

@@ -1,0 +1,149 @@
+"""Polling a job's workers: progress, timings and gradient statistics into the job's
+online model; a generation that formed completes its resize; a job whose workers are
+all done finishes; a worker that died frees its GPU (a failure in the ledger) and its
+job's survivors re-form from their own state."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from deepboot.elastic.protocol import WorkerReport, WorkerStatus
+from deepboot.runtime.generations import Generations
+from deepboot.runtime.store import JobState, LogKind
+from deepboot.runtime.world import JobRec, parse_gpu
+from deepboot.scheduler.events import Event, EventKind
+
+log = logging.getLogger("deepboot.controller")
+
+
+class Polling(Generations):
+    """The workers' reports, digested (see the module docstring)."""
+
+    def poll(self, dt: float) -> list[Event]:
+        events: list[Event] = []
+        for rec in list(self.jobs.values()):
+            if not rec.active or not (rec.actors or rec.leaving):
+                continue
+            held = len(self.board.held(rec.name))
+            rec.update(attained=rec.row.attained + held * dt)
+            reports = self.actors.reports([*rec.actors.values(), *rec.leaving])
+            self._poll_leavers(rec, reports)
+            by_gpu = {g: reports[n] for g, n in rec.actors.items() if n in reports}
+            if self._poll_job(rec, by_gpu):
+                events.append(Event(EventKind.JOB_FINISHED, job=rec.name))
+        return events
+
+    def _poll_leavers(self, rec: JobRec, reports: dict[str, WorkerReport | None]) -> None:
+        for name in list(rec.leaving):
+            if name not in reports:
+                continue  # not scheduled yet or slow: ask again next time
+            r = reports[name]
+            if r is None or r.status in (
+                WorkerStatus.DEPARTED,
+                WorkerStatus.DONE,
+                WorkerStatus.FAILED,
+            ):
+                self.actors.kill(name)
+                del rec.leaving[name]
+        if rec.gen is not None and rec.gen.stop and not rec.leaving and rec.transition:
+            rec.transition = None  # a preemption's stop is complete
+
+    def _poll_job(self, rec: JobRec, reports: dict[str, WorkerReport | None]) -> bool:
+        """Digest one job's reports; True when the job ended."""
+        dead = [g for g, r in reports.items() if r is None]
+        for g, r in reports.items():
+            if r is None:
+                continue
+            rec.reports[g] = r
+            if r.measurements:
+                rec.model.add(r.measurements)
+            rec.model.note_grad(r)
+            if r.status is WorkerStatus.FAILED:
+                last = r.error.strip().splitlines()[-1] if r.error.strip() else "worker failed"
+                self._end(rec, JobState.FAILED, message=last)
+                self.note(LogKind.FAILED, rec.name, error=r.error[-2000:])
+                return True
+            if math.isfinite(r.loss) and r.step >= rec.row.step:
+                rec.update(step=r.step, loss=r.loss)
+        rec.update(model=rec.model.to_json())
+        if dead:
+            self._workers_died(rec, dead)
+        members = rec.members
+        if not members:
+            return False
+        reps = [rec.reports.get(g) for g in members]
+        gen = rec.gen
+        assert gen is not None
+        if rec.transition is not None and any(
+            r is not None and r.broken >= gen.number for r in reps
+        ):
+            # The generation could not form (a member came too late, or a collective
+            # broke while forming): offer a fresh one to the same members.
+            log.warning("%s: generation %d did not form; offering another", rec.name, gen.number)
+            self._new_generation(rec, gen.members, how=rec.transition.how, joiners=(), retry=True)
+            return False
+        if rec.transition is not None and all(
+            r is not None
+            and r.generation == rec.gen.number  # type: ignore[union-attr]
+            and r.status in (WorkerStatus.RUNNING, WorkerStatus.DONE)
+            for r in reps
+        ):
+            self._formed(rec)
+        if rec.transition is None and all(
+            r is not None and r.status is WorkerStatus.DONE for r in reps
+        ):
+            r0 = rec.reports[members[0]]
+            self.note(
+                LogKind.FINISHED,
+                rec.name,
+                step=r0.step,
+                loss=r0.loss,
+                seconds=round(self.clock() - (rec.row.started or rec.row.submitted), 3),
+            )
+            rec.update(step=r0.step, loss=r0.loss)
+            self._end(rec, JobState.FINISHED)
+            return True
+        return False
+
+    def _workers_died(self, rec: JobRec, dead: list[str]) -> None:
+        for g in dead:
+            name = rec.actors.pop(g)
+            self.actors.kill(name)
+            rec.reports.pop(g, None)
+            if g not in rec.members:
+                continue  # a leaver: nothing lost
+            self.note(
+                LogKind.WORKER_FAILED,
+                rec.name,
+                worker=g,
+                generation=rec.gen.number if rec.gen else 0,
+                step=rec.row.step,
+            )
+            gpu = self.board.get(parse_gpu(g))
+            if gpu.job == rec.name:
+                self.board.fail(gpu)
+                self.log_gpu(gpu.gpu_id, "release", rec.name)
+        survivors = tuple(g for g in rec.members if g not in dead)
+        if not any(g in rec.members for g in dead):
+            return
+        # The loop hears of the freed GPUs (a queued request may take one now); the
+        # job's size is the policy's again at the next tick.
+        self.post(Event(EventKind.WORKER_LOST, job=rec.name))
+        if survivors:
+            self._new_generation(rec, survivors, how="failure", joiners=())
+        else:
+            # Nobody holds the state: back to the queue, to restore the checkpoint.
+            rec.gen, rec.transition = None, None
+            rec.update(state=JobState.QUEUED, workers=(), restarts=rec.row.restarts + 1)
+
+    def _end(self, rec: JobRec, state: JobState, message: str = "") -> None:
+        for name in [*rec.actors.values(), *rec.leaving]:
+            self.actors.kill(name)
+        rec.actors.clear()
+        rec.leaving.clear()
+        for g in self.board.held(rec.name):
+            self.log_gpu(g.gpu_id, "release", rec.name)
+        self.board.release_job(rec.name)
+        rec.gen, rec.transition = None, None
+        rec.update(state=state, finished=self.clock(), workers=(), message=message)

@@ -1,0 +1,99 @@
+"""The controller's settings: ``deepboot up``'s flags, saved in STATE_DIR/controller.json,
+and the shared-cluster knobs this world refuses."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from deepboot.core.errors import ConfigError
+from deepboot.runtime.statedir import StateDir
+from deepboot.world.settings import SharedCluster
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """The controller's knobs (``deepboot up`` flags; saved in controller.json).
+
+    Attributes:
+        policy: Training policy (one that needs no oracle; see ``deepboot up --help``).
+        interval: Seconds between scheduling rounds.
+        poll: Seconds between polls of the workers.
+        collective_timeout: Seconds before a hung collective or rendezvous fails.
+        seed: Seed of the policies' randomness.
+        params: The training policy's parameters (as ``deepboot policies`` lists).
+        http_host: Address of the HTTP endpoint (requests, submissions, metrics);
+            anything but loopback requires the bearer token.
+        http_port: Its port (0: any free one; see STATE_DIR/http.json).
+        shared: The shared-cluster knobs, as the simulator takes them: lending, the
+            lifecycle and its protect factor, AFE (keep-alive resizes; off:
+            checkpoint-restart resizes, the baseline), the lending reserve, the
+            inference placement (:func:`check_runnable` says which run here).
+    """
+
+    policy: str = "deepboot"
+    interval: float = 60.0
+    poll: float = 1.0
+    collective_timeout: float = 60.0
+    seed: int = 0
+    params: dict[str, str] = field(default_factory=dict)
+    http_host: str = "127.0.0.1"
+    http_port: int = 8470
+    shared: SharedCluster = field(default_factory=SharedCluster)
+
+    @property
+    def afe(self) -> bool:
+        """Keep-alive resizes (AFE unless turned off: the runtime's default)."""
+        return self.shared.afe is not False
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        raw = {f.name: getattr(self, f.name) for f in fields(self)}
+        raw["shared"] = self.shared.to_dict()
+        tmp.write_text(json.dumps(raw, indent=2))
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Path) -> ControllerSettings:
+        raw = json.loads(path.read_text())
+        shared = dict(raw.pop("shared", {}))
+        # controller.json of a cluster an older deepboot started: its four
+        # shared-cluster knobs sat at the top level.
+        renamed = {"inference_policy": "ats_i"}
+        for old in ("afe", "lending", "protect_factor", "inference_policy"):
+            new = renamed.get(old, old)
+            if old in raw:
+                shared.setdefault(new, raw.pop(old))
+        return cls(**raw, shared=SharedCluster.from_dict(shared))
+
+
+RUNTIME_REFUSED = {
+    "slo": "SLO-guarded lending pre-warms replicas, which the runtime does not do yet",
+    "warm_pool": "the warm-pool reference is a simulator reference for --slo",
+    "oracle": "the oracle reference reads the requests still to come",
+}
+"""Shared-cluster knobs the runtime refuses, and why."""
+
+
+def check_runnable(shared: SharedCluster) -> None:
+    """Refuse, with the reason, the shared-cluster knobs this world cannot run.
+
+    Raises:
+        ConfigError: ``--slo``, ``--warm-pool`` or ``--oracle``.
+    """
+    for name, why in RUNTIME_REFUSED.items():
+        if getattr(shared, name):
+            raise ConfigError(
+                f"--{name.replace('_', '-')}: {why} (the simulator runs it: "
+                f"'deepboot simulate --{name.replace('_', '-')}')"
+            )
+
+
+LATENCIES_KEPT = 1000
+"""The latest decision latencies the controller keeps for ``deepboot status``."""
+
+
+def settings_file(state: StateDir) -> Path:
+    return state.root / "controller.json"
