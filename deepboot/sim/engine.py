@@ -725,7 +725,6 @@ class Simulation:
 _RUNNING = GpuState.RUNNING
 
 
-
 def _nothing() -> None:
     pass
 

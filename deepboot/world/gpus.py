@@ -404,4 +404,3 @@ def apply_gpu_op(board: GpuBoard, op: ops.AnyOperation) -> BoardGpu | None:
     else:  # pragma: no cover - exhaustiveness guard for future operations
         raise AssertionError(f"no GPU rule for operation {op!r}")
     return gpu
-
