@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING
 
 from deepboot.core.errors import InvalidDecisionError
 from deepboot.core.gpu import GpuState
+from deepboot.core.placement import Placement
 from deepboot.policies.lending import ServiceLoad
 from deepboot.runtime.store import LogKind
 from deepboot.runtime.world import gpu_name
 from deepboot.scheduler.control import PendingTask, Snapshot, Step
-from deepboot.scheduler.decision import Preempt, Resize, Start
+from deepboot.scheduler.decision import Preempt, Resize, Start, new_placement
 from deepboot.scheduler.events import Event, EventKind
 from deepboot.scheduler.operations import (
     Bind,
@@ -125,12 +126,24 @@ class RayBackend:
         """Nothing: the controller flushes once per turn of its loop."""
 
     def apply(self, step: Step) -> None:
+        """Apply ``step``: its GPU operations on the ledger (replicas around them),
+        then each job operation (``Start``/``Resize``/``Preempt``), the intent its
+        GPU operations carried out: the job's next generation goes on the GPUs the
+        ledger says it holds, which must match the operation's placement.
+
+        Raises:
+            InvalidDecisionError: an operation this world cannot apply (before
+                anything ran), an illegal GPU transition, or GPU operations that do
+                not carry out their job's operation.
+        """
         check_applicable(step.ops)
         ctl = self.ctl
         touched: list[str] = []
+        intents: dict[str, Placement] = {}
         for op in step.ops:
             if isinstance(op, Start | Resize | Preempt):
-                continue  # the job-level statement of the GPU operations around it
+                intents[op.job] = new_placement(op)  # carried out below, once its GPUs moved
+                continue
             if isinstance(op, StartReplica):
                 ctl.start_replica(op)  # through the ledger, around the actors
                 continue
@@ -153,4 +166,15 @@ class RayBackend:
             if u.inference and u.name in ctl.arrived:
                 ctl.waiting.setdefault(u.name, ctl.arrived[u.name])
         for job in dict.fromkeys(touched):
+            if job not in intents:
+                raise InvalidDecisionError(
+                    f"GPUs of job {job} moved with no Start, Resize or Preempt of it"
+                )
+        for job, want in intents.items():
+            held = Placement.of(g.node_id for g in ctl.board.held(job))
+            if held != want:
+                raise InvalidDecisionError(
+                    f"{job}: its operation places it on nodes {want.counts()}, its GPU "
+                    f"operations on {held.counts()}"
+                )
             ctl.retarget(ctl.jobs[job])

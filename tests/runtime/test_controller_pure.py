@@ -1,5 +1,6 @@
 """The runtime controller's pure parts, in-process (no Ray): which operations it
-applies, and where its ticks fall."""
+applies (job operations as the intent their GPU operations carry out), and where its
+ticks fall."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ from typing import Any, cast
 
 import pytest
 
+from deepboot.core.cluster import ClusterSpec
 from deepboot.core.errors import InvalidDecisionError
 from deepboot.core.placement import Placement
 from deepboot.runtime.controller import RayBackend, check_applicable, next_tick
 from deepboot.scheduler.control import Step
 from deepboot.scheduler.decision import Preempt, Resize, Start
 from deepboot.scheduler.operations import Bind, Lend, Reclaim, Release, WarmReplica
+from deepboot.world.gpus import GpuBoard
 
 
 @dataclass(frozen=True)
@@ -67,3 +70,47 @@ def test_ticks_stay_on_their_grid() -> None:
     assert next_tick(370.0, 100.0, 60.0) == 400.0
     # Exactly on a tick: the next one.
     assert next_tick(220.0, 100.0, 60.0) == 280.0
+
+
+class LedgerOnly:
+    """A controller with a GPU ledger and nothing else: the backend's job operations
+    are checked against it and handed to ``retarget``."""
+
+    def __init__(self) -> None:
+        self.board = GpuBoard(ClusterSpec.parse("2x2", 1))
+        self.jobs = {"a": "job a", "b": "job b"}
+        self.retargeted: list[str] = []
+        self.arrived: dict[str, str] = {}
+
+    def log_gpu(self, *_: Any) -> None:
+        pass
+
+    def retarget(self, rec: str) -> None:
+        self.retargeted.append(rec)
+
+
+def test_job_operations_are_the_intent_their_gpu_operations_carry_out() -> None:
+    ctl = LedgerOnly()
+    backend = RayBackend(cast(Any, ctl))
+    two = Placement.of((0, 1))
+    backend.apply(Step(ops=(Bind((0, 0), "a"), Lend((1, 0), "a"), Start("a", two))))
+    assert ctl.retargeted == ["job a"]
+    # A reclaim's shrink: the Resize names the job whose generation follows.
+    backend.apply(Step(ops=(Reclaim((1, 0), "a"), Resize("a", two, Placement.of((0,))))))
+    assert ctl.retargeted == ["job a", "job a"]
+
+
+@pytest.mark.parametrize(
+    ("ops", "words"),
+    [
+        ((Bind((0, 0), "b"),), "moved with no Start, Resize or Preempt"),
+        ((Bind((0, 0), "b"), Start("b", Placement.of((0, 0)))), r"places it on nodes \{0: 2\}"),
+    ],
+)
+def test_gpu_operations_that_do_not_carry_out_their_job_operation_are_refused(
+    ops: tuple[Any, ...], words: str
+) -> None:
+    ctl = LedgerOnly()
+    with pytest.raises(InvalidDecisionError, match=words):
+        RayBackend(cast(Any, ctl)).apply(Step(ops=ops))
+    assert ctl.retargeted == []
