@@ -1,6 +1,11 @@
 """The Ray side of the runtime: create, reach, find and kill elastic workers and
 inference replicas (:mod:`deepboot.runtime.replica`).
 
+The controller sees only the :class:`Actors` protocol; :class:`RayActors` is the
+implementation on a Ray cluster, and the fast tests drive the controller's
+generations, polls and recovery in-process with a fake one
+(``tests/runtime/fake_actors.py``).
+
 Each worker is a detached, named actor (it outlives the controller) in the
 ``deepboot`` namespace, holding exactly one GPU resource (``deepboot_gpu_<n>_<i>``),
 so the worker runs on the GPU the scheduler chose. Names:
@@ -13,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from deepboot.elastic.protocol import Generation, WorkerConfig, WorkerReport
 from deepboot.runtime.raycluster import NAMESPACE, gpu_resource
@@ -59,6 +64,45 @@ def _on_gpu(name: str, gpu: str, concurrency: int) -> dict[str, Any]:
         "max_restarts": 0,
         "max_concurrency": concurrency,
     }
+
+
+class Actors(Protocol):
+    """What the controller asks of the processes it runs: elastic workers (one per
+    GPU of a job) and inference replicas, each a named actor that outlives the
+    controller."""
+
+    def create(self, name: str, config: WorkerConfig, gpu: str, first: Generation) -> None:
+        """Start worker ``name`` on ``gpu``, offered generation ``first``."""
+        ...
+
+    def create_replica(self, name: str, spec: dict[str, Any], gpu: str, log_path: str) -> Any:
+        """Start replica ``name`` of a service on ``gpu``; returns its handle."""
+        ...
+
+    def handle(self, name: str) -> Any:
+        """The handle of a named actor (the router calls a replica through it)."""
+        ...
+
+    def offer(self, name: str, gen: Generation) -> None:
+        """Offer worker ``name`` a generation (a gone actor: nothing; the poll sees it)."""
+        ...
+
+    def reports(self, names: list[str]) -> dict[str, WorkerReport | None]:
+        """Each worker's latest report, None for a dead one; one not answering yet is
+        left out (never waited for long)."""
+        ...
+
+    def kill(self, name: str) -> None:
+        """Kill actor ``name`` (gone already: nothing)."""
+        ...
+
+    def list_workers(self) -> list[str]:
+        """Every live worker's name."""
+        ...
+
+    def list_named(self, prefix: str) -> list[str]:
+        """Every live actor's name that starts with ``prefix``, sorted."""
+        ...
 
 
 class RayActors:

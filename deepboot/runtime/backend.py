@@ -15,7 +15,7 @@ from deepboot.core.placement import Placement
 from deepboot.policies.lending import ServiceLoad
 from deepboot.runtime.store import LogKind
 from deepboot.runtime.world import gpu_name
-from deepboot.scheduler.control import PendingTask, Snapshot, Step
+from deepboot.scheduler.control import ROUND_KINDS, PendingTask, Snapshot, Step
 from deepboot.scheduler.decision import Preempt, Resize, Start, new_placement
 from deepboot.scheduler.events import Event, EventKind
 from deepboot.scheduler.operations import (
@@ -76,7 +76,8 @@ class RayBackend:
 
     ``snapshot`` reports the world as the loop sees it; ``apply`` records the GPU
     operations, starts, wakes and kills replicas, and hands every job whose GPU set
-    changed to the controller, which starts its next generation. It refuses a step
+    changed (or, after a training round, that lost a worker) to the controller, which
+    starts its next generation. It refuses a step
     with a ``WarmReplica`` (pre-warming is simulator-only for now), before applying any
     of it.
     """
@@ -87,7 +88,7 @@ class RayBackend:
     def snapshot(self, event: Event) -> Snapshot:
         ctl = self.ctl
         jobs = tuple(
-            j.view(ctl.board)
+            j.view(ctl.board, ctl.loop.training.job_mode)
             for j in sorted(ctl.jobs.values(), key=lambda j: (j.row.submitted, j.name))
             if j.active
         )
@@ -96,7 +97,7 @@ class RayBackend:
         now = ctl.clock()
         loads: dict[str, ServiceLoad] = {}
         settings = ctl.loop.settings
-        if event.kind is EventKind.TICK and settings.lending and settings.reserve.enabled:
+        if event.kind in ROUND_KINDS and settings.lending and settings.reserve.enabled:
             loads = ctl.demand.loads(now, settings.reserve.window_s)
         return Snapshot(
             now, ctl.cluster, jobs, gpus, waiting, MappingProxyType(loads), services=ctl.specs
@@ -178,3 +179,10 @@ class RayBackend:
                     f"operations on {held.counts()}"
                 )
             ctl.retarget(ctl.jobs[job])
+        if step.round:
+            # A job that lost a worker and that the round left where it stands (the
+            # survivors' GPUs: no operation of it) re-forms there: the round decided
+            # its size; without one its group stays broken.
+            for rec in ctl.jobs.values():
+                if rec.lost and rec.name not in intents:
+                    ctl.retarget(rec)

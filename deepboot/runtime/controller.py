@@ -42,7 +42,7 @@ from deepboot.core.gpu import GpuId
 from deepboot.core.service import ServiceSpec
 from deepboot.policies import inference, registry
 from deepboot.runtime import messages as rt
-from deepboot.runtime.actors import RayActors
+from deepboot.runtime.actors import Actors, RayActors
 from deepboot.runtime.backend import RayBackend, check_applicable, next_tick
 from deepboot.runtime.raycluster import ClusterRecord, ray_env
 from deepboot.runtime.recovery import Recovery
@@ -88,7 +88,7 @@ class Controller(Recovery):
         state: The state directory.
         settings: The knobs.
         cluster: The cluster.
-        actors: The Ray side.
+        actors: The processes' side (:class:`~deepboot.runtime.actors.RayActors`).
         clock: Wall clock (injected for tests of the bookkeeping).
     """
 
@@ -97,7 +97,7 @@ class Controller(Recovery):
         state: StateDir,
         settings: ControllerSettings,
         cluster: ClusterSpec,
-        actors: RayActors,
+        actors: Actors,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.state = state

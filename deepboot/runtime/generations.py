@@ -30,21 +30,27 @@ class Change(enum.Enum):
     PREEMPT = "stop"  # no GPU left: the workers checkpoint and stop; back to the queue
     START = "start"  # no worker yet: one starts on every GPU
     AFE = "afe"  # the survivors stay alive; the joiners copy their state
+    FAILURE = "failure"  # a member died: the survivors re-form from their own state
     RESTART = "restart"  # every worker stops; all restart from the checkpoint
 
 
-CHANGES: Mapping[tuple[bool, bool, bool], Change] = MappingProxyType(
+CHANGES: Mapping[tuple[bool, bool, bool, bool], Change] = MappingProxyType(
     {
-        # (has workers, holds GPUs, keep-alive: AFE on and a worker survives)
-        (False, False, False): Change.KEEP,
-        (False, True, False): Change.START,
-        (True, False, False): Change.PREEMPT,
-        (True, True, True): Change.AFE,
-        (True, True, False): Change.RESTART,
+        # (has live workers, holds GPUs, keep-alive: a live worker on a GPU still
+        #  held, with AFE on or after a death, a member of its generation died)
+        (False, False, False, False): Change.KEEP,
+        (False, True, False, False): Change.START,
+        (True, False, False, False): Change.PREEMPT,
+        (True, False, False, True): Change.PREEMPT,
+        (True, True, True, False): Change.AFE,
+        (True, True, True, True): Change.FAILURE,
+        (True, True, False, False): Change.RESTART,
+        (True, True, False, True): Change.RESTART,
     }
 )
 """The transition table of :func:`plan_generation` (the combinations missing cannot
-happen: keep-alive needs a worker on a GPU still held)."""
+happen: keep-alive needs a live worker on a GPU still held, and a job whose members
+all died has no generation left to re-form: it starts again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,19 +69,25 @@ class GenerationPlan:
     joiners: tuple[str, ...] = ()
 
 
-def plan_generation(old: Sequence[str], held: Sequence[str], afe: bool) -> GenerationPlan:
+def plan_generation(
+    old: Sequence[str], held: Sequence[str], afe: bool, lost: bool = False
+) -> GenerationPlan:
     """The change that moves a job from workers on ``old`` to the GPUs ``held``.
 
     Args:
-        old: The GPUs of its current generation's members, in rank order.
+        old: The GPUs of its current generation's live members, in rank order.
         held: The GPUs the ledger says it holds now.
         afe: Keep-alive resizes are on.
+        lost: A member of the current generation died (``old`` is the survivors):
+            they cannot go on as they are, even on the same GPUs, and they keep
+            their state in memory whether AFE is on or not (a failure is no resize).
     """
-    if set(old) == set(held):
+    if set(old) == set(held) and not lost:
         return GenerationPlan(Change.KEEP)
     survivors = tuple(g for g in old if g in held)
-    change = CHANGES[(bool(old), bool(held), afe and bool(survivors) and bool(held))]
-    if change is Change.AFE:
+    keep_alive = (afe or lost) and bool(survivors)
+    change = CHANGES[(bool(old), bool(held), keep_alive, lost and bool(old))]
+    if change in (Change.AFE, Change.FAILURE):
         joiners = tuple(g for g in held if g not in old)
         return GenerationPlan(change, survivors + joiners, joiners)
     if change is Change.PREEMPT:
@@ -90,8 +102,8 @@ class Generations(ControllerParts):
         """Start the generation that puts ``rec`` on the GPUs the ledger says it holds
         (:func:`plan_generation` says how)."""
         held = sorted(gpu_name(g.gpu_id) for g in self.board.held(rec.name))
-        old = rec.members
-        plan = plan_generation(old, held, self.settings.afe)
+        old = tuple(g for g in rec.members if g not in rec.lost)
+        plan = plan_generation(old, held, self.settings.afe, lost=bool(rec.lost))
         if plan.change is Change.KEEP:
             return
         if plan.change is Change.PREEMPT:
@@ -121,7 +133,7 @@ class Generations(ControllerParts):
             self.actors.offer(name, stop)
             rec.leaving[name] = g
         rec.actors.clear()
-        rec.gen = stop
+        rec.gen, rec.lost = stop, ()
         rec.transition = Transition(how, stop.number, self.clock(), gen.members, rec.row.step)
         rec.update(generation=stop.number)
 
@@ -142,7 +154,7 @@ class Generations(ControllerParts):
         pending = rec.transition
         number = (prev.number if prev else rec.row.generation) + 1
         nodes = self._num_nodes(members)
-        local_bsz, accum = rec.batch_for(nodes, len(members))
+        local_bsz, accum = rec.batch_for(nodes, len(members), self.loop.training.job_mode)
         ckpt = self.state.job_checkpoint(rec.name)
         fresh_start = how in ("start", "restart")
         restore = Restore.CHECKPOINT if fresh_start and ckpt.exists() else Restore.MEMORY
@@ -180,7 +192,7 @@ class Generations(ControllerParts):
                 old or (prev.members if prev else ()),
                 rec.row.step,
             )
-        rec.gen = gen
+        rec.gen, rec.lost = gen, ()
         rec.update(
             state=JobState.RUNNING,
             generation=number,

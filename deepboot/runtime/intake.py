@@ -10,7 +10,9 @@ import json
 import logging
 from typing import Any
 
+from deepboot.core.cluster import Pool
 from deepboot.core.gpu import GpuState
+from deepboot.core.modes import JobMode
 from deepboot.runtime import messages as rt
 from deepboot.runtime.replicas import Replicas
 from deepboot.runtime.store import JobRow, JobState, JobStore, LogKind
@@ -108,10 +110,41 @@ class Intake(Replicas):
                 rec = JobRec(row)
                 rec.update(state=JobState.QUEUED)
                 self.jobs[row.name] = rec
+                why = self._never_runs(rec)
+                if why:
+                    # Refused, not queued forever (the simulator refuses such a run).
+                    self._end(rec, JobState.FAILED, message=why)
+                    self.note(LogKind.FAILED, rec.name, error=why)
+                    continue
                 events.append(Event(EventKind.JOB_SUBMITTED, job=row.name))
             elif row.state is JobState.SUBMITTED:
                 self.jobs[row.name].update(state=JobState.QUEUED)
         return events
+
+    def _never_runs(self, rec: JobRec) -> str:
+        """Why the policy can never run ``rec`` here ("" when it can): its smallest
+        size (the request under a fixed-size policy, else ``min_workers``) is above
+        its most (:meth:`JobRec.bounds`) or the GPUs training may ever use."""
+        mode = self.loop.training.job_mode
+        fewest, most = rec.bounds(mode)
+        smallest = rec.row.spec.requested if mode is JobMode.FIXED else fewest
+        policy = self.loop.training.policy.name
+        if smallest > most:
+            batch = "max_batch_size" if mode is JobMode.ADAPTIVE else "batch_size"
+            return (
+                f"policy {policy!r} may give it at most {most} GPUs ({batch} over "
+                f"min_local_batch_size), below its min_workers ({fewest})"
+            )
+        pools = self.cluster.nodes
+        lending = self.loop.settings.lending
+        room = sum(n.gpus for n in pools if n.pool is Pool.TRAINING or lending)
+        if smallest > room:
+            also = "plus the inference pool" if lending else "(lending is off)"
+            return (
+                f"policy {policy!r} runs it on at least {smallest} GPUs; training may use "
+                f"at most {room}: the training pool {also}"
+            )
+        return ""
 
     def take_cancellations(self, rows: list[JobRow]) -> list[Event]:
         events = []

@@ -6,6 +6,7 @@ Example (examples/runtime/regression.toml)::
     entry = "regression.py:train"     # file (relative to this file) : function
     min_workers = 1
     max_workers = 4
+    # workers = 2                      # what fifo and tiresias run it on (default: min)
     batch_size = 32                    # initial total batch
     max_batch_size = 512
     max_local_batch_size = 128         # per GPU (memory bound)
@@ -33,6 +34,7 @@ _KNOWN = {
     "entry",
     "min_workers",
     "max_workers",
+    "workers",
     "batch_size",
     "max_batch_size",
     "min_local_batch_size",
@@ -52,7 +54,10 @@ class JobSpec:
         entry: "ABSOLUTE/path/file.py:function" or "package.module:function".
         min_workers: Fewest GPUs it runs on once started (>= 1).
         max_workers: Most GPUs it may get.
-        batch_size: Initial total batch (the goodput model's M0).
+        workers: GPUs it asks for, within [min_workers, max_workers]: the size a
+            fixed-size policy (``fifo``, ``tiresias``) runs it at; None: min_workers.
+        batch_size: Initial total batch (the goodput model's M0); a fixed-batch or
+            fixed-size policy keeps it whatever the job's size.
         max_batch_size: Largest total batch the goodput model may pick.
         min_local_batch_size: Smallest per-GPU batch.
         max_local_batch_size: Largest per-GPU batch (memory bound).
@@ -65,12 +70,18 @@ class JobSpec:
     entry: str
     min_workers: int = 1
     max_workers: int = 4
+    workers: int | None = None
     batch_size: int = 32
     max_batch_size: int = 512
     min_local_batch_size: int = 1
     max_local_batch_size: int = 128
     checkpoint_every: int = 50
     args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def requested(self) -> int:
+        """GPUs the job asks for (``workers``, else ``min_workers``)."""
+        return self.min_workers if self.workers is None else self.workers
 
     @property
     def limits(self) -> BatchLimits:
@@ -119,6 +130,7 @@ def parse_job(raw: dict[str, Any], where: str, base: Path) -> JobSpec:
     hi = int_key(where, raw, "max_workers", max(lo, 4), 1, MAX_WORKERS)
     if hi < lo:
         raise InputError(where, 0, "max_workers", f"must be >= min_workers ({lo}), got {hi}")
+    workers = int_key(where, raw, "workers", lo, lo, hi) if "workers" in raw else None
     bsz = int_key(where, raw, "batch_size", 32, 1, 1 << 24)
     max_bsz = int_key(where, raw, "max_batch_size", max(bsz, 512), 1, 1 << 24)
     if max_bsz < bsz:
@@ -142,6 +154,7 @@ def parse_job(raw: dict[str, Any], where: str, base: Path) -> JobSpec:
         entry=entry,
         min_workers=lo,
         max_workers=hi,
+        workers=workers,
         batch_size=bsz,
         max_batch_size=max_bsz,
         min_local_batch_size=min_local,

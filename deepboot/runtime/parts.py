@@ -20,7 +20,7 @@ from deepboot.core.cluster import ClusterSpec
 from deepboot.core.gpu import GpuId
 from deepboot.core.service import ServiceSpec
 from deepboot.runtime import messages as rt
-from deepboot.runtime.actors import RayActors
+from deepboot.runtime.actors import Actors
 from deepboot.runtime.settings import LATENCIES_KEPT, ControllerSettings
 from deepboot.runtime.statedir import StateDir
 from deepboot.runtime.store import GpuRow, JobStore, LogKind
@@ -52,7 +52,7 @@ class ControllerParts:
     state: StateDir
     settings: ControllerSettings
     cluster: ClusterSpec
-    actors: RayActors
+    actors: Actors
     clock: Callable[[], float]
     store: JobStore
     board: GpuBoard

@@ -1,7 +1,8 @@
 """Polling a job's workers: progress, timings and gradient statistics into the job's
 online model; a generation that formed completes its resize; a job whose workers are
 all done finishes; a worker that died frees its GPU (a failure in the ledger) and its
-job's survivors re-form from their own state."""
+job waits for the control loop's round on the death, which says where it goes on
+(its survivors then re-form from their own state)."""
 
 from __future__ import annotations
 
@@ -70,8 +71,8 @@ class Polling(Generations):
         if dead:
             self._workers_died(rec, dead)
         members = rec.members
-        if not members:
-            return False
+        if not members or rec.lost:
+            return False  # no group, or a broken one the loop has yet to move
         reps = [rec.reports.get(g) for g in members]
         gen = rec.gen
         assert gen is not None
@@ -124,17 +125,18 @@ class Polling(Generations):
             if gpu.job == rec.name:
                 self.board.fail(gpu)
                 self.log_gpu(gpu.gpu_id, "release", rec.name)
-        survivors = tuple(g for g in rec.members if g not in dead)
-        if not any(g in rec.members for g in dead):
+        lost = tuple(g for g in rec.members if g in dead or g in rec.lost)
+        if not lost:
             return
-        # The loop hears of the freed GPUs (a queued request may take one now); the
-        # job's size is the policy's again at the next tick.
+        # Facts only: the decision is the loop's. Its round on WORKER_LOST sizes the
+        # job again (the survivors' GPUs, or others), and the backend re-forms the
+        # survivors there (``Change.FAILURE``); a queued request may take a freed GPU.
         self.post(Event(EventKind.WORKER_LOST, job=rec.name))
-        if survivors:
-            self._new_generation(rec, survivors, how="failure", joiners=())
+        if len(lost) < len(rec.members):
+            rec.lost = lost
         else:
             # Nobody holds the state: back to the queue, to restore the checkpoint.
-            rec.gen, rec.transition = None, None
+            rec.gen, rec.transition, rec.lost = None, None, ()
             rec.update(state=JobState.QUEUED, workers=(), restarts=rec.row.restarts + 1)
 
     def _end(self, rec: JobRec, state: JobState, message: str = "") -> None:
@@ -145,5 +147,5 @@ class Polling(Generations):
         for g in self.board.held(rec.name):
             self.log_gpu(g.gpu_id, "release", rec.name)
         self.board.release_job(rec.name)
-        rec.gen, rec.transition = None, None
+        rec.gen, rec.transition, rec.lost = None, None, ()
         rec.update(state=state, finished=self.clock(), workers=(), message=message)

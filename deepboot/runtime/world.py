@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from deepboot.core.gpu import GpuId
+from deepboot.core.modes import JobMode
 from deepboot.core.params import GradParams, PerfParams
 from deepboot.core.placement import EMPTY, Placement
 from deepboot.core.state import JobView
@@ -24,6 +25,7 @@ from deepboot.perf.fit import fit_perf_params
 from deepboot.perf.goodput import GoodputModel, select_batch
 from deepboot.runtime.store import JobRow, JobState
 from deepboot.world.gpus import GpuBoard
+from deepboot.world.sizing import replica_cap, target_batch
 
 
 def gpu_name(gpu: GpuId) -> str:
@@ -132,6 +134,8 @@ class JobRec:
         actors: gpu id -> actor name of its members' workers.
         leaving: actor name -> gpu id of workers told to leave (killed once departed).
         transition: The generation being formed, if any.
+        lost: Members of ``gen`` whose worker died; the survivors wait for the control
+            loop's round on the death (``WORKER_LOST``) to say where the job goes on.
         model: The online goodput model.
         reports: The latest report of each worker.
     """
@@ -142,6 +146,7 @@ class JobRec:
     actors: dict[str, str] = field(default_factory=dict)
     leaving: dict[str, str] = field(default_factory=dict)
     transition: Transition | None = None
+    lost: tuple[str, ...] = ()
     model: OnlineModel = field(default_factory=OnlineModel)
     reports: dict[str, WorkerReport] = field(default_factory=dict)
 
@@ -158,24 +163,44 @@ class JobRec:
     def update(self, **changes: Any) -> None:
         self.row = replace(self.row, **changes)
 
-    def batch_for(self, num_nodes: int, num_replicas: int) -> tuple[int, int]:
-        """(local_bsz, micro-batches per step) the goodput model picks for a size.
+    def batch_for(self, num_nodes: int, num_replicas: int, mode: JobMode) -> tuple[int, int]:
+        """(local_bsz, micro-batches per step) for a size: the user's batch split over
+        the workers when the policy's ``mode`` keeps it, else the goodput model's pick.
 
         ``select_batch`` counts Pollux's *extra* accumulation steps s (a step is s + 1
         micro-batches); the generation carries s + 1.
         """
-        limits = self.row.spec.limits
+        spec = self.row.spec
+        limits = spec.limits
         model = None
         if self.model.perf is not None and self.model.grad is not None:
             model = GoodputModel(self.model.perf, self.model.grad, limits)
-        local_bsz, extra = select_batch(model, limits, num_nodes, num_replicas)
+        target = target_batch(mode, spec.batch_size)
+        local_bsz, extra = select_batch(model, limits, num_nodes, num_replicas, target)
         return local_bsz, extra + 1
 
-    def view(self, board: GpuBoard) -> JobView:
+    def bounds(self, mode: JobMode) -> tuple[int, int]:
+        """(fewest, most) GPUs a policy of ``mode`` may give the job: the user's
+        ``min_workers``, and :func:`~deepboot.world.sizing.replica_cap` with the
+        user's ``max_workers`` as the cap (no growth rule of the simulator's: a real
+        job names its own most). The fewest may exceed the most (a fixed batch too
+        small to split over ``min_workers``): the job can never run."""
+        spec = self.row.spec
+        most = replica_cap(
+            mode,
+            spec.limits,
+            requested=spec.requested,
+            batch_size=spec.batch_size,
+            cap=spec.max_workers,
+        )
+        return spec.min_workers, most
+
+    def view(self, board: GpuBoard, mode: JobMode) -> JobView:
+        """The job as a policy of ``mode`` sees it now (see :meth:`bounds`)."""
         spec = self.row.spec
         held = sorted(g.node_id for g in board.held(self.name))
         placement = Placement.of(held) if held else EMPTY
-        lo, hi = spec.min_workers, spec.max_workers
+        lo, hi = self.bounds(mode)
         if self.transition is not None and held:
             # Mid-resize: the job cannot change size until its generation forms.
             lo = hi = len(held)
@@ -191,6 +216,8 @@ class JobRec:
             limits=spec.limits,
             perf_params=self.model.perf,
             grad_params=self.model.grad,
+            target_num_replicas=spec.requested,
+            target_batch_size=target_batch(mode, spec.batch_size),
         )
 
     @property

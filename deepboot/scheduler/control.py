@@ -29,7 +29,10 @@ the simulator and the runtime alike:
   took a task serves it and stays RUNNING. While it loads it is in
   ``Snapshot.replicas`` with no task in flight, so an arrival of its service joins it
   as above, whatever the service's ``concurrency`` (1 included).
-* **JOB_FINISHED**: a retry (the world has freed the job's GPUs).
+* **JOB_FINISHED**, **REPLICA_LOST**: a retry (the world has freed the GPUs).
+* **WORKER_LOST**: a training round, as at a tick (the world has freed the dead
+  worker's GPU; the policy says where its job goes on, at once rather than at the
+  next tick), then a retry.
 * **JOB_SUBMITTED**: nothing until the next tick.
 
 No handler makes a ``WarmReplica`` yet (a forecasting policy will); every step's
@@ -230,8 +233,12 @@ class Step:
     round: bool = False
 
 
-_GPU_FREED = frozenset({EventKind.JOB_FINISHED, EventKind.REPLICA_LOST, EventKind.WORKER_LOST})
+_GPU_FREED = frozenset({EventKind.JOB_FINISHED, EventKind.REPLICA_LOST})
 """Events after which a GPU may be free: the queued inference tasks are retried."""
+
+ROUND_KINDS = frozenset({EventKind.TICK, EventKind.WORKER_LOST})
+"""Events answered by a training round: a world's snapshot for one carries what a
+tick's does (every job as of now, the services' ``loads``)."""
 
 RETRY = Event(EventKind.RETRY)
 """The event of a retry continuation (see :class:`Step`)."""
@@ -285,7 +292,7 @@ class ControlLoop:
         self, event: Event, snap: Snapshot, rng: np.random.Generator, cursor: Retry | None
     ) -> Step:
         kind = event.kind
-        if kind is EventKind.TICK:
+        if kind in ROUND_KINDS:
             return self._round(snap, rng)
         if kind is EventKind.RETRY:
             return self._retry(snap, rng, cursor or Retry())

@@ -22,8 +22,8 @@ class EventKind(enum.Enum):
     REPLICA_LOST: a replica's process died (a real world's fact: the world has freed
         its GPU); the queued inference tasks are tried again.
     WORKER_LOST: a training worker's process died (likewise: its GPU is free, the
-        job's survivors go on); the queued inference tasks are tried again, and the
-        job's size is the policy's again at the next tick.
+        job's survivors wait); a training round says at once where the job goes on,
+        then the queued inference tasks are tried again.
     TICK: a scheduling round of the training policy.
     RETRY: the queued inference tasks are tried again; never queued by a world, only
         made by :func:`deepboot.scheduler.control.run_event` to continue a retry pass.

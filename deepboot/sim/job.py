@@ -21,6 +21,7 @@ from deepboot.perf.application import Application
 from deepboot.perf.fit import fit_perf_params
 from deepboot.perf.goodput import GoodputModel, select_batch
 from deepboot.perf.restart import RestartCostModel
+from deepboot.world.sizing import replica_cap, target_batch
 
 ProfileKey = tuple[int, int, int]
 """(num_nodes, num_replicas, local_bsz) of one measured configuration."""
@@ -207,10 +208,7 @@ class SimJob:
         self.spec = spec
         self.truth = truth
         self.mode = mode
-        if mode is JobMode.ADAPTIVE:
-            self.target_batch_size = fixed_batch_size
-        else:
-            self.target_batch_size = spec.batch_size
+        self.target_batch_size = target_batch(mode, spec.batch_size, fixed_batch_size)
         self.round_epoch_times = round_epoch_times
         self._app_replica_cap = app_replica_cap
         self._global_replica_cap = global_replica_cap
@@ -261,20 +259,14 @@ class SimJob:
         for. ADAPTIVE and FIXED_BATCH are further capped per application (ncf: 1).
         Never below 1.
         """
-        limits = self.truth.app.limits
-        if self.mode is JobMode.FIXED:
-            return max(self.spec.num_replicas, 1)
-        if self.mode is JobMode.FIXED_BATCH:
-            most = self.spec.batch_size // limits.min_local_bsz
-        else:
-            most = min(
-                2 * self._max_profiled_replicas,
-                self._global_replica_cap,
-                limits.max_batch_size // limits.min_local_bsz,
-            )
-        if self._app_replica_cap is not None:
-            most = min(most, self._app_replica_cap)
-        return max(most, 1)
+        return replica_cap(
+            self.mode,
+            self.truth.app.limits,
+            requested=self.spec.num_replicas,
+            batch_size=self.spec.batch_size,
+            adaptive_cap=min(2 * self._max_profiled_replicas, self._global_replica_cap),
+            cap=self._app_replica_cap,
+        )
 
     def view(self, now: float) -> JobView:
         """The immutable snapshot of this job a policy may see at ``now``."""

@@ -40,6 +40,7 @@ def write_job(directory: Path, name: str, threshold: float, delay: float, **extr
         f'entry = "{JOB_CODE}:train"',
         f"min_workers = {extra.pop('min_workers', 1)}",
         f"max_workers = {extra.pop('max_workers', 4)}",
+        *([f"workers = {extra.pop('workers')}"] if "workers" in extra else []),
         "batch_size = 32",
         "max_batch_size = 256",
         "max_local_batch_size = 64",
@@ -166,16 +167,19 @@ def assert_exact_resizes(state: Path, name: str) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def local_cluster(state: Path, *flags: str) -> Iterator[Path]:
+def local_cluster(
+    state: Path, *flags: str, params: tuple[str, ...] = ("restart_delay=2",)
+) -> Iterator[Path]:
     """``deepboot up`` a local cluster with the tests' scaled-down timings (2 s rounds,
-    0.3 s polls, 15 s collective timeout, restart_delay=2, any free HTTP port) and
-    ``flags``; on exit, ``deepboot down``, and no process of it may be left."""
+    0.3 s polls, 15 s collective timeout, any free HTTP port), the policy's ``params``
+    (restart_delay=2 suits DeepBoot and Pollux) and ``flags``; on exit, ``deepboot
+    down``, and no process of it may be left."""
     from deepboot.runtime.raycluster import ClusterRecord, cluster_pids
     from deepboot.runtime.statedir import StateDir
 
     cli(
         state, "up", "--interval", "2", "--poll", "0.3", "--collective-timeout", "15",
-        "--param", "restart_delay=2", "--http-port", "0", *flags,
+        *(f"--param={p}" for p in params), "--http-port", "0", *flags,
     )  # fmt: skip
     record = ClusterRecord.load(StateDir.at(state))
     try:

@@ -37,6 +37,9 @@ def test_good_job_file_loads_with_absolute_entry(tmp_path: Path) -> None:
     assert spec.limits.init_batch_size == 16 and spec.limits.max_local_bsz == 32
     assert spec.args == {"loss_threshold": 0.01}
     assert JobSpec.from_json(spec.to_json()) == spec
+    assert spec.workers is None and spec.requested == 1  # fixed-size policies: min
+    asked = load_job(_write(tmp_path, "workers = 2\n" + GOOD))
+    assert asked.requested == 2 and JobSpec.from_json(asked.to_json()) == asked
 
 
 @pytest.mark.parametrize(
@@ -55,6 +58,7 @@ def test_good_job_file_loads_with_absolute_entry(tmp_path: Path) -> None:
         (lambda t: t.replace("batch_size = 16", "batch_size = 1.5"), "batch_size", "integer"),
         (lambda t: t.replace("max_batch_size = 128", "max_batch_size = 8"), "max_batch_size", ">="),
         (lambda t: "gpus = 2\n" + t, "gpus", "unknown key"),
+        (lambda t: "workers = 4\n" + t, "workers", "[1, 3]"),
         (lambda t: t.replace("[args]\nloss_threshold = 0.01\n", 'args = "x"\n'), "args", "table"),
     ],
     ids=[
@@ -67,6 +71,7 @@ def test_good_job_file_loads_with_absolute_entry(tmp_path: Path) -> None:
         "float-batch",
         "max-under-initial",
         "unknown-key",
+        "workers-over-max",
         "args-not-table",
     ],
 )

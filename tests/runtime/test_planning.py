@@ -19,6 +19,7 @@ from deepboot.runtime.store import GpuRow, JobRow, JobState
 
 @pytest.mark.parametrize(
     ("old", "held", "afe", "want"),
+    # old: the live members, rank order; held: the job's GPUs after the step
     [
         ((), (), True, GenerationPlan(Change.KEEP)),
         (("0.0", "0.1"), ("0.1", "0.0"), True, GenerationPlan(Change.KEEP)),
@@ -46,10 +47,34 @@ def test_a_new_gpu_set_means_one_change(
     assert plan_generation(old, held, afe) == want
 
 
+@pytest.mark.parametrize(
+    ("old", "held", "afe", "want"),
+    # old: the survivors of a generation a member of which died
+    [
+        # the round kept the survivors' GPUs: they re-form there, from memory
+        (("0.0", "0.1"), ("0.0", "0.1"), True, GenerationPlan(Change.FAILURE, ("0.0", "0.1"))),
+        # ... with AFE off too: a failure is no resize, the state is in memory
+        (("0.1",), ("0.1",), False, GenerationPlan(Change.FAILURE, ("0.1",))),
+        # the round gave the dead worker's GPU back: a new worker joins the survivors
+        (("0.1",), ("0.0", "0.1"), True, GenerationPlan(Change.FAILURE, ("0.1", "0.0"), ("0.0",))),
+        # the round moved the job off every survivor: the checkpoint, on the new GPUs
+        (("0.1",), ("1.0",), True, GenerationPlan(Change.RESTART, ("1.0",), ("1.0",))),
+        # the round preempted it
+        (("0.1",), (), True, GenerationPlan(Change.PREEMPT)),
+    ],  # fmt: skip
+)
+def test_after_a_death_the_survivors_never_stay_as_they_were(
+    old: tuple[str, ...], held: tuple[str, ...], afe: bool, want: GenerationPlan
+) -> None:
+    assert plan_generation(old, held, afe, lost=True) == want
+
+
 def test_the_transition_table_covers_every_possible_case() -> None:
-    # keep-alive needs a worker on a GPU still held: the other three keys cannot occur
-    possible = {(o, h, k) for o in (False, True) for h in (False, True) for k in (False, True)
-                if not (k and not (o and h))}  # fmt: skip
+    # keep-alive needs a live worker on a GPU still held, and a death with no live
+    # worker left is no generation to re-form (the job starts again): no other keys
+    flags = (False, True)
+    possible = {(o, h, k, lost) for o in flags for h in flags for k in flags for lost in flags
+                if not (k and not (o and h)) and not (lost and not o)}  # fmt: skip
     assert set(CHANGES) == possible
 
 

@@ -182,6 +182,23 @@ def test_a_tick_without_jobs_runs_no_round_but_retries_the_queue() -> None:
     assert step == Step(retry=Retry())
 
 
+def test_a_dead_worker_is_a_round_the_policy_sizes_its_job_at_once() -> None:
+    # "a" held (0,0) and (0,1); the worker on (0,1) died and the world freed its GPU.
+    cluster, views = gpus("T:a F", "F")
+    step = loop({"a": (0, 0)}).step(
+        Event(EventKind.WORKER_LOST, "a"), snap(cluster, views, job("a", (0,))), RNG
+    )
+    assert step.round
+    assert step.ops == (Bind((0, 1), "a"), Resize("a", Placement.of((0,)), Placement.of((0, 0))))
+
+
+@pytest.mark.parametrize("kind", [EventKind.JOB_FINISHED, EventKind.REPLICA_LOST])
+def test_other_freed_gpus_only_retry_the_queue(kind: EventKind) -> None:
+    cluster, views = gpus("T:a F", "F")
+    step = loop({"a": (0, 0)}).step(Event(kind, "a"), snap(cluster, views, job("a", (0,))), RNG)
+    assert step == Step()
+
+
 # -- inference -------------------------------------------------------------------------
 
 
