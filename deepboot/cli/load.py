@@ -232,7 +232,8 @@ def _ms(value: float | None) -> str:
 def cmd_load(args: argparse.Namespace, out: Console, err: Console) -> int:
     import numpy as np
 
-    from deepboot.runtime.loadgen import RateProfile, run_load, send_times
+    from deepboot.runtime.loadgen import run_load
+    from deepboot.runtime.rateprofile import RateProfile, send_times
 
     _check_args(args)
     profile_path = require_path(args.rate_profile, "--rate-profile")

@@ -159,7 +159,7 @@ RANGES: dict[str, _Range] = {
     "--overhead-s": _Range(float, 0, 3600),
     "--concurrency": _Range(int, 1, MAX_CONCURRENCY),
     "--max-requests": _Range(int, 1, MAX_REQUESTS),
-    "--peak-rps": _Range(float, 0, 100_000, open_low=True),  # runtime.loadgen.MAX_RPS
+    "--peak-rps": _Range(float, 0, 100_000, open_low=True),  # runtime.rateprofile.MAX_RPS
     "--window-s": _Range(float, 1, 86_400),
     "--peak-busy": _Range(float, 0, 4, open_low=True),
 }
@@ -508,8 +508,8 @@ def _finish(out: Console, outputs: _Outputs, command: str, stream: Any) -> int:
 
 def workload_rate_shape(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``deepboot workload rate-shape``."""
-    from deepboot.runtime.loadgen import MAX_PROFILE_TIME_S
-    from deepboot.runtime.loadgen import MAX_REQUESTS as LOAD_MAX_REQUESTS
+    from deepboot.runtime.rateprofile import MAX_PROFILE_TIME_S
+    from deepboot.runtime.rateprofile import MAX_REQUESTS as LOAD_MAX_REQUESTS
     from deepboot.sim.traces.rateshape import rate_shape, read_qps, write_profile
 
     qps = require_path(args.qps, "--qps")

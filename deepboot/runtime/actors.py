@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from deepboot.elastic.protocol import Generation, WorkerConfig, WorkerReport
-from deepboot.runtime.raycluster import NAMESPACE, gpu_resource
+from deepboot.runtime.raycluster import NAMESPACE
+from deepboot.runtime.rayresources import gpu_resource
 from deepboot.runtime.world import parse_gpu
 
 log = logging.getLogger(__name__)

@@ -160,7 +160,8 @@ class Intake(Replicas):
 
     def start_router(self) -> None:
         """Serve HTTP (requests, submissions, metrics) and record where."""
-        from deepboot.runtime.router import Router, is_loopback  # aiohttp: runtime extra
+        from deepboot.runtime.frontdoor import is_loopback  # aiohttp: runtime extra
+        from deepboot.runtime.router import Router
 
         s = self.settings
         # The token guards every route that accepts work, on loopback too.

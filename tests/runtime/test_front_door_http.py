@@ -25,6 +25,7 @@ pytest.importorskip("prometheus_client")
 
 from deepboot.core.service import ServiceSpec  # noqa: E402
 from deepboot.runtime import router as rt  # noqa: E402
+from deepboot.runtime.messages import Arrival  # noqa: E402
 from deepboot.runtime.metrics import Metrics  # noqa: E402
 
 pytestmark = pytest.mark.runtime
@@ -105,7 +106,7 @@ def test_work_needs_the_token_on_loopback(router: rt.Router, path: str) -> None:
         assert hdrs["WWW-Authenticate"].startswith("Bearer")
         assert set(answer) >= {"error"} and "\n" not in answer["error"]
     assert router.registered == []  # type: ignore[attr-defined]
-    assert not [m for m in router.inbox.drain() if isinstance(m, rt.Arrival)]
+    assert not [m for m in router.inbox.drain() if isinstance(m, Arrival)]
 
 
 def test_a_browser_post_is_refused_and_runs_nothing(router: rt.Router) -> None:

@@ -19,14 +19,8 @@ import numpy as np
 import pytest
 
 from deepboot.core.errors import InputError
-from deepboot.runtime.loadgen import (
-    CSV_COLUMNS,
-    MAX_REQUESTS,
-    RateProfile,
-    request_id,
-    run_load,
-    send_times,
-)
+from deepboot.runtime.loadgen import CSV_COLUMNS, request_id, run_load
+from deepboot.runtime.rateprofile import MAX_REQUESTS, RateProfile, send_times
 from tests.cli_helpers import assert_one_line_error, run_cli
 
 try:

@@ -25,6 +25,7 @@ pytest.importorskip("prometheus_client")
 from deepboot.core.service import ServiceSpec  # noqa: E402
 from deepboot.runtime import router as rt  # noqa: E402
 from deepboot.runtime.controller import Controller, ControllerSettings  # noqa: E402
+from deepboot.runtime.messages import Arrival, Withdraw  # noqa: E402
 from deepboot.runtime.metrics import Metrics  # noqa: E402
 from deepboot.runtime.statedir import StateDir  # noqa: E402
 from deepboot.runtime.store import JobStore  # noqa: E402
@@ -121,8 +122,8 @@ def test_full_queue_answers_503_and_waiting_too_long_too(router: rt.Router) -> N
         assert code == 503 and "Retry-After" in headers and body["id"] == rid
     # The controller heard of both arrivals, and of their withdrawal.
     msgs = router.inbox.drain()
-    arrivals = {m.task for m in msgs if isinstance(m, rt.Arrival)}
-    withdrawn = {m.task for m in msgs if isinstance(m, rt.Withdraw)}
+    arrivals = {m.task for m in msgs if isinstance(m, Arrival)}
+    withdrawn = {m.task for m in msgs if isinstance(m, Withdraw)}
     assert arrivals == withdrawn == {"w0", "w1"}
     code, _, text = _call(router.url + "/metrics")
     assert 'deepboot_inference_requests_total{code="503",service="svc"} 3.0' in text
