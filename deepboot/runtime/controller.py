@@ -52,6 +52,7 @@ from deepboot.runtime.settings import (
     settings_file,
 )
 from deepboot.runtime.statedir import StateDir
+from deepboot.runtime.statelock import HeldElsewhereError, StateLock
 from deepboot.runtime.store import JobStore, LogKind
 from deepboot.runtime.world import JobRec, gpu_name
 from deepboot.scheduler.control import ControlLoop
@@ -195,6 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", default=".deepboot")
     args = parser.parse_args(argv)
     state = StateDir.at(args.state_dir)
+    # One controller per state directory, whatever started it: the OS lock is held
+    # until this process ends (a SIGKILL included), so it is never stale.
+    try:
+        lock = StateLock(state.ensure().controller_lock, "a controller").acquire()
+    except HeldElsewhereError as exc:
+        print(f"deepboot: {exc}; this one exits", file=sys.stderr)
+        return 3
+    state.write_controller_pid(os.getpid())
     record = ClusterRecord.load(state)
     settings = ControllerSettings.load(settings_file(state))
     os.environ.update(ray_env(record))
@@ -212,11 +221,11 @@ def main(argv: list[str] | None = None) -> int:
         log_to_driver=False,
     )
     ctl = Controller(state, settings, record.cluster, RayActors())
-    state.write_controller_pid(os.getpid())
     try:
         ctl.run()
     finally:
         ray.shutdown()
+        lock.release()
     return 0
 
 

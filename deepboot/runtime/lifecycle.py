@@ -18,8 +18,13 @@ from deepboot.runtime import raycluster
 from deepboot.runtime.controller import ControllerSettings, settings_file
 from deepboot.runtime.raycluster import ClusterRecord, ray_env
 from deepboot.runtime.statedir import StateDir
+from deepboot.runtime.statelock import holding
 
 log = logging.getLogger(__name__)
+
+UP_LOCK_WAIT_S = 300.0
+"""How long ``deepboot up`` waits for another ``up`` of the same state directory to
+finish (a local cluster and its controller start in well under a minute)."""
 
 
 def check_policy(name: str, params: dict[str, str] | None = None) -> None:
@@ -59,14 +64,27 @@ def up(
     """
     check_policy(settings.policy, settings.params)
     state.ensure()
+    # Two 'up' at once run one after the other: the second finds the first's cluster
+    # (and its controller) up. The controller's own lock guards the rest.
+    with holding(state.up_lock, "'deepboot up'", wait_s=UP_LOCK_WAIT_S):
+        return _up(state, settings, cluster, address, token_file)
+
+
+def _up(
+    state: StateDir,
+    settings: ControllerSettings,
+    cluster: ClusterSpec | None,
+    address: str | None,
+    token_file: Path | None,
+) -> ClusterRecord:
     if state.cluster_file.exists():
         # Up already: bring back a controller that died (SIGKILL, OOM, reboot of the
         # process); it reconciles with the workers still running.
         record = ClusterRecord.load(state)
-        if controller_alive(state) is not None:
-            raise ConfigError(f"deepboot is already up in {state.root}")
-        start_controller(state, record)
-        wait_for_endpoint(state)
+        running = controller_alive(state)
+        if running is not None:
+            raise ConfigError(f"deepboot is already up in {state.root} (controller pid {running})")
+        wait_for_endpoint(state, start_controller(state, record))
         return record
     if address:
         record = raycluster.attach(state, address, token_file)
@@ -75,22 +93,22 @@ def up(
         record = raycluster.up_local(state, cluster)
     settings.save(settings_file(state))
     try:
-        start_controller(state, record)
-        wait_for_endpoint(state)
+        wait_for_endpoint(state, start_controller(state, record))
     except BaseException:
         down(state)
         raise
     return record
 
 
-def wait_for_endpoint(state: StateDir, timeout: float = 120.0) -> dict[str, object]:
-    """Wait until the controller just started serves HTTP; returns ``http.json``.
+def wait_for_endpoint(state: StateDir, pid: int, timeout: float = 120.0) -> dict[str, object]:
+    """Wait until the controller just started (``pid``) serves HTTP; returns
+    ``http.json``.
 
     Raises:
-        ConfigError: the controller died first, or did not listen within ``timeout``
-            (the message ends with its log's last lines).
+        ConfigError: the controller died first (another one held the state
+            directory's lock, say), or did not listen within ``timeout`` (the
+            message ends with its log's last lines).
     """
-    pid = int(state.controller_pid.read_text())
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         info = _endpoint(state)
@@ -112,7 +130,8 @@ def _endpoint(state: StateDir) -> dict[str, object] | None:
 
 
 def start_controller(state: StateDir, record: ClusterRecord) -> int:
-    """Start the controller as a detached process; returns its pid."""
+    """Start the controller as a detached process; returns its pid. The controller
+    writes ``controller.pid`` itself, once it holds the state directory's lock."""
     log_file = open(state.logs / "controller.log", "a")  # noqa: SIM115 (the child's)
     proc = subprocess.Popen(
         [sys.executable, "-m", "deepboot.runtime.controller", "--state-dir", str(state.root)],
@@ -124,7 +143,6 @@ def start_controller(state: StateDir, record: ClusterRecord) -> int:
         cwd=str(state.root),
     )
     log_file.close()
-    state.write_controller_pid(proc.pid)
     return proc.pid
 
 

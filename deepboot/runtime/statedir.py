@@ -7,6 +7,9 @@ Layout (created on first use, owner-only, mode 0700)::
       ray-token           Ray's authentication token (mode 0600)
       deepboot.db         the job store (SQLite, WAL; see store)
       controller.pid      the running controller's pid
+      controller.lock     held (flock) by the running controller for its whole life:
+                          one controller per state directory (see statelock)
+      up.lock             held by 'deepboot up' while it starts the cluster
       http.json           the running controller's HTTP endpoint: its URL and instance
                           id (see router and endpoint); 'down' removes it
       http-token          the bearer token of that endpoint (mode 0600)
@@ -92,6 +95,14 @@ class StateDir:
 
     def job_checkpoint(self, job: str) -> Path:
         return self.checkpoints / job / "latest.pt"
+
+    @property
+    def controller_lock(self) -> Path:
+        return self.root / "controller.lock"
+
+    @property
+    def up_lock(self) -> Path:
+        return self.root / "up.lock"
 
     def write_controller_pid(self, pid: int) -> None:
         """Record the controller's pid, atomically (others read the file meanwhile)."""
