@@ -154,6 +154,8 @@ class RayBackend:
             if isinstance(op, Bind | Lend | Release | Reclaim):
                 touched.append(op.job)
                 ctl.log_gpu(op.gpu, type(op).__name__.lower(), op.job)
+                if isinstance(op, Reclaim):
+                    ctl.fault("reclaim.applied")
             elif isinstance(op, EvictReplica):
                 ctl.replica_gone(op.gpu, replica, service)
             elif isinstance(op, ProtectReplica):

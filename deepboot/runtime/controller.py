@@ -44,6 +44,7 @@ from deepboot.policies import inference, registry
 from deepboot.runtime import messages as rt
 from deepboot.runtime.actors import Actors, RayActors
 from deepboot.runtime.backend import RayBackend, check_applicable, next_tick
+from deepboot.runtime.faults import die
 from deepboot.runtime.raycluster import ClusterRecord, ray_env
 from deepboot.runtime.recovery import Recovery
 from deepboot.runtime.settings import (
@@ -68,16 +69,8 @@ if TYPE_CHECKING:
     from deepboot.runtime.metrics import Metrics
     from deepboot.runtime.router import Router
 
-__all__ = [
-    "Controller",
-    "ControllerSettings",
-    "RayBackend",
-    "check_applicable",
-    "check_runnable",
-    "main",
-    "next_tick",
-    "settings_file",
-]
+__all__ = ["Controller", "ControllerSettings", "RayBackend", "check_applicable"]
+__all__ += ["check_runnable", "main", "next_tick", "settings_file"]
 
 log = logging.getLogger("deepboot.controller")
 
@@ -91,6 +84,8 @@ class Controller(Recovery):
         cluster: The cluster.
         actors: The processes' side (:class:`~deepboot.runtime.actors.RayActors`).
         clock: Wall clock (injected for tests of the bookkeeping).
+        crash: What dying at the crash point ``settings.crash_at`` means: SIGKILL
+            (``faults.die``); in-process tests raise instead.
     """
 
     def __init__(
@@ -100,12 +95,14 @@ class Controller(Recovery):
         cluster: ClusterSpec,
         actors: Actors,
         clock: Callable[[], float] = time.time,
+        crash: Callable[[str], None] = die,
     ) -> None:
         self.state = state
         self.settings = settings
         self.cluster = cluster
         self.actors = actors
         self.clock = clock
+        self._crash = crash
         self.store = JobStore(state.db)
         self.board = GpuBoard(cluster)  # the GPU ledger: every change is checked
         self._gpu_names = frozenset(gpu_name(g.gpu_id) for g in self.board.gpus)
@@ -159,32 +156,44 @@ class Controller(Recovery):
         takes what the router reported, polls the workers and reads the store when a
         poll is due, handles every event due, flushes, and waits for the next event,
         poll or message."""
-        self.recover()
-        self.start_router()
-        for gpu in self._idle_recovered:
-            self.post(Event(EventKind.INFERENCE_DONE, gpu=gpu))
-        self._idle_recovered.clear()
+        self.start()
         signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
-        self.post(Event(EventKind.TICK))  # the first tick, the grid's origin
         driver, clock = self.driver, self.driver.clock
         next_poll = 0.0
         try:
             while not self._stop and not (until and until()):
-                self.handle_messages()
                 polled = time.monotonic() >= next_poll
                 if polled:
                     next_poll = time.monotonic() + self.settings.poll
-                    self.iteration()
-                driver.run_due()
-                if polled or self._pending_log:
-                    self.flush()
-                if self.router is not None:
-                    self.router.beat()  # /healthz: the loop turns
+                self.turn(polled)
                 poll_at = clock.now() + max(next_poll - time.monotonic(), 0.0)
                 clock.wait_until(min(driver.queue.peek_time(), poll_at))
         finally:
             if self.router is not None:
                 self.router.stop()
+
+    def start(self, serve: bool = True) -> None:
+        """Recover, start the HTTP endpoint (unless ``serve`` is False: in-process
+        tests), hand the replicas recovered idle to the loop, post the first tick."""
+        self.recover()
+        if serve:
+            self.start_router()
+        for gpu in self._idle_recovered:
+            self.post(Event(EventKind.INFERENCE_DONE, gpu=gpu))
+        self._idle_recovered.clear()
+        self.post(Event(EventKind.TICK))  # the first tick, the grid's origin
+
+    def turn(self, polled: bool) -> None:
+        """One turn of the loop: what the router reported; the workers and the store
+        when a poll is due (``polled``); every event due; the flush."""
+        self.handle_messages()
+        if polled:
+            self.iteration()
+        self.driver.run_due()
+        if polled or self._pending_log:
+            self.flush()
+        if self.router is not None:
+            self.router.beat()  # /healthz: the loop turns
 
     def request_stop(self) -> None:
         self._stop = True

@@ -108,15 +108,20 @@ class Generations(ControllerParts):
             return
         if plan.change is Change.PREEMPT:
             if rec.actors:
-                self._stop_generation(rec, how=Change.PREEMPT.value)
                 self.note(LogKind.PREEMPTED, rec.name, generation=rec.formed, workers=list(old))
-            rec.update(state=JobState.QUEUED, workers=())
+                self._stop_generation(rec, how=Change.PREEMPT.value)
+            else:
+                rec.update(state=JobState.QUEUED, workers=())
             return
         if plan.change is Change.RESTART:
             self._stop_generation(rec, how=Change.RESTART.value)
         self._new_generation(rec, plan.members, how=plan.change.value, joiners=plan.joiners)
 
     def _stop_generation(self, rec: JobRec, how: str) -> None:
+        """Tell every worker of ``rec`` to checkpoint (rank 0) and leave. The stop is
+        durable before any worker hears of it: a preempted job's row is QUEUED with
+        no workers, a restarting one's names the stop's generation, so a controller
+        that dies meanwhile never takes the departing workers for a live group."""
         gen = rec.gen
         assert gen is not None
         stop = Generation(
@@ -129,13 +134,19 @@ class Generations(ControllerParts):
             checkpoint_path=str(self.state.job_checkpoint(rec.name)),
             stop=True,
         )
-        for g, name in rec.actors.items():
-            self.actors.offer(name, stop)
-            rec.leaving[name] = g
+        leavers = dict(rec.actors)
         rec.actors.clear()
         rec.gen, rec.lost = stop, ()
         rec.transition = Transition(how, stop.number, self.clock(), gen.members, rec.row.step)
-        rec.update(generation=stop.number)
+        if how == Change.PREEMPT.value:
+            rec.update(generation=stop.number, state=JobState.QUEUED, workers=())
+        else:
+            rec.update(generation=stop.number)
+        self.flush()  # the stop's intent, before any worker hears of it
+        for g, name in leavers.items():
+            self.actors.offer(name, stop)
+            rec.leave(name, g, self.clock())
+        self.fault("preempt.stopped" if how == Change.PREEMPT.value else f"{how}.stopped")
 
     def _new_generation(
         self,
@@ -203,6 +214,7 @@ class Generations(ControllerParts):
         )
         # Durable intent before any actor starts: a restarted controller finds it.
         self.flush()
+        self.fault(f"{how}.recorded")
         if prev is not None and not prev.stop:
             # Workers told to leave by an earlier, unformed generation may have heard
             # of this one from their peers: offer it, so they leave now rather than
@@ -212,8 +224,9 @@ class Generations(ControllerParts):
         for g, name in list(rec.actors.items()):
             self.actors.offer(name, gen)
             if g not in members:
-                rec.leaving[name] = g
+                rec.leave(name, g, self.clock())
                 del rec.actors[g]
+        self.fault(f"{how}.offered")
         spec = rec.row.spec
         config = WorkerConfig(
             rec.name,
@@ -223,10 +236,12 @@ class Generations(ControllerParts):
             self.settings.collective_timeout,
             spec.checkpoint_every,
         )
-        for g in joiners:
+        for i, g in enumerate(joiners):
             name = actor_name(rec.name, g, self._next_incarnation(rec))
             self.actors.create(name, config, g, gen)
             rec.actors[g] = name
+            if i == 0:
+                self.fault(f"{how}.joined")
 
     def _formed(self, rec: JobRec) -> None:
         tr, gen = rec.transition, rec.gen

@@ -77,6 +77,13 @@ class ControllerParts:
     _tick0: float | None
     _last: float
     _stop: bool
+    _crash: Callable[[str], None]
+
+    def fault(self, point: str) -> None:
+        """Crash point ``point`` (``runtime.faults``): the controller dies here when
+        its settings' ``crash_at`` names it."""
+        if point == self.settings.crash_at:
+            self._crash(point)
 
     # -- logging into the store (flushed with the state it describes) ------------------------
 

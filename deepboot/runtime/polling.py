@@ -36,17 +36,22 @@ class Polling(Generations):
         return events
 
     def _poll_leavers(self, rec: JobRec, reports: dict[str, WorkerReport | None]) -> None:
+        now = self.clock()
         for name in list(rec.leaving):
-            if name not in reports:
-                continue  # not scheduled yet or slow: ask again next time
-            r = reports[name]
-            if r is None or r.status in (
-                WorkerStatus.DEPARTED,
-                WorkerStatus.DONE,
-                WorkerStatus.FAILED,
-            ):
-                self.actors.kill(name)
-                del rec.leaving[name]
+            overstayed = now - rec.leaving_since.get(name, now) > self.settings.leave_timeout
+            r = reports.get(name)
+            gone = name in reports and (
+                r is None
+                or r.status in (WorkerStatus.DEPARTED, WorkerStatus.DONE, WorkerStatus.FAILED)
+            )
+            if not (gone or overstayed):
+                continue  # not scheduled yet, slow, or checkpointing: ask again next time
+            if overstayed and not gone:
+                log.warning("%s: worker %s did not leave in %.0f s; killed", rec.name, name,
+                            self.settings.leave_timeout)  # fmt: skip
+            self.actors.kill(name)
+            del rec.leaving[name]
+            rec.leaving_since.pop(name, None)
         if rec.gen is not None and rec.gen.stop and not rec.leaving and rec.transition:
             rec.transition = None  # a preemption's stop is complete
 
@@ -76,6 +81,16 @@ class Polling(Generations):
         reps = [rec.reports.get(g) for g in members]
         gen = rec.gen
         assert gen is not None
+        tr = rec.transition
+        if tr is not None and self.clock() - tr.started > self.settings.form_timeout:
+            stuck = [g for g, r in zip(members, reps, strict=True) if not _formed(r, gen.number)]
+            if stuck:
+                # Given up: the members that never formed it count as dead, and the
+                # loop re-plans the job (its round on WORKER_LOST).
+                log.warning("%s: generation %d did not form in %.0f s; %s given up",
+                            rec.name, gen.number, self.settings.form_timeout, stuck)  # fmt: skip
+                self._workers_died(rec, stuck)
+                return False
         if rec.transition is not None and any(
             r is not None and r.broken >= gen.number for r in reps
         ):
@@ -84,12 +99,7 @@ class Polling(Generations):
             log.warning("%s: generation %d did not form; offering another", rec.name, gen.number)
             self._new_generation(rec, gen.members, how=rec.transition.how, joiners=(), retry=True)
             return False
-        if rec.transition is not None and all(
-            r is not None
-            and r.generation == rec.gen.number  # type: ignore[union-attr]
-            and r.status in (WorkerStatus.RUNNING, WorkerStatus.DONE)
-            for r in reps
-        ):
+        if rec.transition is not None and all(_formed(r, gen.number) for r in reps):
             self._formed(rec)
         if rec.transition is None and all(
             r is not None and r.status is WorkerStatus.DONE for r in reps
@@ -140,12 +150,29 @@ class Polling(Generations):
             rec.update(state=JobState.QUEUED, workers=(), restarts=rec.row.restarts + 1)
 
     def _end(self, rec: JobRec, state: JobState, message: str = "") -> None:
-        for name in [*rec.actors.values(), *rec.leaving]:
-            self.actors.kill(name)
+        """End ``rec``: the end is durable before its workers are killed, so a
+        controller that dies in between finds the job ended (and kills the workers
+        as an ended job's), never a running job whose workers died (which it would
+        run again from its checkpoint)."""
+        workers = [*rec.actors.values(), *rec.leaving]
         rec.actors.clear()
         rec.leaving.clear()
+        rec.leaving_since.clear()
         for g in self.board.held(rec.name):
             self.log_gpu(g.gpu_id, "release", rec.name)
         self.board.release_job(rec.name)
         rec.gen, rec.transition, rec.lost = None, None, ()
         rec.update(state=state, finished=self.clock(), workers=(), message=message)
+        self.flush()
+        self.fault("finish.recorded")
+        for name in workers:
+            self.actors.kill(name)
+
+
+def _formed(report: WorkerReport | None, generation: int) -> bool:
+    """Whether a member's report says it runs in ``generation`` (or has finished)."""
+    return (
+        report is not None
+        and report.generation == generation
+        and report.status in (WorkerStatus.RUNNING, WorkerStatus.DONE)
+    )

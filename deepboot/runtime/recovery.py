@@ -4,13 +4,15 @@ actors (:func:`plan_recovery`, :func:`plan_replicas`), then its execution.
 The worker and replica actors are detached: they outlive the controller. A new one
 rebuilds its picture from the store and from what is still alive. A job keeps the
 live workers of its recorded generation; any other worker actor (an ended job's, a
-superseded incarnation's) is killed, so a job never has two live worker groups. A job
-whose recorded workers are not all alive, or not all in its recorded generation,
-re-forms as a new generation of the survivors (the newest state as rank 0), or goes
-back to the queue to restore its checkpoint when none survived. A replica is kept on
-the GPU its row records, in the recorded state, with the recorded protect end; one
-that was serving is handed to the loop as idle. Recovery calls no policy function:
-what happens next is the loop's.
+superseded incarnation's, one that departed after a stop) is killed, so a job never
+has two live worker groups. A job whose recorded workers are not all alive, or not
+all in its recorded generation, re-forms as a new generation of the survivors (the
+newest state as rank 0), or goes back to the queue to restore its checkpoint when
+none survived. A replica is kept on the GPU its row records, in the recorded state,
+with the recorded protect end; one that was serving is handed to the loop as idle;
+the replicas are restored before anything is flushed. Recovery calls no policy
+function: what happens next is the loop's. Named crash points (``runtime.faults``)
+sit between its steps.
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def plan_recovery(
         actors = by_job.get(row.name, {})
         kill.extend(name for gpu, name in actors.items() if gpu not in row.workers)
         members = [g for g in row.workers if g in actors]
-        alive = [g for g in members if reports.get(actors[g]) is not None and g not in claimed]
+        alive = [g for g in members if _alive(reports.get(actors[g])) and g not in claimed]
         kill.extend(actors[g] for g in members if g not in alive)
         claimed.update(alive)
         kept = {g: actors[g] for g in alive}
@@ -175,6 +177,12 @@ def plan_replicas(
     return tuple(keep), tuple(kill)
 
 
+def _alive(report: WorkerReport | None) -> bool:
+    """A worker that answered and has not left its job (one that departed obeyed a
+    stop: it holds no state worth keeping)."""
+    return report is not None and report.status is not WorkerStatus.DEPARTED
+
+
 def _incarnation(name: str) -> int:
     parsed = ActorName.parse(name)
     assert parsed is not None
@@ -200,9 +208,12 @@ class Recovery(Intake):
         live = [n for n in self.actors.list_workers() if ActorName.parse(n)]
         reports = self.actors.reports(live)
         plan = plan_recovery(rows, live, reports)
+        self.fault("recovery.planned")
         for name in plan.kill:
             self.actors.kill(name)
+        self.fault("recovery.killed")
         recovered: list[str] = []
+        reform: list[tuple[JobRec, JobPlan]] = []
         for job in plan.jobs:
             row = rows[job.name]
             rec = JobRec(row, model=OnlineModel.from_json(row.model))
@@ -211,9 +222,16 @@ class Recovery(Intake):
                 continue
             self._restore_job(rec, job, reports)
             recovered.append(row.name)
+            if job.outcome is Outcome.REFORM:
+                reform.append((rec, job))
         kept = [n for j in plan.jobs for n in j.actors.values()]
         killed = list(plan.kill)
+        # The replicas before anything flushes (a re-form does): a flush before them
+        # would record their GPUs as FREE, and a second crash would kill them all.
         self._recover_replicas(stored_gpus, plan.claimed, kept, killed)
+        self.fault("recovery.replicas")
+        for rec, job in reform:
+            self._new_generation(rec, job.order, how="failure", joiners=())
         self.note(LogKind.RECONCILED, kept=sorted(kept), killed=sorted(killed))
         self.note(
             LogKind.CONTROLLER_STARTED,
@@ -245,7 +263,7 @@ class Recovery(Intake):
         if job.outcome is Outcome.FORMED:
             rec.formed = row.generation
         elif job.outcome is Outcome.REFORM:
-            self._new_generation(rec, job.order, how="failure", joiners=())
+            pass  # re-formed by ``recover`` once the replicas are back
         else:
             rec.gen = None
             rec.update(state=JobState.QUEUED, workers=())

@@ -40,11 +40,16 @@ class Replicas(Polling):
             return
         spec = self.specs[op.service]
         name = replica_name(op.service, gpu, self._next_incarnation(f"replica:{op.service}"))
+        rec.replica = name
+        self.note(LogKind.REPLICA, gpu=gpu, service=op.service, op="start", cold=True)
+        # Durable before the actor exists: a controller that dies in between finds a
+        # row naming a replica that is not there (the GPU comes back FREE), never a
+        # live replica no row names.
+        self.flush()
+        self.fault("cold.recorded")
         handle = self.actors.create_replica(
             name, spec.to_json(), gpu, str(self.state.logs / f"service-{op.service}.log")
         )
-        rec.replica = name
-        self.note(LogKind.REPLICA, gpu=gpu, service=op.service, op="start", cold=True)
         if self.router is not None:
             self.router.start_replica(gpu, op.service, name, handle, cold=True, task=op.task)
 
@@ -54,6 +59,7 @@ class Replicas(Polling):
         if replica is None:
             return
         self.actors.kill(replica)
+        self.fault("evict.killed")
         if self.router is not None:
             self.router.stop_replica(gpu_name(gpu))
         self.note(LogKind.REPLICA, gpu=gpu_name(gpu), service=service, op="evict")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from deepboot.core.errors import ConfigError
+from deepboot.runtime.faults import point_names
 from deepboot.runtime.statedir import StateDir
 from deepboot.world.settings import SharedCluster
 
@@ -31,6 +32,14 @@ class ControllerSettings:
             lifecycle and its protect factor, AFE (keep-alive resizes; off:
             checkpoint-restart resizes, the baseline), the lending reserve, the
             inference placement (:func:`check_runnable` says which run here).
+        crash_at: A named crash point (``runtime.faults.point_names()``): the
+            controller dies there (SIGKILL) the first time it gets there. For the
+            crash-safety tests; empty: never.
+        leave_timeout: Seconds a worker told to leave may take to depart before it
+            is killed (it checkpoints first when its generation stopped).
+        form_timeout: Seconds a generation may take to form, from its first offer
+            (a joiner waits for its GPU's leaver, up to ``leave_timeout``); then its
+            members that have not formed it count as dead and the loop re-plans.
     """
 
     policy: str = "deepboot"
@@ -42,6 +51,15 @@ class ControllerSettings:
     http_host: str = "127.0.0.1"
     http_port: int = 8470
     shared: SharedCluster = field(default_factory=SharedCluster)
+    crash_at: str = ""
+    leave_timeout: float = 300.0
+    form_timeout: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.crash_at and self.crash_at not in point_names():
+            raise ConfigError(
+                f"crash_at {self.crash_at!r} is no crash point; known: {', '.join(point_names())}"
+            )
 
     @property
     def afe(self) -> bool:

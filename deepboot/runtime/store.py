@@ -176,7 +176,11 @@ class JobStore:
         self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        ensure_schema(self._db)
+        try:
+            ensure_schema(self._db, str(self.path))
+        except BaseException:
+            self._db.close()
+            raise
 
     def close(self) -> None:
         self._db.close()

@@ -2,6 +2,12 @@
 version wrote (:func:`ensure_schema`); :class:`~deepboot.runtime.store.JobStore`
 reads and writes them.
 
+The store carries its schema's version (SQLite's ``user_version``):
+:data:`SCHEMA_VERSION` now; 0 in a store written before versions existed (code of
+``b8fac06`` and earlier), which is migrated in place; a store of a later version
+(a newer deepboot wrote it) is refused with one line, never read as if it were
+this one's.
+
 Four tables (and ``meta``, a key-value table):
 
 ``jobs``: one row per submitted job; the controller keeps it current (see
@@ -32,6 +38,18 @@ detail     TEXT, a JSON object (keys per kind, see :class:`~deepboot.runtime.sto
 from __future__ import annotations
 
 import sqlite3
+
+from deepboot.core.errors import ConfigError
+
+SCHEMA_VERSION = 1
+"""The store's schema version (``PRAGMA user_version``). 1: the gpus table's replica
+columns and the services table's back-off columns (a store of version 0 may lack
+them: they are added)."""
+
+
+class StoreVersionError(ConfigError):
+    """A store a newer deepboot wrote."""
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -95,15 +113,48 @@ _SERVICE_BACKOFF_COLUMNS = (
 )
 
 
-def ensure_schema(db: sqlite3.Connection) -> None:
-    """Create the tables and triggers ``db`` lacks, and add the columns that a store
-    written by an earlier version lacks."""
-    db.executescript(_SCHEMA)
-    have = {r[1] for r in db.execute("PRAGMA table_info(gpus)")}
-    for column, decl in _GPU_REPLICA_COLUMNS:
-        if column not in have:  # a store written before services existed
-            db.execute(f"ALTER TABLE gpus ADD COLUMN {column} {decl}")
-    have = {r[1] for r in db.execute("PRAGMA table_info(services)")}
-    for column, decl in _SERVICE_BACKOFF_COLUMNS:
-        if column not in have:  # a store written before back-offs existed
-            db.execute(f"ALTER TABLE services ADD COLUMN {column} {decl}")
+def schema_version(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+def ensure_schema(db: sqlite3.Connection, where: str) -> None:
+    """Create the tables and triggers ``db`` lacks, and migrate a store an earlier
+    version wrote to :data:`SCHEMA_VERSION` (in one transaction: two processes that
+    open an old store at once migrate it once).
+
+    Args:
+        db: An autocommit connection (``isolation_level=None``).
+        where: The store's path, for the error.
+
+    Raises:
+        StoreVersionError: a newer deepboot wrote the store.
+    """
+    _refuse_newer(db, where)
+    db.executescript(_SCHEMA)  # idempotent; commits
+    if schema_version(db) == SCHEMA_VERSION:
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        _refuse_newer(db, where)
+        have = {r[1] for r in db.execute("PRAGMA table_info(gpus)")}
+        for column, decl in _GPU_REPLICA_COLUMNS:
+            if column not in have:  # a store written before services existed
+                db.execute(f"ALTER TABLE gpus ADD COLUMN {column} {decl}")
+        have = {r[1] for r in db.execute("PRAGMA table_info(services)")}
+        for column, decl in _SERVICE_BACKOFF_COLUMNS:
+            if column not in have:  # a store written before back-offs existed
+                db.execute(f"ALTER TABLE services ADD COLUMN {column} {decl}")
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def _refuse_newer(db: sqlite3.Connection, where: str) -> None:
+    version = schema_version(db)
+    if version > SCHEMA_VERSION:
+        raise StoreVersionError(
+            f"{where}: written by a newer deepboot (store schema {version}; this one "
+            f"reads up to {SCHEMA_VERSION}): run that version, or use another --state-dir"
+        )

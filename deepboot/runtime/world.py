@@ -132,7 +132,9 @@ class JobRec:
         gen: The latest generation offered (its members are the job's workers).
         formed: Number of the latest generation every member has formed.
         actors: gpu id -> actor name of its members' workers.
-        leaving: actor name -> gpu id of workers told to leave (killed once departed).
+        leaving: actor name -> gpu id of workers told to leave (killed once departed,
+            or once they overstay ``leave_timeout``).
+        leaving_since: actor name -> when it was told to leave.
         transition: The generation being formed, if any.
         lost: Members of ``gen`` whose worker died; the survivors wait for the control
             loop's round on the death (``WORKER_LOST``) to say where the job goes on.
@@ -145,6 +147,7 @@ class JobRec:
     formed: int = 0
     actors: dict[str, str] = field(default_factory=dict)
     leaving: dict[str, str] = field(default_factory=dict)
+    leaving_since: dict[str, float] = field(default_factory=dict)
     transition: Transition | None = None
     lost: tuple[str, ...] = ()
     model: OnlineModel = field(default_factory=OnlineModel)
@@ -159,6 +162,11 @@ class JobRec:
         if self.gen is None or self.gen.stop:
             return ()
         return self.gen.members
+
+    def leave(self, name: str, gpu: str, now: float) -> None:
+        """Worker ``name`` (on ``gpu``) was told to leave at ``now``."""
+        self.leaving[name] = gpu
+        self.leaving_since.setdefault(name, now)
 
     def update(self, **changes: Any) -> None:
         self.row = replace(self.row, **changes)

@@ -2,42 +2,64 @@
 the controller's generations, polls and recovery in-process (no Ray, no processes).
 
 Each fake worker, when asked for a report, has formed the newest generation offered
-to it (a member: RUNNING in it; a stop or a generation without it: DEPARTED). A test
-kills one with :meth:`FakeActors.die` (its reports are then None, as a dead Ray
-actor's) and reads what the controller did from ``created``, ``offers`` and
-``killed``.
+to it (a member: RUNNING in it; a stop or a generation without it: DEPARTED). A job's
+progress is shared by its workers (as all-reduced state is): :meth:`FakeActors.advance`
+moves every job with a live member one step on, and its members report DONE once it
+reaches ``work[job]``. A test kills one with :meth:`FakeActors.die` (its reports are
+then None, as a dead Ray actor's) and reads what the controller did from ``created``,
+``offers`` and ``killed``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from deepboot.elastic.protocol import Generation, WorkerConfig, WorkerReport, WorkerStatus
+from deepboot.runtime.actors import ActorName
 
 
 @dataclass
 class FakeWorker:
+    job: str
     gpu: str
     offered: list[Generation]
     alive: bool = True
-    step: int = 0
+    departed: bool = False  # it saw a stop or a generation without it: its code ended
+
+    @property
+    def member(self) -> bool:
+        """In its newest generation (not told to leave, not departed)."""
+        gen = self.offered[-1]
+        return self.alive and not self.departed and not gen.stop and self.gpu in gen.members
 
 
 @dataclass
 class FakeActors:
-    """See the module docstring. ``step``: the step every worker reports."""
+    """See the module docstring. ``clock``: when ``created_at`` says things happened."""
 
     workers: dict[str, FakeWorker] = field(default_factory=dict)
     replicas: dict[str, str] = field(default_factory=dict)  # name -> gpu
     created: list[tuple[str, str, int]] = field(default_factory=list)  # name, gpu, gen
+    created_at: list[tuple[str, float]] = field(default_factory=list)  # job, time
     killed: list[str] = field(default_factory=list)
-    step: int = 10
+    reruns: list[str] = field(default_factory=list)  # workers started for finished work
+    deaf: set[str] = field(default_factory=set)  # workers that ignore every offer
+    silent: set[str] = field(default_factory=set)  # never scheduled: never answer
+    progress: dict[str, int] = field(default_factory=dict)
+    work: dict[str, int] = field(default_factory=dict)
+    clock: Callable[[], float] = lambda: 0.0
 
     def create(self, name: str, config: WorkerConfig, gpu: str, first: Generation) -> None:
         assert name not in self.workers, f"{name} created twice"
-        self.workers[name] = FakeWorker(gpu, [first])
+        parsed = ActorName.parse(name)
+        assert parsed is not None
+        if self.progress.get(parsed.job, 0) >= self.work.get(parsed.job, 1 << 30):
+            self.reruns.append(name)
+        self.workers[name] = FakeWorker(parsed.job, gpu, [first])
         self.created.append((name, gpu, first.number))
+        self.created_at.append((parsed.job, self.clock()))
 
     def create_replica(self, name: str, spec: dict[str, Any], gpu: str, log_path: str) -> Any:
         self.replicas[name] = gpu
@@ -48,7 +70,7 @@ class FakeActors:
 
     def offer(self, name: str, gen: Generation) -> None:
         w = self.workers.get(name)
-        if w is not None and w.alive:
+        if w is not None and w.alive and not w.departed and name not in self.deaf:
             w.offered.append(gen)
 
     def offers(self, name: str) -> list[int]:
@@ -58,17 +80,37 @@ class FakeActors:
     def reports(self, names: list[str]) -> dict[str, WorkerReport | None]:
         out: dict[str, WorkerReport | None] = {}
         for name in names:
+            if name in self.silent:
+                continue  # not answered yet, as an actor Ray has not scheduled
             w = self.workers.get(name)
             if w is None or not w.alive:
                 out[name] = None
                 continue
             gen = w.offered[-1]
-            member = not gen.stop and w.gpu in gen.members
-            status = WorkerStatus.RUNNING if member else WorkerStatus.DEPARTED
+            step = self.progress.get(w.job, 10)
+            status = WorkerStatus.DEPARTED
+            if w.member:
+                done = step >= self.work.get(w.job, 1 << 30)
+                status = WorkerStatus.DONE if done else WorkerStatus.RUNNING
+            else:
+                w.departed = True
             digests = {gen.number: ("a", "a")}
             out[name] = WorkerReport(
-                w.gpu, status, gen.number, self.step, 0.5, digests=digests, restored_step=self.step
+                w.gpu, status, gen.number, step, 0.5, digests=digests, restored_step=step
             )
+        return out
+
+    def advance(self) -> None:
+        """One step of every job that has a live member."""
+        for job in {w.job for w in self.workers.values() if w.member}:
+            self.progress[job] = self.progress.get(job, 10) + 1
+
+    def members_per_gpu(self) -> dict[str, int]:
+        """GPU -> live workers that count themselves members of their generation."""
+        out: dict[str, int] = {}
+        for w in self.workers.values():
+            if w.member:
+                out[w.gpu] = out.get(w.gpu, 0) + 1
         return out
 
     def kill(self, name: str) -> None:

@@ -146,6 +146,50 @@ def test_gpus_moved_without_the_jobs_operation_are_refused(tmp_path: Path) -> No
         ctl.backend.apply(Step(ops=(Bind((0, 0), "j"),)))
 
 
+def test_a_leaver_that_ignores_its_stop_is_killed_after_the_deadline(tmp_path: Path) -> None:
+    ctl, fake = controller(tmp_path)
+    rec = submit(ctl)
+    move(ctl, "j", ("0.0", "0.1"))
+    settle(ctl)
+    stubborn = fake.live("j")["0.1"]
+    fake.deaf.add(stubborn)  # it never hears of the next generation
+    move(ctl, "j", ("0.0",))
+    settle(ctl)
+    assert rec.members == ("0.0",) and rec.transition is None  # the survivor went on
+    assert stubborn in rec.leaving and stubborn not in fake.killed
+    ctl.clock.t += ctl.settings.leave_timeout - 1.0  # type: ignore[attr-defined]
+    ctl.poll(0.1)
+    assert stubborn not in fake.killed
+    ctl.clock.t += 2.0  # type: ignore[attr-defined]
+    ctl.poll(0.1)
+    assert stubborn in fake.killed and not rec.leaving
+
+
+def test_a_generation_that_never_forms_is_given_up_and_the_loop_replans(
+    tmp_path: Path,
+) -> None:
+    ctl, fake = controller(tmp_path)
+    rec = submit(ctl)
+    move(ctl, "j", ("0.0",))
+    settle(ctl)
+    fake.silent.add("w|j|0.1|2")  # the joiner's actor never gets scheduled
+    move(ctl, "j", ("0.0", "0.1"))
+    assert fake.created[-1][0] == "w|j|0.1|2"
+    ctl.clock.t += ctl.settings.form_timeout - 1.0  # type: ignore[attr-defined]
+    settle(ctl)
+    assert rec.transition is not None and not rec.lost  # still waiting
+    ctl.clock.t += 2.0  # type: ignore[attr-defined]
+    ctl.poll(0.1)
+    assert "w|j|0.1|2" in fake.killed and rec.lost == ("0.1",)
+    assert {gpu_name(g.gpu_id) for g in ctl.board.held("j")} == {"0.0"}
+    assert ctl.driver.queue.pop()[1].kind is EventKind.WORKER_LOST
+    move(ctl, "j", ("0.0",), round=True)  # the round keeps the job on its survivor
+    settle(ctl)
+    assert rec.transition is None and rec.members == ("0.0",)
+    [resized] = events(ctl, LogKind.RESIZED)
+    assert resized["how"] == "failure" and resized["to"] == ["0.0"]
+
+
 # -- a worker's death: facts by the poll, the decision by the loop ---------------------------
 
 

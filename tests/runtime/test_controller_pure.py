@@ -85,6 +85,9 @@ class LedgerOnly:
     def log_gpu(self, *_: Any) -> None:
         pass
 
+    def fault(self, point: str) -> None:
+        pass
+
     def retarget(self, rec: str) -> None:
         self.retargeted.append(rec)
 

@@ -115,6 +115,18 @@ def test_a_job_with_no_live_worker_goes_back_to_the_queue() -> None:
     assert plan.kill == (a,) and plan.jobs == (JobPlan("j", Outcome.REQUEUE),)
 
 
+def test_a_worker_that_departed_is_dead_to_recovery() -> None:
+    # A stop was offered (then the controller died): a departed worker's code ended;
+    # it is no member to re-form, whatever generation it last named.
+    a, b = actor_name("j", "0.0", 1), actor_name("j", "0.1", 1)
+    reports = {a: report(4, WorkerStatus.DEPARTED), b: report(3)}
+    plan = plan_recovery({"j": row("j", JobState.RUNNING, ("0.0", "0.1"))}, [a, b], reports)
+    assert plan.kill == (a,)
+    assert plan.jobs == (JobPlan("j", Outcome.REFORM, {"0.1": b}, ("0.1",)),)
+    gone = plan_recovery({"j": row("j", JobState.RUNNING, ("0.0",))}, [a], reports)
+    assert gone.kill == (a,) and gone.jobs == (JobPlan("j", Outcome.REQUEUE),)
+
+
 def test_strays_are_killed_and_waiting_jobs_left_alone() -> None:
     old, new = actor_name("j", "0.0", 1), actor_name("j", "0.0", 2)  # two incarnations
     outside = actor_name("j", "1.1", 2)  # not in the recorded generation

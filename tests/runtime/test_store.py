@@ -13,6 +13,7 @@ import pytest
 from deepboot.core.errors import ConfigError
 from deepboot.runtime.jobspec import JobSpec
 from deepboot.runtime.store import JobState, JobStore, LogKind
+from deepboot.runtime.storeschema import SCHEMA_VERSION, StoreVersionError
 
 
 def make_spec(name: str = "a") -> JobSpec:
@@ -115,3 +116,67 @@ def test_status_reports_the_loop_s_decisions_from_the_store(tmp_path: Path) -> N
         "decision_ms_max": 3.1,
     }
     store.close()
+
+
+# The store as b8fac06 (the last code before schema versions) created it, a job and a
+# GPU in it: no user_version, no replica or back-off columns.
+B8FAC06_SCHEMA = """
+CREATE TABLE jobs (name TEXT PRIMARY KEY, spec TEXT NOT NULL, state TEXT NOT NULL,
+    submitted REAL NOT NULL, started REAL, finished REAL,
+    generation INTEGER NOT NULL DEFAULT 0, workers TEXT NOT NULL DEFAULT '[]',
+    local_bsz INTEGER NOT NULL DEFAULT 0, accum INTEGER NOT NULL DEFAULT 1,
+    step INTEGER NOT NULL DEFAULT 0, loss REAL, restarts INTEGER NOT NULL DEFAULT 0,
+    steps_lost INTEGER NOT NULL DEFAULT 0, attained REAL NOT NULL DEFAULT 0,
+    cancel INTEGER NOT NULL DEFAULT 0, message TEXT NOT NULL DEFAULT '',
+    model TEXT NOT NULL DEFAULT '{}');
+CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL,
+    kind TEXT NOT NULL, job TEXT NOT NULL, detail TEXT NOT NULL);
+CREATE TABLE gpus (gpu TEXT PRIMARY KEY, node INTEGER NOT NULL, idx INTEGER NOT NULL,
+    pool TEXT NOT NULL, state TEXT NOT NULL, holder TEXT NOT NULL DEFAULT '');
+CREATE TABLE services (name TEXT PRIMARY KEY, spec TEXT NOT NULL,
+    registered REAL NOT NULL, cold_start REAL);
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO gpus VALUES ('0.0', 0, 0, 'training', 'training', 'old-job');
+"""
+
+
+def test_a_store_written_before_schema_versions_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "deepboot.db"
+    db = sqlite3.connect(path)
+    db.executescript(B8FAC06_SCHEMA)
+    spec = make_spec("old-job")
+    db.execute(
+        "INSERT INTO jobs (name, spec, state, submitted, workers) VALUES (?, ?, ?, ?, ?)",
+        ("old-job", spec.to_json(), "running", 1.0, '["0.0"]'),
+    )
+    db.commit()
+    db.close()
+    store = JobStore(path)
+    [row] = store.jobs()
+    assert row.name == "old-job" and row.spec == spec and row.workers == ("0.0",)
+    [gpu] = store.gpus()
+    assert gpu.holder == "old-job" and gpu.replica == "" and gpu.protect_until is None
+    store.close()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    db.close()
+    JobStore(path).close()  # opening a current store again changes nothing
+
+
+def test_a_store_a_newer_deepboot_wrote_is_refused_in_one_line(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    db = sqlite3.connect(state / "deepboot.db")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(StoreVersionError, match="written by a newer deepboot"):
+        JobStore(state / "deepboot.db")
+    out = subprocess.run(
+        [sys.executable, "-m", "deepboot.cli.main", "status", "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode != 0
+    [line] = out.stderr.strip().splitlines()
+    assert "deepboot.db: written by a newer deepboot (store schema 2" in line, line
