@@ -154,6 +154,14 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     )
     up.add_argument("--seed", type=int, default=0, help="seed of the policy's randomness")
     up.add_argument(
+        "--keep-events",
+        type=int,
+        default=1_000_000,
+        metavar="N",
+        help="the event log's retention: its newest N entries are kept, older ones "
+        "dropped (the metrics' counts go on)",
+    )
+    up.add_argument(
         "--http-host",
         default="127.0.0.1",
         metavar="ADDR",
@@ -280,6 +288,7 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
         http_host=args.http_host,
         http_port=args.http_port,
         shared=shared,
+        keep_events=args.keep_events,
     )
     state = StateDir.at(args.state_dir)
     restarting = state.cluster_file.exists()

@@ -88,24 +88,52 @@ class Metrics:
         )
         for kind in RESIZE_KINDS:
             self.resizes.labels(kind)  # present at 0 from the start
+        # The event log's counts, by key ("lent", "reclaimed", "resize:<how>",
+        # "cold:<service>"): saved with each flush, restored at start.
+        self._counted: _Tally[str] = _Tally()
 
     def replay(self, events: Iterable[EventRow]) -> None:
-        """Count the event log's lends, reclaims, resizes and cold starts (at start-up)."""
+        """Count the event log's lends, reclaims, resizes and cold starts (at the start
+        of a store that has no saved counts: an older deepboot's)."""
         for e in events:
             self.count(e.kind, e.detail)
+
+    def counts(self) -> dict[str, int]:
+        """Every count so far (for the store: :meth:`restore` takes it back)."""
+        return dict(self._counted)
+
+    def restore(self, counts: Mapping[str, int]) -> None:
+        """Go on from ``counts`` (an earlier controller's :meth:`counts`), without
+        reading the event log (whose oldest entries retention may have dropped)."""
+        for key, n in counts.items():
+            self._add(key, int(n))
 
     def count(self, kind: LogKind, detail: Mapping[str, Any]) -> None:
         """Count one event-log entry (the controller calls it for every entry it
         writes, :meth:`replay` for those of earlier controllers)."""
         if kind is LogKind.GPU:
             if detail.get("op") == "lend":
-                self.lent.inc()
+                self._add("lent")
             elif detail.get("op") == "reclaim":
-                self.reclaimed.inc()
+                self._add("reclaimed")
         elif kind is LogKind.RESIZED:
-            self.resizes.labels(str(detail.get("how"))).inc()
+            self._add(f"resize:{detail.get('how')}")
         elif kind is LogKind.REPLICA and detail.get("op") == "start" and detail.get("cold"):
-            self.cold_starts.labels(str(detail.get("service"))).inc()
+            self._add(f"cold:{detail.get('service')}")
+
+    def _add(self, key: str, n: int = 1) -> None:
+        what, _, label = key.partition(":")
+        if what == "lent":
+            self.lent.inc(n)
+        elif what == "reclaimed":
+            self.reclaimed.inc(n)
+        elif what == "resize":
+            self.resizes.labels(label).inc(n)
+        elif what == "cold":
+            self.cold_starts.labels(label).inc(n)
+        else:
+            return  # a key this version does not count
+        self._counted[key] += n
 
     def set_world(
         self,

@@ -11,6 +11,7 @@ Each part builds on the ones before it, in that order.
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 from collections.abc import Callable
@@ -129,6 +130,8 @@ class ControllerParts:
             for service, (failures, until) in self._backoffs.items():
                 self.store.set_backoff(db, service, failures, until)
             self._backoffs.clear()
+            self.store.set_meta(db, "counters", json.dumps(self.metrics.counts()))
+            self.store.prune_events(db, self.settings.keep_events)
             self.store.set_meta(db, "heartbeat", repr(self.clock()))
             latencies = self.driver.decision_ms
             if latencies:

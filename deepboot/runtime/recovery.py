@@ -18,6 +18,7 @@ sit between its steps.
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -199,7 +200,11 @@ class Recovery(Intake):
 
     def recover(self) -> None:
         """Rebuild the picture from the store and the live actors, and record it."""
-        self.metrics.replay(self.store.events())
+        saved = self.store.meta("counters", "")
+        if saved:
+            self.metrics.restore(json.loads(saved))
+        else:  # a store an older deepboot wrote: count its log, once
+            self.metrics.replay(self.store.events())
         self.take_services()
         # Read before anything below flushes (a re-formed job does), which rewrites
         # the GPU table from a picture that has no replicas yet.

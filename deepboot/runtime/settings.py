@@ -40,6 +40,8 @@ class ControllerSettings:
         form_timeout: Seconds a generation may take to form, from its first offer
             (a joiner waits for its GPU's leaver, up to ``leave_timeout``); then its
             members that have not formed it count as dead and the loop re-plans.
+        keep_events: The event log's retention: the newest this many entries are
+            kept, older ones dropped (the metrics' counts are saved apart and go on).
     """
 
     policy: str = "deepboot"
@@ -54,8 +56,11 @@ class ControllerSettings:
     crash_at: str = ""
     leave_timeout: float = 300.0
     form_timeout: float = 600.0
+    keep_events: int = 1_000_000
 
     def __post_init__(self) -> None:
+        if self.keep_events < 1:
+            raise ConfigError(f"--keep-events must be >= 1, got {self.keep_events}")
         if self.crash_at and self.crash_at not in point_names():
             raise ConfigError(
                 f"crash_at {self.crash_at!r} is no crash point; known: {', '.join(point_names())}"

@@ -291,6 +291,18 @@ class JobStore:
         """Append inside an open transaction (with the state change it records)."""
         self._append(db, time.time(), kind, job, detail)
 
+    def prune_events(self, db: sqlite3.Connection, keep: int) -> int:
+        """Drop the oldest entries of the event log beyond the newest ``keep``
+        (inside an open transaction); returns how many. The bound is recorded first:
+        the log's trigger refuses to delete anything newer."""
+        hi = db.execute("SELECT MAX(seq) FROM events").fetchone()[0] or 0
+        cutoff = hi - keep
+        done = int(self.meta("events_pruned_through", "0"))
+        if cutoff <= done:
+            return 0
+        self.set_meta(db, "events_pruned_through", str(cutoff))
+        return db.execute("DELETE FROM events WHERE seq <= ?", (cutoff,)).rowcount
+
     def events(self, job: str | None = None, after: int = 0) -> list[EventRow]:
         q = "SELECT seq, time, kind, job, detail FROM events WHERE seq > ?"
         args: list[Any] = [after]

@@ -24,7 +24,10 @@ spec (JSON), the cold start measured on its first replica, and its crash-loop
 back-off (replicas that died while loading in a row, and until when no new replica
 starts for it).
 
-``events``: the append-only event log; never updated or deleted. Columns:
+``events``: the event log, append-only: never updated, and never deleted but by
+its retention bound (:meth:`~deepboot.runtime.store.JobStore.prune_events` drops the
+oldest entries, up to the seq it records in ``meta`` first; a trigger refuses any
+other delete). Columns:
 
 =========  ======================================================================
 seq        INTEGER, increasing from 1 (the order of the log)
@@ -41,10 +44,11 @@ import sqlite3
 
 from deepboot.core.errors import ConfigError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The store's schema version (``PRAGMA user_version``). 1: the gpus table's replica
 columns and the services table's back-off columns (a store of version 0 may lack
-them: they are added)."""
+them: they are added). 2: the event log's retention (the trigger that refused every
+delete gives way to one that lets retention drop the oldest entries)."""
 
 
 class StoreVersionError(ConfigError):
@@ -96,7 +100,9 @@ CREATE TABLE IF NOT EXISTS services (
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TRIGGER IF NOT EXISTS events_append_only_u BEFORE UPDATE ON events
 BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS events_append_only_d BEFORE DELETE ON events
+CREATE TRIGGER IF NOT EXISTS events_retention_only BEFORE DELETE ON events
+WHEN old.seq > COALESCE(
+    (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'events_pruned_through'), 0)
 BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
 """
 
@@ -144,6 +150,7 @@ def ensure_schema(db: sqlite3.Connection, where: str) -> None:
         for column, decl in _SERVICE_BACKOFF_COLUMNS:
             if column not in have:  # a store written before back-offs existed
                 db.execute(f"ALTER TABLE services ADD COLUMN {column} {decl}")
+        db.execute("DROP TRIGGER IF EXISTS events_append_only_d")  # version 2
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.execute("COMMIT")
     except BaseException:

@@ -39,11 +39,15 @@ def test_up_refuses_oracle_policies_before_starting_anything(
         (["up", "--param", "restart_delay=x"], "restart_delay"),
         (["up", "--gpus-per-node", "0"], "--gpus-per-node must be a positive integer"),
         (["up", "--interval", "0"], "--interval must be a positive number"),
+        (["up", "--keep-events", "0"], "--keep-events must be >= 1"),
         (["status"], "no deepboot state"),
         (["down"], "no cluster is up"),
         (["cancel", "x"], "no deepboot state"),
     ],
-    ids=["unknown-policy", "bad-param", "zero-gpus", "zero-interval", "status", "down", "cancel"],
+    ids=[
+        "unknown-policy", "bad-param", "zero-gpus", "zero-interval", "no-events", "status",
+        "down", "cancel",
+    ],  # fmt: skip
 )
 def test_runtime_command_errors_are_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], words: str

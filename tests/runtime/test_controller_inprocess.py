@@ -36,10 +36,16 @@ class Clock:
 
 
 def controller(
-    tmp_path: Path, policy: str = "deepboot", afe: bool = True, actors: FakeActors | None = None
+    tmp_path: Path,
+    policy: str = "deepboot",
+    afe: bool = True,
+    actors: FakeActors | None = None,
+    keep_events: int = 1_000_000,
 ) -> tuple[Controller, FakeActors]:
     fake = actors if actors is not None else FakeActors()
-    settings = ControllerSettings(policy=policy, shared=SharedCluster(afe=afe))
+    settings = ControllerSettings(
+        policy=policy, shared=SharedCluster(afe=afe), keep_events=keep_events
+    )
     state = StateDir.at(tmp_path / "state").ensure()
     ctl = Controller(state, settings, ClusterSpec.parse("1x4"), fake, clock=Clock())
     return ctl, fake
@@ -280,3 +286,29 @@ def test_a_new_controller_keeps_live_workers_and_reforms_after_a_death(tmp_path:
     assert resized["how"] == "failure"
     [reconciled] = events(fresh, LogKind.RECONCILED)
     assert len(reconciled["kept"]) == 2  # type: ignore[arg-type]
+
+
+# -- the metrics' counts outlive the controller and the log's retention --------------------
+
+
+def test_the_counts_go_on_across_controllers_after_retention_pruned_the_log(
+    tmp_path: Path,
+) -> None:
+    ctl, fake = controller(tmp_path)
+    submit(ctl)
+    move(ctl, "j", ("0.0",))
+    settle(ctl)
+    move(ctl, "j", ("0.0", "0.1"))
+    settle(ctl)
+    assert ctl.metrics.counts() == {"resize:afe": 1}
+    ctl.store.close()
+    # A controller that keeps 2 entries: the resize's entry is pruned at its flush.
+    second, _ = controller(tmp_path, actors=fake, keep_events=2)
+    second.recover()
+    assert second.metrics.counts() == {"resize:afe": 1}
+    assert len(second.store.events()) == 2
+    assert not [e for e in second.store.events() if e.kind is LogKind.RESIZED]
+    second.store.close()
+    third, _ = controller(tmp_path, actors=fake, keep_events=2)
+    third.recover()
+    assert third.metrics.counts() == {"resize:afe": 1}

@@ -161,6 +161,31 @@ def test_a_store_written_before_schema_versions_is_migrated(tmp_path: Path) -> N
     assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     db.close()
     JobStore(path).close()  # opening a current store again changes nothing
+    # Version 1's trigger refused every delete; version 2's lets retention prune.
+    db = sqlite3.connect(path)
+    triggers = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
+    db.close()
+    assert "events_append_only_d" not in triggers and "events_retention_only" in triggers
+
+
+def test_retention_drops_the_oldest_entries_and_nothing_else(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "deepboot.db")
+    with store.transaction() as db:
+        for i in range(10):
+            store.log(db, LogKind.SUBMITTED, f"j{i}")
+    with store.transaction() as db:
+        assert store.prune_events(db, keep=4) == 6
+        assert store.prune_events(db, keep=4) == 0
+    assert [e.job for e in store.events()] == ["j6", "j7", "j8", "j9"]
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        store._db.execute("DELETE FROM events WHERE seq = 8")
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        store._db.execute("UPDATE events SET job = 'x' WHERE seq = 9")
+    with store.transaction() as db:
+        store.log(db, LogKind.SUBMITTED, "j10")
+        assert store.prune_events(db, keep=4) == 1
+    assert [e.seq for e in store.events()] == [8, 9, 10, 11]
+    store.close()
 
 
 def test_a_store_a_newer_deepboot_wrote_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -179,4 +204,4 @@ def test_a_store_a_newer_deepboot_wrote_is_refused_in_one_line(tmp_path: Path) -
     )
     assert out.returncode != 0
     [line] = out.stderr.strip().splitlines()
-    assert "deepboot.db: written by a newer deepboot (store schema 2" in line, line
+    assert f"deepboot.db: written by a newer deepboot (store schema {SCHEMA_VERSION + 1}" in line
