@@ -239,6 +239,29 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     logs.add_argument("--tail", type=int, default=0, metavar="N", help="last N lines only")
     logs.set_defaults(func=cmd_logs)
 
+    rep = _command(
+        sub,
+        formatter,
+        "replay",
+        help="replay the controller's recorded decisions step by step; name the first that differs",
+        description="Feed every step the controller's control loop recorded (the event, "
+        "the snapshot it read, its random state) to a loop built from the same settings, "
+        "and check that it returns the same operations. With --policy or --param: where "
+        "would that policy have decided otherwise on this cluster's own history? Exit "
+        "status 1 at the first divergence, which is printed.",
+        epilog="examples:\n  deepboot replay .deepboot\n"
+        "  deepboot replay .deepboot --param restart_delay=120",
+    )
+    rep.add_argument(
+        "state", nargs="?", metavar="STATE_DIR", help="the state directory (or --state-dir)"
+    )
+    rep.add_argument("--policy", help="replay with this training policy instead")
+    rep.add_argument(
+        "--param", action="append", default=[], metavar="KEY=VALUE",
+        help="a training policy parameter to replay with instead; repeat for several",
+    )  # fmt: skip
+    rep.set_defaults(func=cmd_replay)
+
     cancel = _command(
         sub,
         formatter,
@@ -620,3 +643,35 @@ def cmd_logs(args: argparse.Namespace, out: Console, err: Console) -> int:
         stamp = time.strftime("%H:%M:%S", time.localtime(ev.time))
         print(f"{stamp} {ev.kind.value} {json.dumps(ev.detail, sort_keys=True)}")
     return 0
+
+
+def cmd_replay(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    from deepboot.cli.params import split_pairs
+    from deepboot.runtime.replay import describe, replay_state
+
+    state = StateDir.at(args.state or args.state_dir)
+    params = split_pairs(args.param)
+    spinner = SpinnerColumn(), TextColumn("{task.description}")
+    with Progress(*spinner, console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task("replaying: 0 steps", total=None)
+        done = [0]
+
+        def step() -> None:
+            done[0] += 1
+            if done[0] % 200 == 0:
+                bar.update(task, description=f"replaying: {done[0]} steps")
+
+        try:
+            result = replay_state(state, args.policy, params, step)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    runs = f"{result.starts} controller start{'s' * (result.starts != 1)}"
+    if result.divergence is None:
+        out.print(f"replayed {result.steps} steps ({runs}): no divergence")
+        return 0
+    for line in describe(result.divergence):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+    out.print(f"({result.steps} steps replayed, {runs})")
+    return 1

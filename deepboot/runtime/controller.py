@@ -40,7 +40,6 @@ import numpy as np
 from deepboot.core.cluster import ClusterSpec
 from deepboot.core.gpu import GpuId
 from deepboot.core.service import ServiceSpec
-from deepboot.policies import inference, registry
 from deepboot.runtime import messages as rt
 from deepboot.runtime.actors import Actors, RayActors
 from deepboot.runtime.backend import RayBackend, check_applicable, next_tick
@@ -49,6 +48,7 @@ from deepboot.runtime.raycluster import ClusterRecord, ray_env
 from deepboot.runtime.recovery import Recovery
 from deepboot.runtime.settings import (
     ControllerSettings,
+    build_loop,
     check_runnable,
     settings_file,
 )
@@ -56,14 +56,11 @@ from deepboot.runtime.statedir import StateDir
 from deepboot.runtime.statelock import HeldElsewhereError, StateLock
 from deepboot.runtime.store import JobStore, LogKind
 from deepboot.runtime.world import JobRec, gpu_name
-from deepboot.scheduler.control import ControlLoop
 from deepboot.scheduler.events import Event, EventKind
-from deepboot.scheduler.inference import InferenceScheduler
-from deepboot.scheduler.loop import Scheduler
 from deepboot.world.demand import LoadWindow
 from deepboot.world.driver import Driver, WallClock
 from deepboot.world.gpus import BoardGpu, GpuBoard
-from deepboot.world.settings import shared_loop_settings
+from deepboot.world.recording import Recorder
 
 if TYPE_CHECKING:
     from deepboot.runtime.metrics import Metrics
@@ -110,17 +107,9 @@ class Controller(Recovery):
         self._idle_recovered: list[GpuId] = []
         self.jobs: dict[str, JobRec] = {}
         self.rng = np.random.default_rng(settings.seed)
-        policy = registry.create(settings.policy, **settings.params)
-        shared = settings.shared
-        check_runnable(shared)
-        placement = inference.create(
-            shared.inference_policy(settings.policy), **shared.ats_i_params
-        )
-        self.loop = ControlLoop(
-            Scheduler(policy),
-            InferenceScheduler(placement),
-            shared_loop_settings(shared, settings.interval),
-        )
+        self.loop = build_loop(settings)
+        # What the loop sees and decides, step by step, for 'deepboot replay'.
+        self.recorder = Recorder(state.recording, keep_bytes=settings.record_bytes)
         self.backend = RayBackend(self)
         from deepboot.runtime.metrics import Metrics  # prometheus_client: runtime extra
 
@@ -129,7 +118,10 @@ class Controller(Recovery):
         # The one driver: its queue holds the ticks and the replicas' protect timers;
         # its wall clock wakes early when the router posts a message.
         wall = WallClock(clock, self.inbox.wake, longest_wait=settings.poll)
-        self.driver = Driver(self.loop, self.backend, self.rng, wall, on_rejected=self._rejected)
+        self.driver = Driver(
+            self.loop, self.backend, self.rng, wall, on_rejected=self._rejected,
+            observe=self.recorder.observe,
+        )  # fmt: skip
         self.router: Router | None = None
         self.specs: dict[str, ServiceSpec] = {}
         self.arrived: dict[str, str] = {}  # request id -> service, until placed or withdrawn
@@ -175,6 +167,7 @@ class Controller(Recovery):
     def start(self, serve: bool = True) -> None:
         """Recover, start the HTTP endpoint (unless ``serve`` is False: in-process
         tests), hand the replicas recovered idle to the loop, post the first tick."""
+        self.recorder.start(self.settings.to_dict(), self.cluster)
         self.recover()
         if serve:
             self.start_router()

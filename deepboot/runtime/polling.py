@@ -91,11 +91,14 @@ class Polling(Generations):
                             rec.name, gen.number, self.settings.form_timeout, stuck)  # fmt: skip
                 self._workers_died(rec, stuck)
                 return False
-        if rec.transition is not None and any(
+        if rec.transition is not None and all(
             r is not None and r.broken >= gen.number for r in reps
         ):
             # The generation could not form (a member came too late, or a collective
-            # broke while forming): offer a fresh one to the same members.
+            # broke while forming): offer a fresh one to the same members, once every
+            # one of them has given this one up. Offered at the first one's word, the
+            # others (rank 0 waiting on the collective) still sat in the old rendezvous
+            # and joined the new one a timeout late, every time: a livelock.
             log.warning("%s: generation %d did not form; offering another", rec.name, gen.number)
             self._new_generation(rec, gen.members, how=rec.transition.how, joiners=(), retry=True)
             return False

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from deepboot.core.errors import ConfigError
+from deepboot.policies import inference, registry
 from deepboot.runtime.faults import point_names
 from deepboot.runtime.statedir import StateDir
-from deepboot.world.settings import SharedCluster
+from deepboot.scheduler.control import ControlLoop
+from deepboot.scheduler.inference import InferenceScheduler
+from deepboot.scheduler.loop import Scheduler
+from deepboot.world.settings import SharedCluster, shared_loop_settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +48,8 @@ class ControllerSettings:
             members that have not formed it count as dead and the loop re-plans.
         keep_events: The event log's retention: the newest this many entries are
             kept, older ones dropped (the metrics' counts are saved apart and go on).
+        record_bytes: The loop's recording's bound (STATE_DIR/recording, for
+            ``deepboot replay``): the oldest chunks go beyond it.
     """
 
     policy: str = "deepboot"
@@ -57,6 +65,7 @@ class ControllerSettings:
     leave_timeout: float = 300.0
     form_timeout: float = 600.0
     keep_events: int = 1_000_000
+    record_bytes: int = 256 << 20
 
     def __post_init__(self) -> None:
         if self.keep_events < 1:
@@ -71,16 +80,24 @@ class ControllerSettings:
         """Keep-alive resizes (AFE unless turned off: the runtime's default)."""
         return self.shared.afe is not False
 
-    def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as controller.json holds them (:meth:`from_dict` reads them)."""
         raw = {f.name: getattr(self, f.name) for f in fields(self)}
         raw["shared"] = self.shared.to_dict()
-        tmp.write_text(json.dumps(raw, indent=2))
+        return raw
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2))
         os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: Path) -> ControllerSettings:
-        raw = json.loads(path.read_text())
+        return cls.from_dict(json.loads(path.read_text()))
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> ControllerSettings:
+        raw = dict(raw)
         shared = dict(raw.pop("shared", {}))
         # controller.json of a cluster an older deepboot started: its four
         # shared-cluster knobs sat at the top level.
@@ -98,6 +115,23 @@ RUNTIME_REFUSED = {
     "oracle": "the oracle reference reads the requests still to come",
 }
 """Shared-cluster knobs the runtime refuses, and why."""
+
+
+def build_loop(settings: ControllerSettings) -> ControlLoop:
+    """The control loop ``settings`` describe: the controller's, and a replay's.
+
+    Raises:
+        ConfigError: an unknown policy or parameter, or a knob the runtime refuses.
+    """
+    policy = registry.create(settings.policy, **settings.params)
+    shared = settings.shared
+    check_runnable(shared)
+    placement = inference.create(shared.inference_policy(settings.policy), **shared.ats_i_params)
+    return ControlLoop(
+        Scheduler(policy),
+        InferenceScheduler(placement),
+        shared_loop_settings(shared, settings.interval),
+    )
 
 
 def check_runnable(shared: SharedCluster) -> None:

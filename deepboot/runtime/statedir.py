@@ -10,6 +10,8 @@ Layout (created on first use, owner-only, mode 0700)::
       controller.lock     held (flock) by the running controller for its whole life:
                           one controller per state directory (see statelock)
       up.lock             held by 'deepboot up' while it starts the cluster
+      recording/          what the control loop saw and decided, step by step
+                          (bounded chunks; 'deepboot replay' reads them)
       http.json           the running controller's HTTP endpoint: its URL and instance
                           id (see router and endpoint); 'down' removes it
       http-token          the bearer token of that endpoint (mode 0600)
@@ -103,6 +105,10 @@ class StateDir:
     @property
     def up_lock(self) -> Path:
         return self.root / "up.lock"
+
+    @property
+    def recording(self) -> Path:
+        return self.root / "recording"
 
     def write_controller_pid(self, pid: int) -> None:
         """Record the controller's pid, atomically (others read the file meanwhile)."""

@@ -55,7 +55,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -475,12 +475,19 @@ class Backend(Protocol):
         ...
 
 
+Observer = Callable[[Event, "Retry | None", Snapshot, dict[str, Any], Step], None]
+"""A hook :func:`run_event` calls after each step: (event, retry cursor, snapshot,
+the generator's state before the step, the step). A recording of them replays the
+loop step by step (``deepboot.world.recording``)."""
+
+
 def run_event(
     loop: ControlLoop,
     event: Event,
     backend: Backend,
     rng: np.random.Generator,
     timer: Callable[[], float] | None = None,
+    observe: Observer | None = None,
 ) -> float | None:
     """Handle ``event`` completely: step, apply, and continue any retry pass.
 
@@ -490,14 +497,19 @@ def run_event(
         backend: The world.
         rng: The run's generator.
         timer: A clock for the decision latency (injected; the loop reads none).
+        observe: Told of every step, before it is applied (None: nobody).
 
     Returns:
         Seconds the training round's decision took (by ``timer``), or None when no
         round ran or no timer was given.
     """
     t0 = timer() if timer is not None else 0.0
-    step = loop.step(event, backend.snapshot(event), rng)
+    snap = backend.snapshot(event)
+    state: dict[str, Any] = dict(rng.bit_generator.state) if observe is not None else {}
+    step = loop.step(event, snap, rng)
     spent = (timer() - t0) if (timer is not None and step.round) else None
+    if observe is not None:
+        observe(event, None, snap, state, step)
     backend.apply(step)
     while step.retry is not None:
         cursor = step.retry
@@ -505,9 +517,12 @@ def run_event(
         # A tick's training round deferred behind the SLO guard sees the world as a
         # tick does (every job as of now).
         snap = backend.snapshot(event if cursor.round else RETRY)
+        state = dict(rng.bit_generator.state) if observe is not None else {}
         step = loop.step(RETRY, snap, rng, cursor)
         if timer is not None and step.round:
             spent = timer() - t0
+        if observe is not None:
+            observe(RETRY, cursor, snap, state, step)
         backend.apply(step)
     return spent
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from deepboot.core.errors import SimulationStalledError
 from deepboot.core.gpu import GpuState
-from deepboot.scheduler.control import Backend, ControlLoop, run_event
+from deepboot.scheduler.control import Backend, ControlLoop, Observer, run_event
 from deepboot.scheduler.events import Event, EventKind
 from deepboot.world.gpus import GpuBoard
 from deepboot.world.queue import EventQueue
@@ -155,6 +155,7 @@ class Driver:
         on_rejected: The error boundary of a world that must keep running (the
             runtime): a decision that raises is handed to it with its event, and the
             driver goes on with the next event. None (the simulator): it propagates.
+        observe: Told of every step of the loop (a recording: ``world.recording``).
 
     Attributes:
         queue: Every scheduled event.
@@ -170,8 +171,10 @@ class Driver:
         clock: Clock,
         timer: Callable[[], float] = time.perf_counter,
         on_rejected: Callable[[Event, Exception], None] | None = None,
+        observe: Observer | None = None,
     ) -> None:
         self.on_rejected = on_rejected
+        self.observe = observe
         self.loop = loop
         self.world = world
         self.rng = rng
@@ -199,7 +202,7 @@ class Driver:
             self.on_rejected(event, exc)
 
     def _decide(self, event: Event) -> None:
-        spent = run_event(self.loop, event, self.world, self.rng, self.timer)
+        spent = run_event(self.loop, event, self.world, self.rng, self.timer, self.observe)
         if spent is not None:
             self.rounds += 1
             self.decision_ms.append(spent * 1e3)

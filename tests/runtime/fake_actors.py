@@ -47,6 +47,7 @@ class FakeActors:
     reruns: list[str] = field(default_factory=list)  # workers started for finished work
     deaf: set[str] = field(default_factory=set)  # workers that ignore every offer
     silent: set[str] = field(default_factory=set)  # never scheduled: never answer
+    broken: dict[str, int] = field(default_factory=dict)  # name -> generation it gave up
     progress: dict[str, int] = field(default_factory=dict)
     work: dict[str, int] = field(default_factory=dict)
     clock: Callable[[], float] = lambda: 0.0
@@ -88,6 +89,11 @@ class FakeActors:
                 continue
             gen = w.offered[-1]
             step = self.progress.get(w.job, 10)
+            if self.broken.get(name, 0) >= gen.number:
+                out[name] = WorkerReport(
+                    w.gpu, WorkerStatus.WAITING, gen.number - 1, step, 0.5, broken=gen.number
+                )
+                continue
             status = WorkerStatus.DEPARTED
             if w.member:
                 done = step >= self.work.get(w.job, 1 << 30)

@@ -45,8 +45,14 @@ def test_up_refuses_oracle_policies_before_starting_anything(
         (["cancel", "x"], "no deepboot state"),
     ],
     ids=[
-        "unknown-policy", "bad-param", "zero-gpus", "zero-interval", "no-events", "status",
-        "down", "cancel",
+        "unknown-policy",
+        "bad-param",
+        "zero-gpus",
+        "zero-interval",
+        "no-events",
+        "status",
+        "down",
+        "cancel",
     ],  # fmt: skip
 )
 def test_runtime_command_errors_are_one_line(

@@ -196,6 +196,26 @@ def test_a_generation_that_never_forms_is_given_up_and_the_loop_replans(
     assert resized["how"] == "failure" and resized["to"] == ["0.0"]
 
 
+def test_a_generation_is_offered_again_only_once_every_member_gave_it_up(
+    tmp_path: Path,
+) -> None:
+    ctl, fake = controller(tmp_path)
+    rec = submit(ctl)
+    move(ctl, "j", ("0.0", "0.1"))
+    workers = fake.live("j")
+    first = rec.gen.number  # type: ignore[union-attr]
+    fake.broken[workers["0.1"]] = first  # rank 1 gives the rendezvous up first
+    ctl.poll(0.1)
+    assert rec.gen.number == first  # type: ignore[union-attr]  # rank 0 still waits in it
+    fake.broken[workers["0.0"]] = first
+    ctl.poll(0.1)
+    assert rec.gen.number == first + 1  # type: ignore[union-attr]
+    assert fake.offers(workers["0.0"])[-1] == first + 1
+    fake.broken.clear()
+    settle(ctl)
+    assert rec.transition is None and len(events(ctl, LogKind.STARTED)) == 1
+
+
 # -- a worker's death: facts by the poll, the decision by the loop ---------------------------
 
 

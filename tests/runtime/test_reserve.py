@@ -89,3 +89,10 @@ def test_the_reserve_reclaims_fewer_gpus_over_five_lull_spike_cycles(tmp_path: P
           f"requests), {with_reserve} with it ({n_with} requests)")  # fmt: skip
     assert without >= CYCLES - 2, "DeepBoot alone should reclaim in most spikes"
     assert with_reserve < without
+    # The controllers recorded every step of their loops: each run replays exactly, and
+    # a policy that prices a resize out (restart_delay) would have decided otherwise.
+    for run in ("plain", "reserve"):
+        same = cli(tmp_path / run, "replay", check=False)
+        assert same.returncode == 0 and "no divergence" in same.stdout, same.stdout
+    other = cli(tmp_path / "reserve", "replay", "--param", "restart_delay=100000", check=False)
+    assert other.returncode == 1 and "first divergence at step" in other.stdout, other.stdout
