@@ -72,6 +72,22 @@ def _dist() -> Any:
     return dist
 
 
+def _reset_group_names(dist: Any) -> None:
+    """Name this process's next default group as every other member names theirs.
+
+    torch names a default process group by a per-process counter (its keys in the
+    rendezvous store sit under that name) and resets the counter only when a formed
+    group is destroyed. A member that failed *inside* ``init_process_group`` (it had
+    arrived, the others had already left for a newer generation) has used one name
+    more than the others: every later rendezvous of the job then waits on keys that
+    nobody writes, generation after generation (the livelock seen after two quick
+    reclaims). No group exists here, so no name is in use.
+    """
+    world = getattr(getattr(dist, "distributed_c10d", None), "_world", None)
+    if world is not None and not dist.is_initialized():
+        world.group_count = 0
+
+
 def state_digest(model: Any) -> str:
     """SHA-256 of a model's parameters and buffers, in state_dict order (exact bits)."""
     h = hashlib.sha256()
@@ -477,6 +493,7 @@ class ElasticContext:
             # A broken group may fail to tear down; it is gone anyway.
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
+        _reset_group_names(dist)
 
     def _pack(self) -> bytes:
         torch = _torch()

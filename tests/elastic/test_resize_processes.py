@@ -116,3 +116,31 @@ def test_a_joiner_slower_than_the_collective_timeout_still_joins(tmp_path: Path)
         assert len({r.digests[1][1] for r in formed.values()}) == 1
     finally:
         stop_all(procs)
+
+
+def test_a_member_whose_rendezvous_failed_inside_the_group_still_forms_the_next(
+    tmp_path: Path,
+) -> None:
+    """Two reclaims in a row (the lull/spike/lull run's livelock): worker 2 arrives at
+    generation 2's rendezvous and leaves it for generation 3 at once; worker 1 then
+    finds both arrived, starts the group alone, and fails inside it (the collective
+    timeout). Generation 3 must form: torch had named worker 1's next group one
+    further than worker 2's, and every later rendezvous waited on keys nobody wrote."""
+    g1 = gen(tmp_path, 1, ["1", "2"])
+    a, b = spawn("1", g1), spawn("2", g1)
+    procs = [a, b]
+    try:
+        wait_until(procs, lambda r: r.generation == 1 and r.step >= 20)
+        g2, g3 = gen(tmp_path, 2, ["1", "2"]), gen(tmp_path, 3, ["1", "2"])
+        b.offer(g2)
+        wait_until([b], lambda r: r.status is WorkerStatus.JOINING)  # arrived at 2
+        b.offer(g3)  # superseded before the group: b never starts generation 2's
+        wait_until([b], lambda r: r.broken >= 2)
+        a.offer(g2)
+        failed = wait_until([a], lambda r: r.broken >= 2)  # alone in the group: timed out
+        assert failed["1"].generation == 1
+        a.offer(g3)
+        formed = wait_until(procs, _formed(3), timeout=120)
+        assert formed["1"].digests[3][1] == formed["2"].digests[3][1]
+    finally:
+        stop_all(procs)
