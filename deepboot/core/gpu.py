@@ -25,6 +25,8 @@ class GpuState(enum.Enum):
     PROTECT: an idle replica kept warm for its protect time; not lendable.
     SLEEP: an idle replica, still loaded, lendable (lending evicts it).
     LENT: a training worker on an inference-pool GPU; reclaimable at any time.
+    DOWN: its node left the cluster (a real world's fact, never a decision): nothing
+        runs on it and no decision may use it until the node returns (-> FREE).
     """
 
     FREE = "free"
@@ -33,6 +35,7 @@ class GpuState(enum.Enum):
     PROTECT = "protect"
     SLEEP = "sleep"
     LENT = "lent"
+    DOWN = "down"
 
 
 _T = GpuState
@@ -51,6 +54,8 @@ TRANSITIONS: Mapping[GpuState, frozenset[GpuState]] = MappingProxyType(
         _T.SLEEP: frozenset({_T.RUNNING, _T.LENT, _T.FREE, _T.TRAINING}),
         # Reclaimed for inference (-> RUNNING) or released by training (-> FREE).
         _T.LENT: frozenset({_T.RUNNING, _T.FREE}),
+        # Only its node's return (a fact: FAILURES) brings it back.
+        _T.DOWN: frozenset(),
     }
 )
 
@@ -70,12 +75,15 @@ FAILURES: Mapping[GpuState, frozenset[GpuState]] = MappingProxyType(
         # A training worker died: its GPU is empty (as a release).
         _T.TRAINING: frozenset({_T.FREE}),
         _T.LENT: frozenset({_T.FREE}),
-        _T.FREE: frozenset(),
+        # Its node left the cluster (what ran there was failed to FREE first).
+        _T.FREE: frozenset({_T.DOWN}),
+        # Its node came back.
+        _T.DOWN: frozenset({_T.FREE}),
     }
 )
 """What a failure (a fact, never a decision) may do to a GPU: a real world's process
-dies. Kept apart from :data:`TRANSITIONS`, so that no decision may, say, empty a
-RUNNING GPU."""
+dies, or its node leaves the cluster or returns. Kept apart from :data:`TRANSITIONS`,
+so that no decision may, say, empty a RUNNING GPU."""
 
 
 def check_transition(old: GpuState, new: GpuState, where: str = "", failure: bool = False) -> None:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from deepboot.elastic.protocol import Generation, WorkerConfig, WorkerReport
 from deepboot.runtime.raycluster import NAMESPACE
-from deepboot.runtime.rayresources import gpu_resource
+from deepboot.runtime.rayresources import gpu_resource, live_node_ids
 from deepboot.runtime.world import parse_gpu
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,11 @@ class Actors(Protocol):
 
     def list_named(self, prefix: str) -> list[str]:
         """Every live actor's name that starts with ``prefix``, sorted."""
+        ...
+
+    def live_nodes(self) -> frozenset[int] | None:
+        """The deepboot ids of the nodes the cluster lists alive; None when it
+        cannot tell now."""
         ...
 
 
@@ -210,3 +215,12 @@ class RayActors:
             if a.get("namespace") == NAMESPACE and a["name"].startswith(prefix)
         ]
         return sorted(names)
+
+    def live_nodes(self) -> frozenset[int] | None:
+        """The deepboot nodes Ray lists alive (the GCS's view: a node is dead once it
+        missed its health checks); None when the GCS does not answer."""
+        try:
+            return live_node_ids(self._ray.nodes())  # type: ignore[no-untyped-call]
+        except Exception as exc:  # noqa: BLE001 (the GCS unreachable now: ask again later)
+            log.warning("could not list the Ray nodes: %s", exc)
+            return None

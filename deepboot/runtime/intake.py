@@ -14,7 +14,7 @@ from deepboot.core.cluster import Pool
 from deepboot.core.gpu import GpuState
 from deepboot.core.modes import JobMode
 from deepboot.runtime import messages as rt
-from deepboot.runtime.replicas import Replicas
+from deepboot.runtime.nodes import Nodes
 from deepboot.runtime.store import JobRow, JobState, JobStore, LogKind
 from deepboot.runtime.world import JobRec, gpu_name, parse_gpu
 from deepboot.scheduler.events import Event, EventKind
@@ -22,7 +22,7 @@ from deepboot.scheduler.events import Event, EventKind
 log = logging.getLogger("deepboot.controller")
 
 
-class Intake(Replicas):
+class Intake(Nodes):
     """The controller's event sources (see the module docstring)."""
 
     def iteration(self) -> None:
@@ -30,6 +30,7 @@ class Intake(Replicas):
         now = self.clock()
         dt, self._last = max(now - self._last, 0.0), now
         events: list[Event] = []
+        self.check_nodes()  # before the poll: a lost node's workers die as its facts
         events += self.poll(dt)
         self.take_services()
         rows = self.store.jobs()  # one read of the store per iteration

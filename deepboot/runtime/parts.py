@@ -4,7 +4,8 @@ event log (flushed with the state it describes), the driver's queue, the flush.
 The controller (:mod:`deepboot.runtime.controller`) is assembled from parts, each a
 small module with one concern: generations (:mod:`~deepboot.runtime.generations`),
 worker polls (:mod:`~deepboot.runtime.polling`), replicas
-(:mod:`~deepboot.runtime.replicas`), intake from the router, the store and HTTP
+(:mod:`~deepboot.runtime.replicas`), the Ray cluster's live nodes
+(:mod:`~deepboot.runtime.nodes`), intake from the router, the store and HTTP
 (:mod:`~deepboot.runtime.intake`) and recovery (:mod:`~deepboot.runtime.recovery`).
 Each part builds on the ones before it, in that order.
 """

@@ -224,6 +224,35 @@ def _ray_start(args: list[str], env: Mapping[str, str], worker: bool) -> str:
     return proc.stdout + proc.stderr
 
 
+_COMMON = (
+    "--num-gpus=0",
+    f"--object-store-memory={_OBJECT_STORE_BYTES}",
+    "--disable-usage-stats",
+    "--log-style=record",
+)
+"""The ``ray start`` flags of every node of a local cluster."""
+
+
+def start_local_node(record: ClusterRecord, node: Node) -> None:
+    """Start (or start again, after it died) the Ray node of deepboot ``node`` in the
+    local cluster ``record`` describes; the controller brings its GPUs back into the
+    ledger once Ray lists it alive.
+
+    Raises:
+        DeepbootError: Ray failed to start it.
+    """
+    _ray_start(
+        [
+            f"--address={record.address}",
+            f"--num-cpus={node.gpus + 1}",
+            f"--resources={json.dumps(node_resources(node))}",
+            *_COMMON,
+        ],
+        ray_env(record),
+        worker=True,
+    )
+
+
 def up_local(state: StateDir, cluster: ClusterSpec) -> ClusterRecord:
     """Start one loopback-only Ray node per node of ``cluster`` on this machine.
 
@@ -242,12 +271,6 @@ def up_local(state: StateDir, cluster: ClusterSpec) -> ClusterRecord:
     temp_dir = make_private_dir(_new_temp_dir_name())
     ray_dir = ray_dir_of(temp_dir)
     env = ray_env(None, token)
-    common = [
-        "--num-gpus=0",
-        f"--object-store-memory={_OBJECT_STORE_BYTES}",
-        "--disable-usage-stats",
-        "--log-style=record",
-    ]
     head, *rest = cluster.nodes
     port = _free_port()
     address = f"127.0.0.1:{port}"
@@ -268,7 +291,7 @@ def up_local(state: StateDir, cluster: ClusterSpec) -> ClusterRecord:
                 "--dashboard-host=127.0.0.1",
                 f"--num-cpus={head.gpus + 1}",
                 f"--resources={json.dumps(node_resources(head))}",
-                *common,
+                *_COMMON,
             ],
             env,
             worker=False,
@@ -276,16 +299,7 @@ def up_local(state: StateDir, cluster: ClusterSpec) -> ClusterRecord:
         # Record before the other nodes start, so that 'down' can clean up a partial start.
         record.save(state)
         for node in rest:
-            _ray_start(
-                [
-                    f"--address={address}",
-                    f"--num-cpus={node.gpus + 1}",
-                    f"--resources={json.dumps(node_resources(node))}",
-                    *common,
-                ],
-                env,
-                worker=True,
-            )
+            start_local_node(record, node)
     except BaseException:
         stop_local(record)
         state.cluster_file.unlink(missing_ok=True)

@@ -81,3 +81,13 @@ def cluster_from_ray_nodes(nodes: Iterable[Mapping[str, object]]) -> ClusterSpec
             "deepboot_pool_<pool>, deepboot_gpu_<n>_<i>); see docs/runtime.md"
         )
     return ClusterSpec(tuple(sorted(out, key=lambda node: node.node_id)))
+
+
+def live_node_ids(nodes: Iterable[Mapping[str, object]]) -> frozenset[int]:
+    """The deepboot ids of the Ray nodes listed alive (``ray.nodes()``'s entries)."""
+    out: set[int] = set()
+    for n in nodes:
+        res = n.get("Resources", {})
+        if n.get("Alive", False) and isinstance(res, Mapping):
+            out.update(int(m.group(1)) for k in res if (m := _NODE_RESOURCE.match(k)))
+    return frozenset(out)

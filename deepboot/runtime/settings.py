@@ -50,6 +50,8 @@ class ControllerSettings:
             kept, older ones dropped (the metrics' counts are saved apart and go on).
         record_bytes: The loop's recording's bound (STATE_DIR/recording, for
             ``deepboot replay``): the oldest chunks go beyond it.
+        node_check: Seconds between two looks at the Ray cluster's live nodes (a
+            node that left takes its GPUs out of the ledger until it returns).
     """
 
     policy: str = "deepboot"
@@ -66,6 +68,7 @@ class ControllerSettings:
     form_timeout: float = 600.0
     keep_events: int = 1_000_000
     record_bytes: int = 256 << 20
+    node_check: float = 5.0
 
     def __post_init__(self) -> None:
         if self.keep_events < 1:

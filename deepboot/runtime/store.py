@@ -66,6 +66,8 @@ class LogKind(enum.Enum):
               request of a lull), seconds and load_seconds (ready), error, phase
               (load|serve) and backoff_s (died: seconds before the service's next
               replica may start; 0 unless it died loading)}
+    node: {node, op: left|returned, gpus: [ids]}: a Ray node left the cluster (its
+              GPUs DOWN, out of the ledger) or came back (FREE again)
     """
 
     CONTROLLER_STARTED = "controller_started"
@@ -82,6 +84,7 @@ class LogKind(enum.Enum):
     SERVICE_REGISTERED = "service_registered"
     REPLICA = "replica"
     DECISION_REJECTED = "decision_rejected"
+    NODE = "node"
 
 
 _JOB_COLUMNS = (

@@ -328,9 +328,11 @@ class ControlLoop:
         inference GPUs that lending leaves, less ``kept`` (default: :meth:`kept`)."""
         cluster = snap.cluster
         if not any(n.pool is Pool.INFERENCE for n in cluster.nodes):
-            return MappingProxyType(
-                {n.node_id: (n.gpus if n.pool is Pool.TRAINING else 0) for n in cluster.nodes}
-            )
+            cap = {n.node_id: (n.gpus if n.pool is Pool.TRAINING else 0) for n in cluster.nodes}
+            for g in snap.gpus:
+                if g.state is GpuState.DOWN:  # its node left (the runtime's fact)
+                    cap[g.node_id] -= 1
+            return MappingProxyType(cap)
         reserved = self.kept(snap) if kept is None else kept
         return lendable_capacity(cluster, snap.gpus, self.settings.lending, reserved)
 

@@ -213,15 +213,17 @@ class GpuBoard:
         check_transition(gpu.state, new, f"GPU {gpu.gpu_id}")
         self._set(gpu, new)
 
-    def fail(self, gpu: BoardGpu) -> None:
-        """A failure empties ``gpu``: its replica's or its worker's process died (a
-        fact of the world, checked against ``FAILURES``, never a decision).
+    def fail(self, gpu: BoardGpu, new: GpuState = GpuState.FREE) -> None:
+        """A fact of the world, never a decision (checked against ``FAILURES``): a
+        failure empties ``gpu`` (its replica's or its worker's process died: FREE), its
+        node left the cluster (a FREE GPU goes DOWN) or came back (DOWN -> FREE).
 
         Raises:
-            InvalidDecisionError: ``gpu`` is FREE already.
+            InvalidDecisionError: ``gpu.state -> new`` is not such a fact (a FREE GPU
+                that fails, a loaded one that goes DOWN without failing first).
         """
-        check_transition(gpu.state, GpuState.FREE, f"GPU {gpu.gpu_id}", failure=True)
-        self._set(gpu, GpuState.FREE)
+        check_transition(gpu.state, new, f"GPU {gpu.gpu_id}", failure=True)
+        self._set(gpu, new)
 
     def restore(
         self,

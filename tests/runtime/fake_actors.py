@@ -51,6 +51,7 @@ class FakeActors:
     progress: dict[str, int] = field(default_factory=dict)
     work: dict[str, int] = field(default_factory=dict)
     clock: Callable[[], float] = lambda: 0.0
+    nodes: set[int] | None = None  # the live nodes (None: the cluster cannot tell)
 
     def create(self, name: str, config: WorkerConfig, gpu: str, first: Generation) -> None:
         assert name not in self.workers, f"{name} created twice"
@@ -129,6 +130,20 @@ class FakeActors:
     def die(self, name: str) -> None:
         """The worker's process dies (not by the controller's hand)."""
         self.workers[name].alive = False
+
+    def lose_node(self, node: int) -> None:
+        """Node ``node`` leaves the cluster: every process on it dies with it."""
+        assert self.nodes is not None
+        self.nodes.discard(node)
+        for w in self.workers.values():
+            if w.gpu.split(".")[0] == str(node):
+                w.alive = False
+        for name, gpu in list(self.replicas.items()):
+            if gpu.split(".")[0] == str(node):
+                del self.replicas[name]
+
+    def live_nodes(self) -> frozenset[int] | None:
+        return None if self.nodes is None else frozenset(self.nodes)
 
     def list_workers(self) -> list[str]:
         return sorted(n for n, w in self.workers.items() if w.alive)

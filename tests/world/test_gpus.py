@@ -6,7 +6,7 @@ import pytest
 
 from deepboot.core.cluster import ClusterSpec
 from deepboot.core.errors import InvalidDecisionError
-from deepboot.core.gpu import FAILURES, TRANSITIONS, GpuState
+from deepboot.core.gpu import FAILURES, TRAINABLE, TRANSITIONS, GpuState
 from deepboot.core.placement import Placement
 from deepboot.scheduler import operations as ops
 from deepboot.world.gpus import GpuBoard, apply_gpu_op
@@ -95,10 +95,28 @@ def test_a_failure_empties_a_gpu_by_its_own_table_never_a_decisions() -> None:
     assert (g.state, g.service, g.replica) == (S.FREE, None, None)
     with pytest.raises(InvalidDecisionError, match="illegal failure FREE -> FREE"):
         b.fail(g)
-    assert all(FAILURES[s] <= {S.FREE} for s in S)
+    assert all(FAILURES[s] <= {S.FREE, S.DOWN} for s in S)
     apply_gpu_op(b, ops.Bind(TRAIN, "a"))
     b.fail(b.get(TRAIN))  # a worker died
     assert not b.held("a")
+    b.check({})
+
+
+def test_a_gpu_whose_node_left_is_down_until_it_returns_and_no_decision_uses_it() -> None:
+    b = board()
+    apply_gpu_op(b, ops.Lend(INFER, "a"))
+    g = b.get(INFER)
+    with pytest.raises(InvalidDecisionError, match="illegal failure LENT -> DOWN"):
+        b.fail(g, S.DOWN)  # its worker fails first (the job learns it lost it)
+    b.fail(g)
+    b.fail(g, S.DOWN)
+    assert (g.state, g.job) == (S.DOWN, None) and b.counts()[S.DOWN] == 1
+    assert S.DOWN not in TRAINABLE and not TRANSITIONS[S.DOWN]
+    for op in (ops.Lend(INFER, "a"), ops.StartReplica(INFER, "s", "t", cold=True, hits=0)):
+        with pytest.raises(InvalidDecisionError, match="DOWN"):
+            apply_gpu_op(b, op)
+    b.fail(g, S.FREE)  # the node came back
+    assert g.state is S.FREE
     b.check({})
 
 
