@@ -6,6 +6,10 @@ lengths depend on the machine's speed; the gate lets the test decide when the jo
 finish, while the loss threshold stays fixed (the job still has to reach it). The
 test writes a step well ahead of the job's current one, so every rank has read the
 file before that step and all of them stop at the same step.
+
+With ``hang`` (a file path), a worker whose GPU name starts with what the file holds
+stops stepping and sleeps until it is killed: a worker that ignores every offer and
+stop (the deadlines' test).
 """
 
 from __future__ import annotations
@@ -35,7 +39,15 @@ def train(ctx: ElasticContext) -> None:
     # more workers (a smaller local batch each) make steps faster.
     per_sample = float(args.get("sample_delay", 0.001))
     until: int | None = None
+    hang = str(args.get("hang", ""))
     while True:
+        if hang and os.path.exists(hang):
+            with open(hang) as f:
+                prefix = f.read().strip()
+            if prefix and ctx.worker.startswith(prefix):
+                print(f"hanging: {ctx.worker} ignores everything from now on")
+                while True:
+                    time.sleep(3600)
         idx = ctx.next_batch(len(x))
         loss = torch.nn.functional.mse_loss(model(x[idx]), y[idx])
         loss.backward()

@@ -40,7 +40,9 @@ def service_file(directory: Path, name: str, delay: float, max_replicas: int) ->
     return path
 
 
-def gated_job(directory: Path, name: str, gate: Path, max_workers: int) -> Path:
+def gated_job(
+    directory: Path, name: str, gate: Path, max_workers: int, hang: Path | None = None
+) -> Path:
     path = directory / f"{name}.toml"
     path.write_text(
         "\n".join(
@@ -64,6 +66,7 @@ def gated_job(directory: Path, name: str, gate: Path, max_workers: int) -> Path:
                 f"loss_threshold = {THRESHOLD}",
                 f'gate = "{gate}"',
                 "sample_delay = 0.005",
+                *([f'hang = "{hang}"'] if hang else []),
             ]
         )
         + "\n"

@@ -214,6 +214,14 @@ def test_lull_spike_lull(cluster: Path, tmp_path: Path) -> None:
     mine = [(addr, port) for addr, port, pids in listening_sockets() if pid in pids]
     assert mine and all(addr.startswith("127.") or addr == "::1" for addr, _ in mine), mine
 
+    # The controller recorded every step of its loop: the run replays exactly, while
+    # a policy that all but never changes a job's size (hysteresis 0.99: a changed
+    # count is worth 1% of itself) would have decided otherwise (it never lends).
+    same = cli(cluster, "replay", check=False)
+    assert same.returncode == 0 and "no divergence" in same.stdout, same.stdout
+    other = cli(cluster, "replay", "--param", "hysteresis=0.99", check=False)
+    assert other.returncode == 1 and "first divergence at step" in other.stdout, other.stdout
+
 
 def test_killed_replica_requests_are_retried(cluster: Path, tmp_path: Path) -> None:
     cli(cluster, "serve", str(service_file(tmp_path, "slow", delay=3.0, max_replicas=2)))
