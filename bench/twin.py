@@ -1,0 +1,662 @@
+"""The twin: one workload on the real local runtime, then in the simulator, side by side.
+
+The workload: four elastic jobs of a fixed amount of work (``bench/twin_job.py``:
+60, 80, 100 and 120 optimizer steps at a fixed total batch of 48, 20 ms of simulated
+GPU time per sample, 1-4 workers; submitted 6 s apart) and one service
+(``examples/runtime/echo_service.py``, 0.2 s a request, at most 2 replicas) under a
+lull / spike / lull request rate (0.5 rps, then 8 rps from 60 s to 80 s, then 0.5 rps
+until every job is done), on a cluster of 2 training + 1 inference nodes x 2 logical
+GPUs, policy ``deepboot`` (restart_delay=2), 2 s rounds, protect factor 0.05, AFE
+resizes.
+
+1. **Runtime.** ``deepboot up`` a real local cluster (torch on the CPU), serve the
+   service, replay the rate profile with ``deepboot load``, submit the jobs, wait for
+   them, ``deepboot down``. From the store: each job's submit and finish (JCT), its
+   (job, new size) decisions (``started``/``resized``/``preempted``, in time order),
+   the GPUs lent (GPU-seconds from each ``lend`` to that GPU's ``reclaim`` or
+   ``release``) and reclaimed; and the measurements the simulator is given: every
+   job's measured (nodes, GPUs, local batch) -> (step, compute) seconds from the
+   controller's online model, the pauses of AFE shrinks and grows and of starts
+   (``resized.seconds``; first ``bind``/``lend`` -> ``started``), the replicas' cold
+   starts (``replica ready.seconds``), the requests' send times and service time.
+2. **Simulator.** The same jobs (same submit times, same work), the same requests
+   (one inference task per request sent, its duration the measured service time),
+   the same cluster, policy, parameters, interval and protect factor, with
+   applications whose step times are the runtime's own measurements (a throughput
+   model fitted to them for a configuration the runtime never ran) and whose restart
+   cost is the measured pauses (medians). A fixed total batch (``batch_size =
+   max_batch_size``, the initial batch) makes "fixed work" mean the same in both
+   worlds: each step is one unit of progress in the simulator, as it is one step of
+   the job. The simulator is deterministic given its inputs; it runs once per
+   runtime run, on that run's measurements and requests.
+
+Reported: per job the median JCT of each world and their ratio; per world the median
+lent GPU-seconds, reclaims and decisions; and the agreement of the decision
+sequences: ``LCS(runtime, sim) / max(len)`` of the (job, new size) sequences (a
+preemption is size 0), with the first index where they differ. The runtime runs on
+a shared 2-core machine, so its numbers are noisy.
+
+    PYTHONPATH=. .venv/bin/python bench/twin.py                 # 3 + 3 runs (~13 min)
+    PYTHONPATH=. .venv/bin/python bench/twin.py --runs 1        # a quick look (~4 min)
+    PYTHONPATH=. .venv/bin/python bench/twin.py --out twin.json # also every run as JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
+EXAMPLES = REPO / "examples" / "runtime"
+sys.path.insert(0, str(REPO))
+
+from deepboot.core.cluster import ClusterSpec  # noqa: E402
+from deepboot.core.gpu import GpuState  # noqa: E402
+from deepboot.core.jobs import InferenceTaskSpec, TrainingJobSpec, Workload  # noqa: E402
+from deepboot.core.params import BatchLimits, PerfParams  # noqa: E402
+from deepboot.core.placement import EMPTY, Placement  # noqa: E402
+from deepboot.core.service import ServiceSpec  # noqa: E402
+from deepboot.perf.fit import fit_perf_params  # noqa: E402
+from deepboot.perf.goodput import compute_time, step_time  # noqa: E402
+from deepboot.runtime.raycluster import ClusterRecord, cluster_pids, process_alive  # noqa: E402
+from deepboot.runtime.statedir import StateDir  # noqa: E402
+from deepboot.runtime.store import EventRow, JobRow, JobStore, LogKind  # noqa: E402
+
+# -- the workload ----------------------------------------------------------------------
+
+BATCH = 48
+"""Fixed total batch of every job: divisible by 1-4 workers (48, 24, 16, 12 each)."""
+MIN_LOCAL = 12
+"""Smallest per-GPU batch: BATCH // MIN_LOCAL = 4 = max_workers in both worlds."""
+MAX_WORKERS = 4
+SAMPLE_DELAY = 0.02
+"""Simulated GPU seconds per sample: 0.96 s a step on 1 worker, 0.24 s on 4."""
+STEPS_PER_EPOCH = 10
+"""Steps of one simulated 'epoch' (the simulator re-picks the batch per epoch)."""
+JOBS: tuple[tuple[str, float, int], ...] = (
+    ("j1", 0.0, 60),
+    ("j2", 6.0, 80),
+    ("j3", 12.0, 100),
+    ("j4", 18.0, 120),
+)
+"""(name, submit offset s, total steps) of each job."""
+SERVICE_DELAY = 0.2
+"""Seconds of simulated GPU time per request."""
+RATE_PROFILE: tuple[tuple[float, float], ...] = ((0, 0.5), (60, 8.0), (80, 0.5), (900, 0.0))
+"""(time s, rps) from the load's start: lull, spike (1.6 replicas' work: the lent
+GPU is reclaimed), lull (the idle replica sleeps, its GPU is lent again) until the
+jobs are done (the load is stopped then)."""
+TRAINING_NODES, INFERENCE_NODES, GPUS_PER_NODE = 2, 1, 2
+INTERVAL = 2.0
+PROTECT_FACTOR = 0.05
+POLICY = "deepboot"
+POLICY_PARAMS = {"restart_delay": 2}
+
+# -- the runtime -----------------------------------------------------------------------
+
+
+def _env() -> dict[str, str]:
+    """The environment of every spawned ``deepboot``: this checkout's package first."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    return env
+
+
+def cli(state: Path, *args: str, timeout: float = 300) -> str:
+    """Run ``deepboot ARGS --state-dir STATE`` (this interpreter, this checkout)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "deepboot.cli.main", *args, "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=_env(),
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"deepboot {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+def _read(state: Path) -> tuple[list[JobRow], list[EventRow]]:
+    store = JobStore(state / "deepboot.db")
+    try:
+        return store.jobs(), store.events()
+    finally:
+        store.close()
+
+
+def wait_for(what: str, ok: Callable[[], Any], timeout: float, every: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = ok()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(every)
+
+
+@dataclass
+class Measured:
+    """What one runtime run measured, for the simulator.
+
+    Attributes:
+        profile: (nodes, GPUs, local batch) -> [count, compute s sum, step s sum],
+            summed over every job (one code, one speed).
+        grad: The last gradient statistics of a job (sqr, var), or None.
+        start_s: Pauses of first starts: a job's first GPU op -> its ``started``.
+        shrink_s: ``seconds`` of each AFE shrink.
+        grow_s: ``seconds`` of each AFE grow (and same-size move).
+        cold_start_s: Cold starts of the service's replicas (``ready.seconds``).
+        service_s: The median answer time of requests that found a warm replica.
+    """
+
+    profile: dict[tuple[int, int, int], list[float]] = field(default_factory=dict)
+    grad: tuple[float, float] | None = None
+    start_s: list[float] = field(default_factory=list)
+    shrink_s: list[float] = field(default_factory=list)
+    grow_s: list[float] = field(default_factory=list)
+    cold_start_s: list[float] = field(default_factory=list)
+    service_s: float = SERVICE_DELAY
+
+
+@dataclass
+class WorldRun:
+    """One run of one world, on a common clock (seconds from the runtime's first round).
+
+    Attributes:
+        submit: Job -> submit time.
+        finish: Job -> finish time (missing: it did not finish).
+        decisions: (time, job, new size) of every placement change, in time order.
+        lent_gpu_s: GPU-seconds inference GPUs spent lent to training.
+        reclaims: Lent GPUs taken back by inference.
+        requests: (send time, duration) of every request (runtime only).
+        measured: The runtime's measurements (runtime only).
+        wall_s: Seconds the run took.
+    """
+
+    submit: dict[str, float] = field(default_factory=dict)
+    finish: dict[str, float] = field(default_factory=dict)
+    decisions: list[tuple[float, str, int]] = field(default_factory=list)
+    lent_gpu_s: float = 0.0
+    reclaims: int = 0
+    requests: list[float] = field(default_factory=list)
+    measured: Measured = field(default_factory=Measured)
+    wall_s: float = 0.0
+
+    def jct(self, job: str) -> float | None:
+        if job not in self.finish:
+            return None
+        return self.finish[job] - self.submit[job]
+
+
+def _write_inputs(work: Path, scale: float) -> tuple[Path, list[Path], Path]:
+    work.mkdir(parents=True, exist_ok=True)
+    service = work / "echo.toml"
+    service.write_text(
+        f'name = "echo"\nmodel = "tiny-mlp"\nhandler = "{EXAMPLES / "echo_service.py"}:load"\n'
+        f"concurrency = 1\nmax_replicas = {INFERENCE_NODES * GPUS_PER_NODE}\n"
+        f"queue_bound = 1000\nrequest_timeout_s = 300\n[args]\ndelay_s = {SERVICE_DELAY}\n"
+    )
+    jobs = []
+    for name, _, steps in JOBS:
+        path = work / f"{name}.toml"
+        path.write_text(
+            f'name = "{name}"\nentry = "{BENCH / "twin_job.py"}:train"\n'
+            f"min_workers = 1\nmax_workers = {MAX_WORKERS}\n"
+            f"batch_size = {BATCH}\nmax_batch_size = {BATCH}\n"
+            f"min_local_batch_size = {MIN_LOCAL}\nmax_local_batch_size = {BATCH}\n"
+            "checkpoint_every = 50\n"
+            f"[args]\ntotal_steps = {_steps(steps, scale)}\nsample_delay = {SAMPLE_DELAY}\n"
+        )
+        jobs.append(path)
+    profile = work / "rate.csv"
+    profile.write_text("time_s,rps\n" + "".join(f"{t},{r}\n" for t, r in RATE_PROFILE))
+    return service, jobs, profile
+
+
+def _steps(steps: int, scale: float) -> int:
+    """A job's steps at ``scale``, a whole number of simulated epochs."""
+    return max(STEPS_PER_EPOCH, round(steps * scale / STEPS_PER_EPOCH) * STEPS_PER_EPOCH)
+
+
+def runtime_run(work: Path, scale: float, console: Console) -> WorldRun:
+    """One run of the workload on a real local cluster (see the module docstring)."""
+    state = work / "state"
+    service, jobs, profile = _write_inputs(work, scale)
+    started = time.monotonic()
+    cli(
+        state, "up", "--training-nodes", str(TRAINING_NODES), "--inference-nodes",
+        str(INFERENCE_NODES), "--gpus-per-node", str(GPUS_PER_NODE), "--interval",
+        str(INTERVAL), "--poll", "0.3", "--protect-factor", str(PROTECT_FACTOR),
+        "--http-port", "0", "--collective-timeout", "15", "--policy", POLICY,
+        *(f"--param={k}={v}" for k, v in POLICY_PARAMS.items()),
+    )  # fmt: skip
+    record = ClusterRecord.load(StateDir.at(state))
+    load: subprocess.Popen[str] | None = None
+    out = work / "requests.csv"
+    try:
+        cli(state, "serve", str(service))
+        load_started = time.time()
+        load = subprocess.Popen(
+            [sys.executable, "-m", "deepboot.cli.main", "load", "echo", "--rate-profile",
+             str(profile), "--out", str(out), "-q", "--state-dir", str(state)],
+            cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        for path, (name, offset, _) in zip(jobs, JOBS, strict=True):
+            delay = load_started + offset - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            cli(state, "submit", str(path))
+            console.print(f"  submitted {name} at +{time.time() - load_started:.1f} s")
+
+        def done() -> bool:
+            rows, _ = _read(state)
+            bad = [r for r in rows if r.state.value in ("failed", "cancelled")]
+            if bad:
+                raise RuntimeError(f"job {bad[0].name} {bad[0].state.value}: {bad[0].message}")
+            return len(rows) == len(JOBS) and all(r.state.value == "finished" for r in rows)
+
+        wait_for("every job to finish", done, timeout=1800, every=2.0)
+        load.send_signal(signal.SIGINT)
+        try:
+            load.wait(60)
+        except subprocess.TimeoutExpired:
+            load.kill()
+            load.wait(10)
+        rows, log = _read(state)
+        return _runtime_result(rows, log, out, load_started, time.monotonic() - started)
+    finally:
+        if load is not None and load.poll() is None:
+            load.kill()
+            load.wait(10)
+        subprocess.run(
+            [sys.executable, "-m", "deepboot.cli.main", "down", "--state-dir", str(state)],
+            capture_output=True,
+            cwd=REPO,
+            env=_env(),
+            timeout=300,
+        )
+        left = {p for p in cluster_pids(record) if process_alive(p)}
+        if left:
+            console.print(f"[red]'deepboot down' left processes running: {sorted(left)}[/red]")
+
+
+def _runtime_result(
+    rows: list[JobRow], log: list[EventRow], requests: Path, load_started: float, wall_s: float
+) -> WorldRun:
+    """Turn a finished run's store and request log into a :class:`WorldRun`."""
+    t0 = next(e.time for e in log if e.kind is LogKind.CONTROLLER_STARTED)
+    run = WorldRun(wall_s=wall_s)
+    m = run.measured
+    for row in rows:
+        run.submit[row.name] = row.submitted - t0
+        if row.finished is not None:
+            run.finish[row.name] = row.finished - t0
+        model = json.loads(row.model or "{}")
+        for p in model.get("profile", []):
+            acc = m.profile.setdefault((int(p[0]), int(p[1]), int(p[2])), [0.0, 0.0, 0.0])
+            for i in range(3):
+                acc[i] += float(p[3 + i])
+        if model.get("grad"):
+            m.grad = (float(model["grad"][0]), float(model["grad"][1]))
+    first_op: dict[str, float] = {}
+    lent_since: dict[str, float] = {}
+    end = max(run.finish.values(), default=log[-1].time - t0)
+    for e in log:
+        t = e.time - t0
+        d = e.detail
+        if e.kind is LogKind.GPU:
+            if e.job and d["op"] in ("bind", "lend"):
+                first_op.setdefault(e.job, t)
+            if d["op"] == "lend":
+                lent_since[d["gpu"]] = t
+            elif d["op"] in ("reclaim", "release") and d["gpu"] in lent_since:
+                run.lent_gpu_s += min(t, end) - min(lent_since.pop(d["gpu"]), end)
+                run.reclaims += d["op"] == "reclaim"
+        elif e.kind is LogKind.STARTED and e.job:
+            # Logged once the generation formed: decided at the job's first GPU op.
+            run.decisions.append((first_op.get(e.job, t), e.job, len(d["workers"])))
+            if e.job in first_op:
+                m.start_s.append(t - first_op[e.job])
+        elif e.kind is LogKind.RESIZED and e.job:
+            # Logged once the generation formed: the decision was ``seconds`` earlier.
+            run.decisions.append((t - float(d["seconds"]), e.job, len(d["to"])))
+            if d["how"] == "afe":
+                (m.shrink_s if len(d["to"]) < len(d["from"]) else m.grow_s).append(
+                    float(d["seconds"])
+                )
+        elif e.kind is LogKind.PREEMPTED and e.job:
+            run.decisions.append((t, e.job, 0))
+        elif e.kind is LogKind.REPLICA and d.get("op") == "ready" and "seconds" in d:
+            m.cold_start_s.append(float(d["seconds"]))
+    for since in lent_since.values():
+        run.lent_gpu_s += max(end - since, 0.0)
+    run.decisions.sort()
+    # The load's clock starts when it sends its first request, which starts the
+    # first replica (a cold start, logged): that puts send_s on the common clock.
+    first_replica = next(
+        (
+            e.time
+            for e in log
+            if e.kind is LogKind.REPLICA
+            and e.detail.get("op") == "start"
+            and e.time >= load_started
+        ),
+        load_started,
+    )
+    with requests.open() as f:
+        sent = [r for r in csv.DictReader(f) if r["send_s"]]
+    if sent:
+        offset = first_replica - t0 - min(float(r["send_s"]) for r in sent)
+        run.requests = sorted(float(r["send_s"]) + offset for r in sent)
+        warm = sorted(float(r["latency_s"]) for r in sent if r["status"] == "200")
+        if warm:
+            # The fastest quarter: requests that found an idle warm replica.
+            m.service_s = statistics.median(warm[: max(1, len(warm) // 4)])
+    return run
+
+
+# -- the simulator ---------------------------------------------------------------------
+
+
+class TwinApplication:
+    """An :class:`~deepboot.perf.application.Application` of the runtime's measurements.
+
+    ``step_time`` is the runtime's mean (step, step - compute) at a measured (nodes,
+    GPUs, local batch), else the throughput model fitted to every measured point;
+    ``grad_stats`` the runtime's last gradient statistics; one epoch is
+    ``STEPS_PER_EPOCH`` steps at the fixed batch (progress counts steps: gain 1 at
+    the initial batch), so the job ends after exactly its ``total_steps``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        total_steps: int,
+        profile: dict[tuple[int, int, int], list[float]],
+        grad: tuple[float, float] | None,
+    ) -> None:
+        self.name = name
+        self.limits = BatchLimits(BATCH, BATCH, MIN_LOCAL, BATCH)
+        self.max_epochs = total_steps // STEPS_PER_EPOCH
+        self._table = {k: (v[2] / v[0], (v[2] - v[1]) / v[0]) for k, v in profile.items()}
+        keys = sorted(profile)
+        self._fit: PerfParams = fit_perf_params(
+            [k[0] for k in keys],
+            [k[1] for k in keys],
+            [k[2] for k in keys],
+            [profile[k][1] / profile[k][0] for k in keys],
+            [profile[k][2] / profile[k][0] for k in keys],
+        )
+        self._grad = grad or (1.0, 0.0)
+
+    def step_time(self, shape: tuple[int, ...], local_bsz: int) -> tuple[float, float]:
+        hit = self._table.get((len(shape), sum(shape), local_bsz))
+        if hit is not None:
+            return hit
+        step = float(step_time(self._fit, len(shape), sum(shape), local_bsz))
+        return step, step - float(compute_time(self._fit, local_bsz))
+
+    def grad_stats(self, batch_size: int, epoch: int) -> tuple[float, float]:
+        return self._grad
+
+    def progress_at(self, epoch: int) -> float:
+        return float(epoch * STEPS_PER_EPOCH)
+
+
+@dataclass(frozen=True)
+class MeasuredRestart:
+    """Restart cost: the runtime's median pauses (first start or resume, AFE shrink,
+    AFE grow or move)."""
+
+    start: float
+    shrink: float
+    grow: float
+
+    def delay(
+        self, application: str, old_replicas: int, new_replicas: int, first_start: bool
+    ) -> float:
+        if old_replicas == 0:
+            return self.start
+        return self.shrink if new_replicas < old_replicas else self.grow
+
+
+def _median(values: Sequence[float], default: float) -> float:
+    return statistics.median(values) if values else default
+
+
+def sim_run(rt: WorldRun, scale: float) -> WorldRun:
+    """The simulator on ``rt``'s workload, measurements and requests."""
+    from deepboot.policies import registry
+    from deepboot.scheduler import Scheduler
+    from deepboot.sim.config import SimConfig
+    from deepboot.sim.engine import Simulation
+    from deepboot.world.settings import SharedCluster
+
+    m = rt.measured
+    started = time.perf_counter()
+    steps = {name: _steps(s, scale) for name, _, s in JOBS}
+    apps = {name: TwinApplication(name, steps[name], m.profile, m.grad) for name in steps}
+    training = tuple(
+        TrainingJobSpec(name, rt.submit[name], name, 1, BATCH)
+        for name in sorted(steps, key=lambda n: rt.submit[n])
+    )
+    cold = _median(m.cold_start_s, 2.0)
+    service = ServiceSpec(
+        name="echo",
+        model="tiny-mlp",
+        concurrency=1,
+        max_replicas=INFERENCE_NODES * GPUS_PER_NODE,
+        cold_start_s=cold,
+    )
+    inference = tuple(
+        InferenceTaskSpec(f"r{i}", t, "echo", "tiny-mlp", m.service_s, 1)
+        for i, t in enumerate(rt.requests)
+        if t <= max(rt.finish.values(), default=math.inf)
+    )
+    workload = Workload("twin", training, inference, (service,))
+    cluster = ClusterSpec.parse(f"{TRAINING_NODES + INFERENCE_NODES}x{GPUS_PER_NODE}", 1)
+    settings = SharedCluster(protect_factor=PROTECT_FACTOR, afe=True).sim_kwargs(
+        inference_nodes=INFERENCE_NODES, policy=POLICY
+    )
+    settings["restart"] = MeasuredRestart(
+        _median(m.start_s, 5.0), _median(m.shrink_s, 0.5), _median(m.grow_s, 5.0)
+    )
+    config = SimConfig(
+        interval=INTERVAL,
+        app_max_replicas=dict.fromkeys(steps, MAX_WORKERS),
+        cold_start={"tiny-mlp": cold},
+        **settings,
+    )
+    policy = registry.create(POLICY, **POLICY_PARAMS)
+    sim = Simulation(workload, cluster, Scheduler(policy), apps, config)
+    out = WorldRun(submit={j.name: j.submit_time for j in training})
+    last: dict[str, Placement] = {}
+
+    def watch(now: float, event: object, s: Simulation) -> None:
+        for job in s.jobs:
+            if job.completion is not None and job.completion <= now:
+                continue
+            if job.placement != last.get(job.name, EMPTY):
+                last[job.name] = job.placement
+                out.decisions.append((now, job.name, job.placement.num_replicas))
+
+    sim.run(None, watch)
+    for job in sim.jobs:
+        if job.completion is not None:
+            out.finish[job.name] = job.completion
+    out.lent_gpu_s = float(sum(sim.board.gpu_seconds(p).get(GpuState.LENT, 0.0) for p in _pools()))
+    out.reclaims = 0 if sim.serving is None else len(sim.serving.reclaim_times)
+    out.wall_s = time.perf_counter() - started
+    return out
+
+
+def _pools() -> tuple[Any, ...]:
+    from deepboot.core.cluster import Pool
+
+    return tuple(Pool)
+
+
+# -- comparing ---------------------------------------------------------------------------
+
+
+def lcs(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Length of the longest common subsequence of ``a`` and ``b``."""
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b):
+            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev[-1]
+
+
+def agreement(rt: WorldRun, sim: WorldRun) -> tuple[float, int, int, int | None]:
+    """(LCS / max length, runtime length, sim length, first differing index or None)
+    of the two (job, new size) sequences."""
+    a = [(j, n) for _, j, n in rt.decisions]
+    b = [(j, n) for _, j, n in sim.decisions]
+    common = lcs(a, b)
+    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+    if first is None and len(a) != len(b):
+        first = min(len(a), len(b))
+    return common / max(len(a), len(b), 1), len(a), len(b), first
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _med(values: Sequence[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return statistics.median(got) if got else None
+
+
+def report(runs: list[tuple[WorldRun, WorldRun]], console: Console) -> dict[str, Any]:
+    """Print the side-by-side table; return it as data."""
+    names = [n for n, _, _ in JOBS]
+    doc: dict[str, Any] = {"runs": len(runs), "jobs": {}, "totals": {}}
+    table = Table(title=f"The twin: runtime vs simulator (median of {len(runs)} runs each)")
+    for col in ("", "runtime", "simulator", "sim / runtime"):
+        table.add_column(col, justify="right")
+    for name in names:
+        r = _med([rt.jct(name) for rt, _ in runs])
+        s = _med([sim.jct(name) for _, sim in runs])
+        ratio = None if r is None or s is None else s / r
+        doc["jobs"][name] = {"runtime_jct_s": r, "sim_jct_s": s, "ratio": ratio}
+        table.add_row(f"JCT {name} (s)", _fmt(r), _fmt(s), _fmt(ratio, 2))
+    for label, key, get in (
+        ("lent GPU-s", "lent_gpu_s", lambda w: w.lent_gpu_s),
+        ("reclaims", "reclaims", lambda w: float(w.reclaims)),
+        ("decisions (job, size)", "decisions", lambda w: float(len(w.decisions))),
+    ):
+        r = _med([get(rt) for rt, _ in runs])
+        s = _med([get(sim) for _, sim in runs])
+        doc["totals"][key] = {"runtime": r, "sim": s}
+        ratio = None if not r or s is None else s / r
+        table.add_row(label, _fmt(r), _fmt(s), _fmt(ratio, 2))
+    agrees = [agreement(rt, sim) for rt, sim in runs]
+    share = _med([a[0] for a in agrees])
+    firsts = [a[3] for a in agrees]
+    doc["totals"]["agreement"] = {"lcs_over_max": share, "first_difference": firsts}
+    where = ", ".join("-" if f is None else str(f) for f in firsts)
+    table.add_row(
+        "decision agreement (LCS / max len)", "", "", f"{_fmt(share, 2)} (first diff at {where})"
+    )
+    console.print(table)
+    for i, (rt, sim) in enumerate(runs):
+        m = rt.measured
+        console.print(
+            f"run {i + 1}: runtime {rt.wall_s:.0f} s; measured: start "
+            f"{_fmt(_median(m.start_s, math.nan), 2)} s, AFE shrink "
+            f"{_fmt(_median(m.shrink_s, math.nan), 2)} s, grow "
+            f"{_fmt(_median(m.grow_s, math.nan), 2)} s, cold start "
+            f"{_fmt(_median(m.cold_start_s, math.nan), 2)} s, service "
+            f"{m.service_s:.3f} s; step s by GPUs: "
+            + ", ".join(f"{k[1]}@{k[0]}n {v[2] / v[0]:.3f}" for k, v in sorted(m.profile.items()))
+        )
+        console.print(f"  runtime decisions: {_seq(rt)}")
+        console.print(f"  sim decisions:     {_seq(sim)}")
+        doc.setdefault("per_run", []).append(
+            {
+                "runtime": _as_dict(rt),
+                "sim": _as_dict(sim),
+                "agreement": agrees[i][0],
+                "first_difference": agrees[i][3],
+            }
+        )
+    return doc
+
+
+def _seq(run: WorldRun) -> str:
+    return " ".join(f"{j}:{n}@{t:.0f}" for t, j, n in run.decisions)
+
+
+def _as_dict(run: WorldRun) -> dict[str, Any]:
+    out = dataclasses.asdict(run)
+    out["measured"]["profile"] = [[*k, *v] for k, v in sorted(run.measured.profile.items())]
+    out["requests"] = len(run.requests)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--runs", type=int, default=3, help="runs of each world (>= 1; default 3)")
+    ap.add_argument(
+        "--work-scale",
+        type=float,
+        default=1.0,
+        help="multiply every job's steps (0.3: a smoke test; the table is for 1.0)",
+    )
+    ap.add_argument("--out", type=Path, help="also write the table and every run as JSON")
+    ap.add_argument("--keep", type=Path, help="keep the runs' state directories here")
+    args = ap.parse_args(argv)
+    if args.runs < 1:
+        ap.error("--runs must be >= 1")
+    if not args.work_scale > 0:
+        ap.error("--work-scale must be > 0")
+    console = Console(width=160)
+    started = time.monotonic()
+    runs: list[tuple[WorldRun, WorldRun]] = []
+    with tempfile.TemporaryDirectory(prefix="deepboot-twin-") as tmp:
+        root = args.keep or Path(tmp)
+        for i in range(args.runs):
+            console.print(f"runtime run {i + 1}/{args.runs}")
+            rt = runtime_run(root / f"run{i + 1}", args.work_scale, console)
+            sim = sim_run(rt, args.work_scale)
+            console.print(
+                "  JCT runtime / sim: "
+                + ", ".join(f"{n} {_fmt(rt.jct(n))}/{_fmt(sim.jct(n))}" for n, _, _ in JOBS)
+            )
+            runs.append((rt, sim))
+    doc = report(runs, console)
+    doc["wall_s"] = time.monotonic() - started
+    console.print(f"wall time {doc['wall_s']:.0f} s")
+    if args.out:
+        args.out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
