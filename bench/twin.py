@@ -30,15 +30,22 @@ resizes.
    the job. The simulator is deterministic given its inputs; it runs once per
    runtime run, on that run's measurements and requests.
 
-Reported: per job the median JCT of each world and their ratio; per world the median
-lent GPU-seconds, reclaims and decisions; and the agreement of the decision
-sequences: ``LCS(runtime, sim) / max(len)`` of the (job, new size) sequences (a
-preemption is size 0), with the first index where they differ. The runtime runs on
-a shared 2-core machine, so its numbers are noisy.
+Reported: per job the median JCT of each world, their ratio and the range of each
+run's own ratio; per world the median lent GPU-seconds, reclaims and decisions; and
+the agreement of the decision sequences: ``LCS(runtime, sim) / max(len)`` of the
+(job, new size) sequences (a preemption is size 0; a runtime decision is timed when
+it was made, not when its generation formed), with the first index where they
+differ. Column ``sim*`` is an ablation, not the twin: the simulator with each job
+bounded as the runtime bounds it (``max_workers`` at once instead of the
+simulator's 2x growth rule, ``min_workers``, pinned while a change is in its pause),
+to show how much of the difference those rules make. The runtime runs on a shared
+2-core machine, so its numbers are noisy.
 
     PYTHONPATH=. .venv/bin/python bench/twin.py                 # 3 + 3 runs (~13 min)
     PYTHONPATH=. .venv/bin/python bench/twin.py --runs 1        # a quick look (~4 min)
     PYTHONPATH=. .venv/bin/python bench/twin.py --out twin.json # also every run as JSON
+    PYTHONPATH=. .venv/bin/python bench/twin.py --keep K        # keep the runtime runs in K
+    PYTHONPATH=. .venv/bin/python bench/twin.py --resim K       # re-simulate them (seconds)
 """
 
 from __future__ import annotations
@@ -162,9 +169,13 @@ class Measured:
         profile: (nodes, GPUs, local batch) -> [count, compute s sum, step s sum],
             summed over every job (one code, one speed).
         grad: The last gradient statistics of a job (sqr, var), or None.
-        start_s: Pauses of first starts: a job's first GPU op -> its ``started``.
-        shrink_s: ``seconds`` of each AFE shrink.
-        grow_s: ``seconds`` of each AFE grow (and same-size move).
+        start_s: Pauses of starts: a job's latest GPU op -> its ``started``, and
+            resumes after a preemption (``resized`` from no worker).
+        start_by_size: The same pauses by the number of workers started.
+        shrink_s: ``seconds`` of each shrink (AFE, or a restart when no worker
+            survives the move).
+        grow_s: ``seconds`` of each grow (AFE or restart).
+        move_s: ``seconds`` of each same-size move (a restart: no survivor).
         cold_start_s: Cold starts of the service's replicas (``ready.seconds``).
         service_s: The median answer time of requests that found a warm replica.
     """
@@ -172,8 +183,10 @@ class Measured:
     profile: dict[tuple[int, int, int], list[float]] = field(default_factory=dict)
     grad: tuple[float, float] | None = None
     start_s: list[float] = field(default_factory=list)
+    start_by_size: dict[int, list[float]] = field(default_factory=dict)
     shrink_s: list[float] = field(default_factory=list)
     grow_s: list[float] = field(default_factory=list)
+    move_s: list[float] = field(default_factory=list)
     cold_start_s: list[float] = field(default_factory=list)
     service_s: float = SERVICE_DELAY
 
@@ -256,6 +269,7 @@ def runtime_run(work: Path, scale: float, console: Console) -> WorldRun:
     try:
         cli(state, "serve", str(service))
         load_started = time.time()
+        (work / "load_started").write_text(repr(load_started))
         load = subprocess.Popen(
             [sys.executable, "-m", "deepboot.cli.main", "load", "echo", "--rate-profile",
              str(profile), "--out", str(out), "-q", "--state-dir", str(state)],
@@ -318,7 +332,7 @@ def _runtime_result(
                 acc[i] += float(p[3 + i])
         if model.get("grad"):
             m.grad = (float(model["grad"][0]), float(model["grad"][1]))
-    first_op: dict[str, float] = {}
+    last_op: dict[str, float] = {}
     lent_since: dict[str, float] = {}
     end = max(run.finish.values(), default=log[-1].time - t0)
     for e in log:
@@ -326,24 +340,28 @@ def _runtime_result(
         d = e.detail
         if e.kind is LogKind.GPU:
             if e.job and d["op"] in ("bind", "lend"):
-                first_op.setdefault(e.job, t)
+                last_op[e.job] = t
             if d["op"] == "lend":
                 lent_since[d["gpu"]] = t
             elif d["op"] in ("reclaim", "release") and d["gpu"] in lent_since:
                 run.lent_gpu_s += min(t, end) - min(lent_since.pop(d["gpu"]), end)
                 run.reclaims += d["op"] == "reclaim"
         elif e.kind is LogKind.STARTED and e.job:
-            # Logged once the generation formed: decided at the job's first GPU op.
-            run.decisions.append((first_op.get(e.job, t), e.job, len(d["workers"])))
-            if e.job in first_op:
-                m.start_s.append(t - first_op[e.job])
+            # Logged once the generation formed: decided at the job's latest GPU op
+            # (a job cannot change size while its generation forms).
+            run.decisions.append((last_op.get(e.job, t), e.job, len(d["workers"])))
+            if e.job in last_op:
+                m.start_s.append(t - last_op[e.job])
+                m.start_by_size.setdefault(len(d["workers"]), []).append(m.start_s[-1])
         elif e.kind is LogKind.RESIZED and e.job:
             # Logged once the generation formed: the decision was ``seconds`` earlier.
             run.decisions.append((t - float(d["seconds"]), e.job, len(d["to"])))
-            if d["how"] == "afe":
-                (m.shrink_s if len(d["to"]) < len(d["from"]) else m.grow_s).append(
-                    float(d["seconds"])
-                )
+            old, new = len(d["from"]), len(d["to"])
+            if old == 0:
+                m.start_by_size.setdefault(new, []).append(float(d["seconds"]))
+            kind = m.start_s if old == 0 else m.move_s if old == new else None
+            kind = kind if kind is not None else m.shrink_s if new < old else m.grow_s
+            kind.append(float(d["seconds"]))
         elif e.kind is LogKind.PREEMPTED and e.job:
             run.decisions.append((t, e.job, 0))
         elif e.kind is LogKind.REPLICA and d.get("op") == "ready" and "seconds" in d:
@@ -425,27 +443,53 @@ class TwinApplication:
 
 @dataclass(frozen=True)
 class MeasuredRestart:
-    """Restart cost: the runtime's median pauses (first start or resume, AFE shrink,
-    AFE grow or move)."""
+    """Restart cost (a ``RestartCostModel``): the runtime's mean pause of each kind of
+    placement change (start or resume, by the workers started where measured; shrink;
+    grow; same-size move), whatever the runtime did (AFE where a worker survives, else
+    a restart), so the expected cost of a change is the runtime's."""
 
     start: float
     shrink: float
     grow: float
+    move: float
+    start_by_size: dict[int, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, m: Measured) -> MeasuredRestart:
+        start = _mean(m.start_s, 5.0)
+        grow = _mean(m.grow_s, start)
+        by_size = {k: _mean(v, start) for k, v in sorted(m.start_by_size.items())}
+        return cls(start, _mean(m.shrink_s, 0.5), grow, _mean(m.move_s, grow), by_size)
 
     def delay(
         self, application: str, old_replicas: int, new_replicas: int, first_start: bool
     ) -> float:
         if old_replicas == 0:
-            return self.start
+            return self.start_by_size.get(new_replicas, self.start)
+        if new_replicas == old_replicas:
+            return self.move
         return self.shrink if new_replicas < old_replicas else self.grow
+
+
+def _mean(values: Sequence[float], default: float) -> float:
+    return statistics.fmean(values) if values else default
 
 
 def _median(values: Sequence[float], default: float) -> float:
     return statistics.median(values) if values else default
 
 
-def sim_run(rt: WorldRun, scale: float) -> WorldRun:
-    """The simulator on ``rt``'s workload, measurements and requests."""
+def sim_run(rt: WorldRun, scale: float, runtime_bounds: bool = False) -> WorldRun:
+    """The simulator on ``rt``'s workload, measurements and requests.
+
+    ``runtime_bounds``: an ablation, not the twin: each job is bounded as the runtime
+    bounds it (``RayBackend``'s ``JobRec.view``): up to its ``max_workers`` at once
+    instead of the simulator's growth rule (at most 2 x the most GPUs it has run on;
+    1 before it ran), at least its ``min_workers`` (1; the simulator: 0), and pinned
+    to its size while a change is in its pause (the runtime: while the generation
+    forms). Done by swapping the class of this simulation's job objects; the package
+    is unchanged.
+    """
     from deepboot.policies import registry
     from deepboot.scheduler import Scheduler
     from deepboot.sim.config import SimConfig
@@ -478,9 +522,7 @@ def sim_run(rt: WorldRun, scale: float) -> WorldRun:
     settings = SharedCluster(protect_factor=PROTECT_FACTOR, afe=True).sim_kwargs(
         inference_nodes=INFERENCE_NODES, policy=POLICY
     )
-    settings["restart"] = MeasuredRestart(
-        _median(m.start_s, 5.0), _median(m.shrink_s, 0.5), _median(m.grow_s, 5.0)
-    )
+    settings["restart"] = MeasuredRestart.of(m)
     config = SimConfig(
         interval=INTERVAL,
         app_max_replicas=dict.fromkeys(steps, MAX_WORKERS),
@@ -489,6 +531,8 @@ def sim_run(rt: WorldRun, scale: float) -> WorldRun:
     )
     policy = registry.create(POLICY, **POLICY_PARAMS)
     sim = Simulation(workload, cluster, Scheduler(policy), apps, config)
+    if runtime_bounds:
+        _bound_like_runtime(sim)
     out = WorldRun(submit={j.name: j.submit_time for j in training})
     last: dict[str, Placement] = {}
 
@@ -508,6 +552,36 @@ def sim_run(rt: WorldRun, scale: float) -> WorldRun:
     out.reclaims = 0 if sim.serving is None else len(sim.serving.reclaim_times)
     out.wall_s = time.perf_counter() - started
     return out
+
+
+def _bound_like_runtime(sim: Any) -> None:
+    """Make every job of ``sim`` bounded as the runtime bounds it (see :func:`sim_run`)."""
+    from deepboot.core.state import JobView
+    from deepboot.sim.job import SimJob
+    from deepboot.world.sizing import replica_cap
+
+    class RuntimeBoundedJob(SimJob):
+        __slots__ = ()
+
+        @property
+        def max_replicas(self) -> int:
+            return replica_cap(
+                self.mode,
+                self.truth.app.limits,
+                requested=self.spec.num_replicas,
+                batch_size=self.spec.batch_size,
+                cap=self._app_replica_cap,
+            )
+
+        def view(self, now: float) -> JobView:
+            held = self.placement.num_replicas
+            if held and self.restart_left > 0.0:
+                # Mid-resize: the runtime pins a job whose generation is forming.
+                return dataclasses.replace(super().view(now), min_replicas=held, max_replicas=held)
+            return dataclasses.replace(super().view(now), min_replicas=1)
+
+    for job in sim.jobs:
+        job.__class__ = RuntimeBoundedJob
 
 
 def _pools() -> tuple[Any, ...]:
@@ -551,60 +625,97 @@ def _med(values: Sequence[float | None]) -> float | None:
     return statistics.median(got) if got else None
 
 
-def report(runs: list[tuple[WorldRun, WorldRun]], console: Console) -> dict[str, Any]:
+Trio = tuple[WorldRun, WorldRun, WorldRun]
+"""One runtime run, the simulator on it, and the simulator with the runtime's bounds."""
+
+
+def report(runs: list[Trio], console: Console) -> dict[str, Any]:
     """Print the side-by-side table; return it as data."""
     names = [n for n, _, _ in JOBS]
     doc: dict[str, Any] = {"runs": len(runs), "jobs": {}, "totals": {}}
-    table = Table(title=f"The twin: runtime vs simulator (median of {len(runs)} runs each)")
-    for col in ("", "runtime", "simulator", "sim / runtime"):
+    table = Table(
+        title=f"The twin: runtime vs simulator (median of {len(runs)} runs each)",
+        caption="sim*: the simulator with the runtime's job bounds (an ablation, see --help)",
+    )
+    for col in ("", "runtime", "sim", "sim / runtime", "per run", "sim*", "sim* / runtime"):
         table.add_column(col, justify="right")
     for name in names:
-        r = _med([rt.jct(name) for rt, _ in runs])
-        s = _med([sim.jct(name) for _, sim in runs])
-        ratio = None if r is None or s is None else s / r
-        doc["jobs"][name] = {"runtime_jct_s": r, "sim_jct_s": s, "ratio": ratio}
-        table.add_row(f"JCT {name} (s)", _fmt(r), _fmt(s), _fmt(ratio, 2))
-    for label, key, get in (
+        r = _med([rt.jct(name) for rt, _, _ in runs])
+        s = _med([sim.jct(name) for _, sim, _ in runs])
+        b = _med([sim.jct(name) for _, _, sim in runs])
+        doc["jobs"][name] = {
+            "runtime_jct_s": r,
+            "sim_jct_s": s,
+            "ratio": _ratio(s, r),
+            "sim_runtime_bounds_jct_s": b,
+            "ratio_runtime_bounds": _ratio(b, r),
+        }
+        each = [_ratio(sim.jct(name), rt.jct(name)) for rt, sim, _ in runs]
+        got = [x for x in each if x is not None]
+        doc["jobs"][name]["ratio_per_run"] = each
+        table.add_row(
+            f"JCT {name} (s)",
+            _fmt(r),
+            _fmt(s),
+            _fmt(_ratio(s, r), 2),
+            f"{min(got):.2f}-{max(got):.2f}" if got else "-",
+            _fmt(b),
+            _fmt(_ratio(b, r), 2),
+        )
+    getters: tuple[tuple[str, str, Callable[[WorldRun], float]], ...] = (
         ("lent GPU-s", "lent_gpu_s", lambda w: w.lent_gpu_s),
         ("reclaims", "reclaims", lambda w: float(w.reclaims)),
         ("decisions (job, size)", "decisions", lambda w: float(len(w.decisions))),
-    ):
-        r = _med([get(rt) for rt, _ in runs])
-        s = _med([get(sim) for _, sim in runs])
-        doc["totals"][key] = {"runtime": r, "sim": s}
-        ratio = None if not r or s is None else s / r
-        table.add_row(label, _fmt(r), _fmt(s), _fmt(ratio, 2))
-    agrees = [agreement(rt, sim) for rt, sim in runs]
-    share = _med([a[0] for a in agrees])
-    firsts = [a[3] for a in agrees]
-    doc["totals"]["agreement"] = {"lcs_over_max": share, "first_difference": firsts}
-    where = ", ".join("-" if f is None else str(f) for f in firsts)
-    table.add_row(
-        "decision agreement (LCS / max len)", "", "", f"{_fmt(share, 2)} (first diff at {where})"
     )
+    for label, key, get in getters:
+        r = _med([get(rt) for rt, _, _ in runs])
+        s = _med([get(sim) for _, sim, _ in runs])
+        b = _med([get(sim) for _, _, sim in runs])
+        doc["totals"][key] = {"runtime": r, "sim": s, "sim_runtime_bounds": b}
+        table.add_row(
+            label, _fmt(r), _fmt(s), _fmt(_ratio(s, r), 2), "", _fmt(b), _fmt(_ratio(b, r), 2)
+        )
+    cells = []
+    for which in (1, 2):
+        agrees = [agreement(trio[0], trio[which]) for trio in runs]
+        share = _med([a[0] for a in agrees])
+        firsts = ", ".join("-" if a[3] is None else str(a[3]) for a in agrees)
+        doc["totals"]["agreement" if which == 1 else "agreement_runtime_bounds"] = {
+            "lcs_over_max": share,
+            "first_difference": [a[3] for a in agrees],
+        }
+        cells.append(f"{_fmt(share, 2)} (1st diff at {firsts})")
+    table.add_row("decision agreement (LCS / max len)", "", "", cells[0], "", "", cells[1])
     console.print(table)
-    for i, (rt, sim) in enumerate(runs):
+    for i, (rt, sim, bounded) in enumerate(runs):
         m = rt.measured
+        cost = MeasuredRestart.of(m)
         console.print(
-            f"run {i + 1}: runtime {rt.wall_s:.0f} s; measured: start "
-            f"{_fmt(_median(m.start_s, math.nan), 2)} s, AFE shrink "
-            f"{_fmt(_median(m.shrink_s, math.nan), 2)} s, grow "
-            f"{_fmt(_median(m.grow_s, math.nan), 2)} s, cold start "
-            f"{_fmt(_median(m.cold_start_s, math.nan), 2)} s, service "
-            f"{m.service_s:.3f} s; step s by GPUs: "
-            + ", ".join(f"{k[1]}@{k[0]}n {v[2] / v[0]:.3f}" for k, v in sorted(m.profile.items()))
+            f"run {i + 1}: runtime {rt.wall_s:.0f} s; measured means: start {cost.start:.2f} s "
+            f"({', '.join(f'{k}: {v:.1f}' for k, v in cost.start_by_size.items())}), "
+            f"shrink {cost.shrink:.2f} s, grow {cost.grow:.2f} s, move {cost.move:.2f} s; "
+            f"cold start (median) {_fmt(_median(m.cold_start_s, math.nan), 2)} s, service "
+            f"{m.service_s:.3f} s; step s by GPUs@nodes: "
+            + ", ".join(f"{k[1]}@{k[0]} {v[2] / v[0]:.3f}" for k, v in sorted(m.profile.items()))
         )
         console.print(f"  runtime decisions: {_seq(rt)}")
         console.print(f"  sim decisions:     {_seq(sim)}")
+        console.print(f"  sim* decisions:    {_seq(bounded)}")
         doc.setdefault("per_run", []).append(
             {
                 "runtime": _as_dict(rt),
                 "sim": _as_dict(sim),
-                "agreement": agrees[i][0],
-                "first_difference": agrees[i][3],
+                "sim_runtime_bounds": _as_dict(bounded),
+                "agreement": agreement(rt, sim)[0],
+                "first_difference": agreement(rt, sim)[3],
+                "restart_cost": dataclasses.asdict(cost),
             }
         )
     return doc
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
 
 
 def _seq(run: WorldRun) -> str:
@@ -616,6 +727,13 @@ def _as_dict(run: WorldRun) -> dict[str, Any]:
     out["measured"]["profile"] = [[*k, *v] for k, v in sorted(run.measured.profile.items())]
     out["requests"] = len(run.requests)
     return out
+
+
+def _resim(root: Path) -> WorldRun:
+    """A kept runtime run (``--keep``) read back from its directory."""
+    rows, log = _read(root / "state")
+    started = float((root / "load_started").read_text())
+    return _runtime_result(rows, log, root / "requests.csv", started, 0.0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -630,7 +748,14 @@ def main(argv: list[str] | None = None) -> int:
         help="multiply every job's steps (0.3: a smoke test; the table is for 1.0)",
     )
     ap.add_argument("--out", type=Path, help="also write the table and every run as JSON")
-    ap.add_argument("--keep", type=Path, help="keep the runs' state directories here")
+    ap.add_argument(
+        "--keep", type=Path, help="keep the runtime runs here (DIR/run1, ...), for --resim"
+    )
+    ap.add_argument(
+        "--resim",
+        type=Path,
+        help="no runtime: re-simulate the runs kept in this --keep directory (same --work-scale)",
+    )
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error("--runs must be >= 1")
@@ -638,18 +763,28 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--work-scale must be > 0")
     console = Console(width=160)
     started = time.monotonic()
-    runs: list[tuple[WorldRun, WorldRun]] = []
+    runs: list[Trio] = []
     with tempfile.TemporaryDirectory(prefix="deepboot-twin-") as tmp:
         root = args.keep or Path(tmp)
-        for i in range(args.runs):
-            console.print(f"runtime run {i + 1}/{args.runs}")
-            rt = runtime_run(root / f"run{i + 1}", args.work_scale, console)
+        kept = sorted(args.resim.glob("run*")) if args.resim else []
+        if args.resim and not kept:
+            ap.error(f"--resim: no run* directories in {args.resim}")
+        for i in range(len(kept) if kept else args.runs):
+            if kept:
+                rt = _resim(kept[i])
+            else:
+                console.print(f"runtime run {i + 1}/{args.runs}")
+                rt = runtime_run(root / f"run{i + 1}", args.work_scale, console)
             sim = sim_run(rt, args.work_scale)
+            bounded = sim_run(rt, args.work_scale, runtime_bounds=True)
             console.print(
-                "  JCT runtime / sim: "
-                + ", ".join(f"{n} {_fmt(rt.jct(n))}/{_fmt(sim.jct(n))}" for n, _, _ in JOBS)
+                "  JCT runtime / sim / sim*: "
+                + ", ".join(
+                    f"{n} {_fmt(rt.jct(n))}/{_fmt(sim.jct(n))}/{_fmt(bounded.jct(n))}"
+                    for n, _, _ in JOBS
+                )
             )
-            runs.append((rt, sim))
+            runs.append((rt, sim, bounded))
     doc = report(runs, console)
     doc["wall_s"] = time.monotonic() - started
     console.print(f"wall time {doc['wall_s']:.0f} s")
