@@ -35,11 +35,13 @@ run's own ratio; per world the median lent GPU-seconds, reclaims and decisions; 
 the agreement of the decision sequences: ``LCS(runtime, sim) / max(len)`` of the
 (job, new size) sequences (a preemption is size 0; a runtime decision is timed when
 it was made, not when its generation formed), with the first index where they
-differ. Column ``sim*`` is an ablation, not the twin: the simulator with each job
-bounded as the runtime bounds it (``max_workers`` at once instead of the
-simulator's 2x growth rule, ``min_workers``, pinned while a change is in its pause),
-to show how much of the difference those rules make. The runtime runs on a shared
-2-core machine, so its numbers are noisy.
+differ. The twin's simulator bounds each job as the runtime does
+(``SimConfig(job_bounds="runtime")``: up to ``max_workers`` at once, at least
+``min_workers``, pinned while a change is in its pause). Column ``ref. bounds`` is an
+ablation, not the twin: the simulator with the reference simulator's sizing rules
+(from 0 GPUs, at most twice the most a job has run on), to show how much of the
+difference those rules make. The runtime runs on a shared 2-core machine, so its
+numbers are noisy.
 
     PYTHONPATH=. .venv/bin/python bench/twin.py                 # 3 + 3 runs (~13 min)
     PYTHONPATH=. .venv/bin/python bench/twin.py --runs 1        # a quick look (~4 min)
@@ -479,17 +481,10 @@ def _median(values: Sequence[float], default: float) -> float:
     return statistics.median(values) if values else default
 
 
-def sim_run(rt: WorldRun, scale: float, runtime_bounds: bool = False) -> WorldRun:
-    """The simulator on ``rt``'s workload, measurements and requests.
-
-    ``runtime_bounds``: an ablation, not the twin: each job is bounded as the runtime
-    bounds it (``RayBackend``'s ``JobRec.view``): up to its ``max_workers`` at once
-    instead of the simulator's growth rule (at most 2 x the most GPUs it has run on;
-    1 before it ran), at least its ``min_workers`` (1; the simulator: 0), and pinned
-    to its size while a change is in its pause (the runtime: while the generation
-    forms). Done by swapping the class of this simulation's job objects; the package
-    is unchanged.
-    """
+def sim_run(rt: WorldRun, scale: float, bounds: str = "runtime") -> WorldRun:
+    """The simulator on ``rt``'s workload, measurements and requests, its jobs bounded
+    by ``bounds`` (``SimConfig.job_bounds``): "runtime" is the twin; "reference"
+    the ablation with the reference simulator's sizing rules."""
     from deepboot.policies import registry
     from deepboot.scheduler import Scheduler
     from deepboot.sim.config import SimConfig
@@ -527,12 +522,11 @@ def sim_run(rt: WorldRun, scale: float, runtime_bounds: bool = False) -> WorldRu
         interval=INTERVAL,
         app_max_replicas=dict.fromkeys(steps, MAX_WORKERS),
         cold_start={"tiny-mlp": cold},
+        job_bounds=bounds,
         **settings,
     )
     policy = registry.create(POLICY, **POLICY_PARAMS)
     sim = Simulation(workload, cluster, Scheduler(policy), apps, config)
-    if runtime_bounds:
-        _bound_like_runtime(sim)
     out = WorldRun(submit={j.name: j.submit_time for j in training})
     last: dict[str, Placement] = {}
 
@@ -552,36 +546,6 @@ def sim_run(rt: WorldRun, scale: float, runtime_bounds: bool = False) -> WorldRu
     out.reclaims = 0 if sim.serving is None else len(sim.serving.reclaim_times)
     out.wall_s = time.perf_counter() - started
     return out
-
-
-def _bound_like_runtime(sim: Any) -> None:
-    """Make every job of ``sim`` bounded as the runtime bounds it (see :func:`sim_run`)."""
-    from deepboot.core.state import JobView
-    from deepboot.sim.job import SimJob
-    from deepboot.world.sizing import replica_cap
-
-    class RuntimeBoundedJob(SimJob):
-        __slots__ = ()
-
-        @property
-        def max_replicas(self) -> int:
-            return replica_cap(
-                self.mode,
-                self.truth.app.limits,
-                requested=self.spec.num_replicas,
-                batch_size=self.spec.batch_size,
-                cap=self._app_replica_cap,
-            )
-
-        def view(self, now: float) -> JobView:
-            held = self.placement.num_replicas
-            if held and self.restart_left > 0.0:
-                # Mid-resize: the runtime pins a job whose generation is forming.
-                return dataclasses.replace(super().view(now), min_replicas=held, max_replicas=held)
-            return dataclasses.replace(super().view(now), min_replicas=1)
-
-    for job in sim.jobs:
-        job.__class__ = RuntimeBoundedJob
 
 
 def _pools() -> tuple[Any, ...]:
@@ -626,7 +590,7 @@ def _med(values: Sequence[float | None]) -> float | None:
 
 
 Trio = tuple[WorldRun, WorldRun, WorldRun]
-"""One runtime run, the simulator on it, and the simulator with the runtime's bounds."""
+"""One runtime run, the twin's simulation of it, and the reference-bounds ablation."""
 
 
 def report(runs: list[Trio], console: Console) -> dict[str, Any]:
@@ -635,9 +599,12 @@ def report(runs: list[Trio], console: Console) -> dict[str, Any]:
     doc: dict[str, Any] = {"runs": len(runs), "jobs": {}, "totals": {}}
     table = Table(
         title=f"The twin: runtime vs simulator (median of {len(runs)} runs each)",
-        caption="sim*: the simulator with the runtime's job bounds (an ablation, see --help)",
+        caption=(
+            "sim: the twin (jobs bounded as the runtime bounds them); ref. bounds: the "
+            "reference simulator's sizing rules instead (an ablation, see --help)"
+        ),
     )
-    for col in ("", "runtime", "sim", "sim / runtime", "per run", "sim*", "sim* / runtime"):
+    for col in ("", "runtime", "sim", "sim / runtime", "per run", "ref. bounds", "ref / runtime"):
         table.add_column(col, justify="right")
     for name in names:
         r = _med([rt.jct(name) for rt, _, _ in runs])
@@ -647,8 +614,8 @@ def report(runs: list[Trio], console: Console) -> dict[str, Any]:
             "runtime_jct_s": r,
             "sim_jct_s": s,
             "ratio": _ratio(s, r),
-            "sim_runtime_bounds_jct_s": b,
-            "ratio_runtime_bounds": _ratio(b, r),
+            "sim_reference_bounds_jct_s": b,
+            "ratio_reference_bounds": _ratio(b, r),
         }
         each = [_ratio(sim.jct(name), rt.jct(name)) for rt, sim, _ in runs]
         got = [x for x in each if x is not None]
@@ -671,7 +638,7 @@ def report(runs: list[Trio], console: Console) -> dict[str, Any]:
         r = _med([get(rt) for rt, _, _ in runs])
         s = _med([get(sim) for _, sim, _ in runs])
         b = _med([get(sim) for _, _, sim in runs])
-        doc["totals"][key] = {"runtime": r, "sim": s, "sim_runtime_bounds": b}
+        doc["totals"][key] = {"runtime": r, "sim": s, "sim_reference_bounds": b}
         table.add_row(
             label, _fmt(r), _fmt(s), _fmt(_ratio(s, r), 2), "", _fmt(b), _fmt(_ratio(b, r), 2)
         )
@@ -680,14 +647,14 @@ def report(runs: list[Trio], console: Console) -> dict[str, Any]:
         agrees = [agreement(trio[0], trio[which]) for trio in runs]
         share = _med([a[0] for a in agrees])
         firsts = ", ".join("-" if a[3] is None else str(a[3]) for a in agrees)
-        doc["totals"]["agreement" if which == 1 else "agreement_runtime_bounds"] = {
+        doc["totals"]["agreement" if which == 1 else "agreement_reference_bounds"] = {
             "lcs_over_max": share,
             "first_difference": [a[3] for a in agrees],
         }
         cells.append(f"{_fmt(share, 2)} (1st diff at {firsts})")
     table.add_row("decision agreement (LCS / max len)", "", "", cells[0], "", "", cells[1])
     console.print(table)
-    for i, (rt, sim, bounded) in enumerate(runs):
+    for i, (rt, sim, ref) in enumerate(runs):
         m = rt.measured
         cost = MeasuredRestart.of(m)
         console.print(
@@ -700,12 +667,12 @@ def report(runs: list[Trio], console: Console) -> dict[str, Any]:
         )
         console.print(f"  runtime decisions: {_seq(rt)}")
         console.print(f"  sim decisions:     {_seq(sim)}")
-        console.print(f"  sim* decisions:    {_seq(bounded)}")
+        console.print(f"  ref. decisions:    {_seq(ref)}")
         doc.setdefault("per_run", []).append(
             {
                 "runtime": _as_dict(rt),
                 "sim": _as_dict(sim),
-                "sim_runtime_bounds": _as_dict(bounded),
+                "sim_reference_bounds": _as_dict(ref),
                 "agreement": agreement(rt, sim)[0],
                 "first_difference": agreement(rt, sim)[3],
                 "restart_cost": dataclasses.asdict(cost),
@@ -776,15 +743,15 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"runtime run {i + 1}/{args.runs}")
                 rt = runtime_run(root / f"run{i + 1}", args.work_scale, console)
             sim = sim_run(rt, args.work_scale)
-            bounded = sim_run(rt, args.work_scale, runtime_bounds=True)
+            ref = sim_run(rt, args.work_scale, bounds="reference")
             console.print(
-                "  JCT runtime / sim / sim*: "
+                "  JCT runtime / sim / ref. bounds: "
                 + ", ".join(
-                    f"{n} {_fmt(rt.jct(n))}/{_fmt(sim.jct(n))}/{_fmt(bounded.jct(n))}"
+                    f"{n} {_fmt(rt.jct(n))}/{_fmt(sim.jct(n))}/{_fmt(ref.jct(n))}"
                     for n, _, _ in JOBS
                 )
             )
-            runs.append((rt, sim, bounded))
+            runs.append((rt, sim, ref))
     doc = report(runs, console)
     doc["wall_s"] = time.monotonic() - started
     console.print(f"wall time {doc['wall_s']:.0f} s")

@@ -77,6 +77,11 @@ class SimConfig:
             workload it runs.
         cold_start: Start-up seconds of a new replica, per model.
         cold_start_default: Start-up seconds of a model missing from ``cold_start``.
+        job_bounds: How many GPUs a policy may give a job: "reference" (the
+            reference simulator's rules: from 0, and ADAPTIVE jobs at most twice the
+            most GPUs they ran on) or "runtime" (as the runtime bounds its jobs: at
+            least 1, up to ``app_max_replicas`` at once, and no size change while a
+            resize's cost is paid; for a twin of a runtime run, ``bench/twin.py``).
         check_invariants: Re-check every GPU-state invariant after every event
             (a debug hook for the property tests; O(GPUs) per event).
         stall_ticks: Consecutive ticks with jobs waiting, no job holding a GPU and
@@ -102,6 +107,7 @@ class SimConfig:
     slo_reference: str = ""
     cold_start: Mapping[str, float] = field(default_factory=lambda: DEEPBOOT_COLD_START)
     cold_start_default: float = 6.0
+    job_bounds: str = "reference"
     check_invariants: bool = False
     stall_ticks: int = 10_000
 
@@ -130,6 +136,10 @@ class SimConfig:
         if self.slo_reference not in ("", "warm-pool", "oracle"):
             raise ConfigError(
                 f"slo_reference must be '', 'warm-pool' or 'oracle'; got {self.slo_reference!r}"
+            )
+        if self.job_bounds not in ("reference", "runtime"):
+            raise ConfigError(
+                f"job_bounds must be 'reference' or 'runtime'; got {self.job_bounds!r}"
             )
         if not self.inference_policy:
             raise ConfigError("inference_policy must name a registered inference policy")

@@ -228,6 +228,7 @@ class Simulation:
                     app_replica_cap=config.app_max_replicas.get(spec.application),
                     global_replica_cap=config.replica_cap,
                     round_epoch_times=config.round_epoch_times,
+                    runtime_bounds=config.job_bounds == "runtime",
                 )
             )
         self._records = {j.name: _JobRecord(j) for j in self.jobs}

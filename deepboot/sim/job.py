@@ -178,6 +178,7 @@ class SimJob:
         "round_epoch_times",
         "_app_replica_cap",
         "_global_replica_cap",
+        "_runtime_bounds",
         "_profile",
         *_MUTABLE,
     )
@@ -192,6 +193,7 @@ class SimJob:
         app_replica_cap: int | None = None,
         global_replica_cap: int = 64,
         round_epoch_times: bool = False,
+        runtime_bounds: bool = False,
     ) -> None:
         """Create a job that has not been submitted yet.
 
@@ -204,6 +206,9 @@ class SimJob:
                 and FIXED_BATCH (ncf: 1), or None.
             global_replica_cap: Cap of ``max_replicas`` under ADAPTIVE (reference 64).
             round_epoch_times: Round epoch-crossing intervals to whole seconds.
+            runtime_bounds: Bound the job as the runtime bounds its jobs
+                (``SimConfig.job_bounds = "runtime"``, see :attr:`max_replicas` and
+                :meth:`view`) instead of by the reference simulator's rules.
         """
         self.spec = spec
         self.truth = truth
@@ -212,6 +217,7 @@ class SimJob:
         self.round_epoch_times = round_epoch_times
         self._app_replica_cap = app_replica_cap
         self._global_replica_cap = global_replica_cap
+        self._runtime_bounds = runtime_bounds
         self.placement = EMPTY
         self._shape: tuple[int, ...] = ()
         self._num_nodes = 0
@@ -257,8 +263,18 @@ class SimJob:
         capped by max_batch_size // min_local_bsz and the global cap (64).
         FIXED_BATCH: its batch // min_local_bsz. FIXED: the replicas the user asked
         for. ADAPTIVE and FIXED_BATCH are further capped per application (ncf: 1).
-        Never below 1.
+        Never below 1. With runtime bounds, ADAPTIVE has no growth rule: the
+        per-application cap plays the runtime's ``max_workers`` (as
+        ``runtime.world.JobRec.bounds``).
         """
+        if self._runtime_bounds:
+            return replica_cap(
+                self.mode,
+                self.truth.app.limits,
+                requested=self.spec.num_replicas,
+                batch_size=self.spec.batch_size,
+                cap=self._app_replica_cap,
+            )
         return replica_cap(
             self.mode,
             self.truth.app.limits,
@@ -269,8 +285,18 @@ class SimJob:
         )
 
     def view(self, now: float) -> JobView:
-        """The immutable snapshot of this job a policy may see at ``now``."""
+        """The immutable snapshot of this job a policy may see at ``now``.
+
+        Reference bounds: from 0 GPUs to :attr:`max_replicas`. Runtime bounds (as
+        ``runtime.world.JobRec.view``): at least 1 (the runtime's ``min_workers``),
+        and a job paying a resize's cost is pinned to its size (the runtime's job
+        cannot change size until its new generation forms).
+        """
         app = self.truth.app
+        lo, hi = 0, self.max_replicas
+        if self._runtime_bounds:
+            held = self.placement.num_replicas
+            lo, hi = (held, held) if held and self.restart_left > 0.0 else (1, hi)
         return JobView(
             name=self.spec.name,
             application=self.spec.application,
@@ -278,8 +304,8 @@ class SimJob:
             attained_service=self.attained_service,
             num_restarts=self.num_restarts or 0,
             placement=self.placement,
-            min_replicas=0,
-            max_replicas=self.max_replicas,
+            min_replicas=lo,
+            max_replicas=hi,
             limits=app.limits,
             perf_params=self.perf_params,
             grad_params=self._grad,

@@ -1,0 +1,48 @@
+"""``SimConfig.job_bounds``: the reference simulator's sizing rules, or the runtime's
+(``runtime.world.JobRec.view``), so that a simulation can be the twin of a runtime
+run (``bench/twin.py``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepboot.core import Placement, TrainingJobSpec
+from deepboot.core.errors import ConfigError
+from deepboot.core.modes import JobMode
+from deepboot.perf.restart import FlatRestartCost
+from deepboot.sim.config import SimConfig
+from deepboot.sim.job import GroundTruth, SimJob
+from tests.sim.test_engine import TinyApp
+
+
+def _job(runtime_bounds: bool) -> SimJob:
+    spec = TrainingJobSpec("a", 0.0, "tiny", 1, 100)
+    return SimJob(
+        spec, GroundTruth(TinyApp()), JobMode.ADAPTIVE, app_replica_cap=4,
+        runtime_bounds=runtime_bounds,
+    )  # fmt: skip
+
+
+def test_reference_bounds_grow_twice_the_most_run_from_zero() -> None:
+    j = _job(runtime_bounds=False)
+    v = j.view(0.0)
+    assert (v.min_replicas, v.max_replicas) == (0, 1)  # 2 x 0 runs, never below 1
+
+
+def test_runtime_bounds_take_the_cap_at_once_and_pin_a_resize_in_its_pause() -> None:
+    j = _job(runtime_bounds=True)
+    v = j.view(0.0)
+    assert (v.min_replicas, v.max_replicas) == (1, 4)  # max_workers at once
+    j.reallocate(Placement((0, 0)), 0.0, FlatRestartCost(30.0))
+    assert j.restart_left > 0
+    v = j.view(0.0)
+    assert (v.min_replicas, v.max_replicas) == (2, 2)  # its generation is forming
+    j.advance(60.0)
+    assert j.restart_left == 0
+    v = j.view(60.0)
+    assert (v.min_replicas, v.max_replicas) == (1, 4)
+
+
+def test_an_unknown_rule_is_refused() -> None:
+    with pytest.raises(ConfigError, match="job_bounds"):
+        SimConfig(job_bounds="kubernetes")
