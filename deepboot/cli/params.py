@@ -197,6 +197,36 @@ def add_shared_cluster_flags(parser: argparse.ArgumentParser) -> None:
         "future demand over the horizon instead of a forecast; a reference, not a "
         "bound (docs/slo.md)",
     )
+    host = parser.add_argument_group(
+        "warm from host memory (ours, beyond the paper; docs/benchmarks.md)"
+    )
+    host.add_argument(
+        "--host-cache-gb",
+        type=float,
+        default=0.0,
+        metavar="GB",
+        help="keep the model of every replica evicted from a GPU (lent to training, or "
+        "taken by another service) in its node's host memory, up to GB per inference "
+        "node (least recently used out first): the next replica of that model there "
+        "starts in model_gb / --host-gbps + --host-init-s seconds instead of its cold "
+        "start. 0 (default): off, every start cold, as DeepBoot",
+    )
+    host.add_argument(
+        "--host-gbps",
+        type=float,
+        default=None,
+        metavar="GB/S",
+        help="with --host-cache-gb: host-to-GPU copy bandwidth (default 12: about half "
+        "of PCIe 4.0 x16's pinned-memory rate, for a plain pageable copy)",
+    )
+    host.add_argument(
+        "--host-init-s",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --host-cache-gb: fixed seconds of a start from host memory, before "
+        "the copy (default 0.5; an assumption, set a measured one)",
+    )
     parser.add_argument(
         "--ats-i",
         dest="ats_i",
@@ -264,6 +294,9 @@ def shared_cluster(args: argparse.Namespace) -> SharedCluster:
         slo_idle=getattr(args, "slo_idle", None),
         warm_pool=bool(getattr(args, "warm_pool", False)),
         oracle=bool(getattr(args, "oracle", False)),
+        host_cache_gb=float(getattr(args, "host_cache_gb", 0.0) or 0.0),
+        host_gbps=getattr(args, "host_gbps", None),
+        host_init_s=getattr(args, "host_init_s", None),
     )
 
 

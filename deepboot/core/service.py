@@ -27,6 +27,8 @@ MAX_QUEUE_BOUND = 100_000
 MAX_REQUEST_TIMEOUT_S = 86_400.0
 MAX_COLD_START_S = 86_400.0
 """Longest cold start accepted (a day: longer is a typo, and overflows a summary)."""
+MAX_MODEL_GB = 100_000.0
+"""Largest model accepted, GB (a typo beyond: the largest models are a few TB)."""
 MAX_BODY_BYTES = 67_108_864  # 64 MiB
 DEFAULT_BODY_BYTES = 1_048_576  # 1 MiB
 DEFAULT_SLO_WAIT_S = 1.0
@@ -56,6 +58,7 @@ FIELDS = (
     "slo_wait_s",
     "slo_target",
     "guaranteed_replicas",
+    "model_gb",
 )
 """Every field, in declaration order (the keys of :meth:`ServiceSpec.to_json`)."""
 
@@ -107,6 +110,10 @@ class ServiceSpec:
         guaranteed_replicas: Replicas of the service held warm and never lent
             (Kueue's ``lendingLimit`` for serving), in [0, 4096] and at most
             ``max_replicas`` when that caps; 0 by default.
+        model_gb: Size of the model's weights, GB, in (0, 100000]: what a replica
+            copies from a node's host-memory cache instead of a cold start
+            (:mod:`deepboot.world.hostcache`); None = the simulator's catalog size
+            for the model, if any.
 
     Raises:
         ConfigError: a field is out of range or of the wrong type; the message names it.
@@ -127,6 +134,7 @@ class ServiceSpec:
     slo_wait_s: float = DEFAULT_SLO_WAIT_S
     slo_target: float = DEFAULT_SLO_TARGET
     guaranteed_replicas: int = 0
+    model_gb: float | None = None
 
     def __post_init__(self) -> None:
         if not valid_name(self.name):
@@ -153,6 +161,13 @@ class ServiceSpec:
                 raise ConfigError(
                     f"service {self.name!r} field 'cold_start_s': must be in "
                     f"[0, {MAX_COLD_START_S:g}] seconds, got {cold!r}"
+                )
+        if self.model_gb is not None:
+            gb = self._number("model_gb")
+            if not 0.0 < gb <= MAX_MODEL_GB:
+                raise ConfigError(
+                    f"service {self.name!r} field 'model_gb': must be in "
+                    f"(0, {MAX_MODEL_GB:g}] GB, got {gb!r}"
                 )
         self._int("max_body_bytes", 1, MAX_BODY_BYTES)
         self._int("guaranteed_replicas", 0, MAX_REPLICAS)
@@ -238,6 +253,7 @@ class ServiceSpec:
             "slo_wait_s": self.slo_wait_s,
             "slo_target": self.slo_target,
             "guaranteed_replicas": self.guaranteed_replicas,
+            "model_gb": self.model_gb,
         }
 
     @classmethod

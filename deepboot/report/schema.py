@@ -18,6 +18,10 @@ Schema (nested keys; values are numbers unless noted)::
                                           "p99_delay_s", "requests_late"}}},
      "scheduler": {"rounds", "decision_ms_median", "decision_ms_max"},
      "wall_s": float}
+
+Optional keys (:data:`OPTIONAL_KEYS`) appear only in runs that use what they count:
+``inference.host_starts`` with the host-memory model cache on (so that a run without
+it reports exactly what it always did).
 """
 
 from __future__ import annotations
@@ -78,6 +82,9 @@ SUMMARY_SCHEMA: Mapping[str, tuple[str, ...] | None] = MappingProxyType(
 )
 """Top-level key -> its sub-keys (None for a scalar)."""
 
+OPTIONAL_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType({"inference": ("host_starts",)})
+"""Sub-keys kept, after the schema's, when a run reports them (see the module doc)."""
+
 
 class SummaryError(DeepbootError):
     """A summary dict lacks a key of :data:`SUMMARY_SCHEMA` (a bug in its producer)."""
@@ -105,4 +112,5 @@ def conform_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
         if missing:
             raise SummaryError(f"run summary section {key!r} lacks {', '.join(missing)}")
         out[key] = {s: value[s] for s in sub}
+        out[key].update({s: value[s] for s in OPTIONAL_KEYS.get(key, ()) if s in value})
     return out

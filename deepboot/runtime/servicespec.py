@@ -167,6 +167,7 @@ def parse_service(raw: dict[str, Any], where: str, base: Path) -> ServiceSpec:
             slo_wait_s=_seconds(where, raw, "slo_wait_s", DEFAULT_SLO_WAIT_S),
             slo_target=_seconds(where, raw, "slo_target", DEFAULT_SLO_TARGET, ""),
             guaranteed_replicas=int_key(where, raw, "guaranteed_replicas", 0, 0, MAX_REPLICAS),
+            model_gb=_seconds(where, raw, "model_gb", 0.0, " of GB") if "model_gb" in raw else None,
         )
     except ConfigError as exc:  # a check above missed it: still name the key
         m = re.search(r"field '(\w+)'", str(exc))

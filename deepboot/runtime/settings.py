@@ -116,6 +116,7 @@ RUNTIME_REFUSED = {
     "slo": "SLO-guarded lending pre-warms replicas, which the runtime does not do yet",
     "warm_pool": "the warm-pool reference is a simulator reference for --slo",
     "oracle": "the oracle reference reads the requests still to come",
+    "host_cache_gb": "the runtime's node-local model cache is not built yet",
 }
 """Shared-cluster knobs the runtime refuses, and why."""
 

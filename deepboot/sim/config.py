@@ -13,6 +13,7 @@ from deepboot.perf.restart import FlatRestartCost, RestartCostModel
 from deepboot.policies.lending import LendReserveConfig
 from deepboot.policies.lifecycle import LifecycleConfig
 from deepboot.policies.slo import SloConfig
+from deepboot.world.hostcache import MODEL_GB, HostCacheConfig
 
 _T = TypeVar("_T", int, float)
 
@@ -77,6 +78,10 @@ class SimConfig:
             workload it runs.
         cold_start: Start-up seconds of a new replica, per model.
         cold_start_default: Start-up seconds of a model missing from ``cold_start``.
+        host_cache: Each inference node's host-memory model cache
+            (:mod:`deepboot.world.hostcache`; off by default: every start is cold).
+        model_gb: Weights of each model, GB, for the host cache (a service's own
+            ``model_gb`` wins); a model in neither is refused when the cache is on.
         job_bounds: How many GPUs a policy may give a job: "reference" (the
             reference simulator's rules: from 0, and ADAPTIVE jobs at most twice the
             most GPUs they ran on) or "runtime" (as the runtime bounds its jobs: at
@@ -107,6 +112,8 @@ class SimConfig:
     slo_reference: str = ""
     cold_start: Mapping[str, float] = field(default_factory=lambda: DEEPBOOT_COLD_START)
     cold_start_default: float = 6.0
+    host_cache: HostCacheConfig = field(default_factory=HostCacheConfig)
+    model_gb: Mapping[str, float] = field(default_factory=lambda: MODEL_GB)
     job_bounds: str = "reference"
     check_invariants: bool = False
     stall_ticks: int = 10_000
@@ -137,6 +144,9 @@ class SimConfig:
             raise ConfigError(
                 f"slo_reference must be '', 'warm-pool' or 'oracle'; got {self.slo_reference!r}"
             )
+        for name, gb in self.model_gb.items():
+            if not (math.isfinite(gb) and gb > 0):
+                raise ConfigError(f"model_gb[{name!r}] must be > 0 GB; got {gb}")
         if self.job_bounds not in ("reference", "runtime"):
             raise ConfigError(
                 f"job_bounds must be 'reference' or 'runtime'; got {self.job_bounds!r}"
@@ -152,6 +162,8 @@ class SimConfig:
             object.__setattr__(self, "inference_params", _frozen(dict(self.inference_params)))
         if not isinstance(self.cold_start, MappingProxyType):
             object.__setattr__(self, "cold_start", _frozen(dict(self.cold_start)))
+        if not isinstance(self.model_gb, MappingProxyType):
+            object.__setattr__(self, "model_gb", _frozen(dict(self.model_gb)))
 
     def cold_start_of(self, model: str) -> float:
         """Start-up seconds of a new replica of ``model``."""

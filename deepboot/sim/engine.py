@@ -79,6 +79,7 @@ from deepboot.sim.serving import Serving, service_specs
 from deepboot.world.demand import DemandLedger
 from deepboot.world.driver import REPLICA_TIMERS, Driver, VirtualClock, is_stale
 from deepboot.world.gpus import GpuBoard, apply_gpu_op
+from deepboot.world.hostcache import HostCache
 from deepboot.world.settings import loop_settings
 
 log = logging.getLogger(__name__)
@@ -272,6 +273,9 @@ class Simulation:
                 workload.inference, services, config.slo, config.slo_reference
             )
             self.serving = Serving(workload.inference, services)
+            if config.host_cache.enabled:
+                pool = [n.node_id for n in cluster.nodes if n.pool is Pool.INFERENCE]
+                self.serving.cache_models(HostCache(config.host_cache, pool), config.model_gb)
             if slo.enabled and self._lending:
                 fc = slo.forecast
                 self.serving.demand = DemandLedger(fc.bin_s, fc.history_bins)
@@ -596,6 +600,7 @@ class Simulation:
         # Integrating it ahead to the next tick here (``_shrink_now``, for reclaims
         # between ticks) counted that interval twice once the round resized it again.
         at_tick = step.round or (step.retry is not None and step.retry.round)
+        cache = serving.cache if serving is not None else None
         for op in step.ops:
             if isinstance(op, Start | Resize | Preempt):
                 if at_tick:
@@ -608,8 +613,12 @@ class Simulation:
             # A RUNNING replica takes another task (a free slot of its concurrency, or
             # a pre-warmed replica still loading).
             joined = isinstance(op, ops.StartReplica) and board.get(op.gpu).state is _RUNNING
+            loaded = board.get(op.gpu).service if cache is not None else None
             gpu = apply_gpu_op(board, op)
             assert gpu is not None
+            if loaded is not None and gpu.service != loaded:
+                assert serving is not None
+                serving.evicted(op.gpu, loaded)  # its weights stay in the node's memory
             if isinstance(op, ops.Reclaim):
                 assert serving is not None
                 serving.reclaim_times.append(now)

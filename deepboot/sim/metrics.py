@@ -78,6 +78,8 @@ class InferenceRecord:
         end: When it finished (None if it did not finish before the end).
         cold: It needed a new replica (a cold start), not a warm one.
         delay: start - submit: queueing plus cold start (None if it never started).
+        host: Its new replica started from the node's host-memory cache (a host
+            start, not a cold one).
     """
 
     name: str
@@ -88,6 +90,7 @@ class InferenceRecord:
     end: float | None
     cold: bool
     delay: float | None
+    host: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +156,8 @@ class SimResult:
             add up to the cluster's GPUs times that span.
         slo_wait_s: Each service's request SLO, seconds (missing: the default, 1 s).
         slo_target: Each service's target attainment (missing: the default, 0.99).
+        host_cache: The run kept evicted models in host memory (then the summary
+            counts host starts apart from cold starts).
     """
 
     jobs: tuple[JobRecord, ...]
@@ -171,6 +176,7 @@ class SimResult:
     )
     slo_wait_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     slo_target: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    host_cache: bool = False
 
     def state_seconds(self, state: GpuState, pool: Pool | None = None) -> float:
         """GPU-seconds spent in ``state`` (in ``pool``, or the whole cluster)."""
@@ -252,7 +258,10 @@ class SimResult:
             "inference": {
                 "tasks": len(self.inference),
                 "completed": sum(1 for r in self.inference if r.end is not None),
-                "cold_starts": sum(1 for r in self.inference if r.start is not None and r.cold),
+                "cold_starts": sum(
+                    1 for r in self.inference if r.start is not None and r.cold and not r.host
+                ),
+                **self._host_starts(),
                 "warm_hits": sum(1 for r in self.inference if r.start is not None and not r.cold),
                 "avg_delay_s": _stat(started, "mean"),
                 "p99_delay_s": _stat(started, "p99"),
@@ -265,6 +274,13 @@ class SimResult:
             },
             "wall_s": self.wall_s,
         }
+
+    def _host_starts(self) -> dict[str, int]:
+        """``host_starts`` (new replicas started from host memory), for a run with
+        the host cache only: without it the summary is as it always was."""
+        if not self.host_cache:
+            return {}
+        return {"host_starts": sum(1 for r in self.inference if r.start is not None and r.host)}
 
     def _slo(self, slo_summary: Any) -> dict[str, Any]:
         services = {r.service for r in self.inference}

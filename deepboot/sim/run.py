@@ -85,4 +85,5 @@ def simulate(
         slo_target=MappingProxyType(
             {} if serving is None else {n: s.slo_target for n, s in serving.services.items()}
         ),
+        host_cache=serving is not None and serving.cache is not None,
     )

@@ -24,6 +24,7 @@ from deepboot.scheduler.control import PendingTask, ReplicaLoad
 from deepboot.scheduler.events import Event, EventKind
 from deepboot.sim.metrics import InferenceRecord
 from deepboot.world.demand import DemandLedger, LoadWindow
+from deepboot.world.hostcache import HostCache
 
 
 def service_specs(
@@ -75,10 +76,11 @@ class SimTask:
         start: When it starts serving (after a cold start), once placed.
         end: When it ends, once placed.
         cold: Whether it needed a new replica.
+        host: Its new replica started from the node's host-memory cache.
         done: Its end has been handled.
     """
 
-    __slots__ = ("spec", "gpu", "start", "end", "cold", "done")
+    __slots__ = ("spec", "gpu", "start", "end", "cold", "host", "done")
 
     def __init__(self, spec: InferenceTaskSpec) -> None:
         self.spec = spec
@@ -86,6 +88,7 @@ class SimTask:
         self.start: float | None = None
         self.end: float | None = None
         self.cold = False
+        self.host = False
         self.done = False
 
     def record(self) -> InferenceRecord:
@@ -99,6 +102,7 @@ class SimTask:
             end=self.end if self.done else None,
             cold=self.cold,
             delay=None if self.start is None else self.start - s.submit_time,
+            host=self.host,
         )
 
 
@@ -138,6 +142,42 @@ class Serving:
         """The subset of ``reclaim_times`` taken before the requests that need them
         arrived (``Reclaim.proactive``)."""
         self.finished = 0
+        self.cache: HostCache | None = None
+        """Each inference node's host-memory model cache (None: off)."""
+        self._model_gb: dict[str, float] = {}
+
+    def cache_models(self, cache: HostCache, catalog: Mapping[str, float]) -> None:
+        """Keep evicted replicas' models in ``cache``; each service's size is its own
+        ``model_gb``, else ``catalog``'s for its model.
+
+        Raises:
+            ConfigError: a service whose model's size is known to neither.
+        """
+        for name, spec in self.services.items():
+            gb = spec.model_gb if spec.model_gb is not None else catalog.get(spec.model)
+            if gb is None:
+                raise ConfigError(
+                    f"service {name!r}: the host cache needs its model's size: set model_gb "
+                    f"in its services file (model {spec.model!r} is not in the catalog: "
+                    f"{', '.join(sorted(catalog))})"
+                )
+            self._model_gb[name] = gb
+        self.cache = cache
+
+    def evicted(self, gpu: GpuId, service: str) -> None:
+        """The replica of ``service`` on ``gpu`` was evicted: its model stays in the
+        node's host memory (when the cache is on)."""
+        if self.cache is not None:
+            self.cache.keep(gpu[0], self.services[service].model, self._model_gb[service])
+
+    def _new_replica_s(self, gpu: GpuId, spec: ServiceSpec) -> tuple[float, bool]:
+        """(seconds until a new replica of ``spec`` on ``gpu`` serves, from host?)."""
+        cache = self.cache
+        if cache is not None and cache.holds(gpu[0], spec.model):
+            cache.use(gpu[0], spec.model)
+            return cache.config.start_s(self._model_gb[spec.name]), True
+        assert spec.cold_start_s is not None  # set for every service (service_specs)
+        return spec.cold_start_s, False
 
     def arrival_events(self) -> list[tuple[float, Event]]:
         """``(time, event)`` of every task's arrival, in arrival order."""
@@ -214,8 +254,8 @@ class Serving:
         spec = self.services[task.spec.service]
         start = now
         if cold:
-            assert spec.cold_start_s is not None  # set for every service (service_specs)
-            start = now + spec.cold_start_s
+            seconds, task.host = self._new_replica_s(gpu, spec)
+            start = now + seconds
         elif joined:
             start = max(now, self._replicas[gpu].ready_at)
         task.gpu = gpu
@@ -236,9 +276,7 @@ class Serving:
         """A replica of ``service`` starts loading on ``gpu`` at ``now`` with no task
         (``WarmReplica``); returns when it is ready (after the service's cold start).
         Until then a task of the service may join it (:meth:`started`)."""
-        cold = self.services[service].cold_start_s
-        assert cold is not None  # set for every service (service_specs)
-        ready = now + cold
+        ready = now + self._new_replica_s(gpu, self.services[service])[0]
         self._replicas[gpu] = ReplicaLoad(0, ready)
         self._replica_view = None
         return ready

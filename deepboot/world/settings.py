@@ -22,6 +22,7 @@ from deepboot.policies.lending import LendReserveConfig
 from deepboot.policies.lifecycle import LifecycleConfig
 from deepboot.policies.slo import SloConfig
 from deepboot.scheduler.control import LoopSettings
+from deepboot.world.hostcache import HostCacheConfig
 
 SLO_REFERENCES = ("warm-pool", "oracle")
 """The two references SLO-guarded lending is held against (``SimConfig.slo_reference``)."""
@@ -64,6 +65,10 @@ class SharedCluster:
             DeepBoot.
         oracle: The clairvoyant reference: SLO-guarded lending holding each
             service's exact future demand instead of a forecast.
+        host_cache_gb: GB of host memory per inference node that keeps the models
+            of evicted replicas (:mod:`deepboot.world.hostcache`); 0 = off.
+        host_gbps: Its host-to-GPU copy bandwidth, GB/s (None: the default).
+        host_init_s: The fixed seconds of a start from it (None: the default).
 
     Raises:
         ConfigError: ``protect_factor``, ``reserve_target``, ``reserve_window``,
@@ -87,11 +92,15 @@ class SharedCluster:
     slo_idle: float | None = None
     warm_pool: bool = False
     oracle: bool = False
+    host_cache_gb: float = 0.0
+    host_gbps: float | None = None
+    host_init_s: float | None = None
 
     def __post_init__(self) -> None:
         # Numbers as numbers, whichever door they came in by (a matrix cell, JSON).
         for name in ("protect_factor", "reserve_target", "reserve_window", "slo_target",
-                     "slo_horizon", "slo_idle"):  # fmt: skip
+                     "slo_horizon", "slo_idle", "host_cache_gb", "host_gbps",
+                     "host_init_s"):  # fmt: skip
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, float(value))
@@ -124,6 +133,11 @@ class SharedCluster:
         if self.slo_idle is not None and not 0.0 < self.slo_idle < 1.0:
             raise ConfigError(f"--slo-idle must be in (0, 1); got {self.slo_idle}")
         self.slo_config  # noqa: B018 - SloConfig checks the target and the horizon
+        if (self.host_gbps is not None or self.host_init_s is not None) and not (
+            self.host_cache_gb
+        ):
+            raise ConfigError("--host-gbps and --host-init-s need --host-cache-gb")
+        self.host_cache  # noqa: B018 - HostCacheConfig checks the three
 
     def _chosen(self) -> list[str]:
         pairs = (("slo", self.slo), ("warm-pool", self.warm_pool), ("oracle", self.oracle))
@@ -157,6 +171,16 @@ class SharedCluster:
         return cfg
 
     @property
+    def host_cache(self) -> HostCacheConfig:
+        """The host-memory model cache of each inference node (off at 0 GB)."""
+        default = HostCacheConfig()
+        return HostCacheConfig(
+            capacity_gb=self.host_cache_gb,
+            gbps=default.gbps if self.host_gbps is None else self.host_gbps,
+            init_s=default.init_s if self.host_init_s is None else self.host_init_s,
+        )
+
+    @property
     def slo_reference(self) -> str:
         """``warm-pool``, ``oracle``, or empty (no reference)."""
         chosen = self._chosen()
@@ -187,6 +211,7 @@ class SharedCluster:
             "restart": restart,
             "inference_policy": self.inference_policy(policy),
             "inference_params": MappingProxyType(dict(self.ats_i_params)),
+            "host_cache": self.host_cache,
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,0 +1,64 @@
+"""``--host-cache-gb`` on the command line: the simulator counts host starts apart from
+cold starts; a bad value or a lone ``--host-gbps`` is refused naming the flag; the
+runtime refuses the cache (its node-local cache is not built yet)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import run_cli
+
+DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo-deepboot.csv"
+
+
+def _simulate(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, *flags: str
+) -> tuple[int, dict[str, object] | None, str]:
+    out = tmp_path / "summary.json"
+    code, _, err = run_cli(
+        capsys, "simulate", "--workload", str(DEMO), "--cluster", "4x4",
+        "--inference-nodes", "2", "--policy", "deepboot", "--summary-json", str(out), "-q",
+        *flags,
+    )  # fmt: skip
+    return code, json.loads(out.read_text()) if code == 0 else None, err
+
+
+def test_with_the_cache_new_replicas_start_from_host_memory(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, off, _ = _simulate(capsys, tmp_path)
+    assert code == 0 and off is not None
+    code, on, _ = _simulate(capsys, tmp_path, "--host-cache-gb", "8")
+    assert code == 0 and on is not None
+    before, after = off["inference"], on["inference"]
+    assert isinstance(before, dict) and isinstance(after, dict)
+    assert "host_starts" not in before  # off: the summary it always had
+    assert after["host_starts"] > 0
+    assert after["cold_starts"] < before["cold_starts"]
+    assert after["tasks"] == before["tasks"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--host-cache-gb", "-1"], "--host-cache-gb must be >= 0"),
+        (["--host-gbps", "10"], "need --host-cache-gb"),
+        (["--host-cache-gb", "8", "--host-gbps", "0"], "--host-gbps must be > 0"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: list[str], words: str
+) -> None:
+    code, _, err = _simulate(capsys, tmp_path, *flags)
+    assert code == 2 and words in err, err
+
+
+def test_the_runtime_refuses_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run_cli(
+        capsys, "up", "--state-dir", str(tmp_path / "state"), "--host-cache-gb", "8"
+    )
+    assert code == 2 and "--host-cache-gb" in err and "deepboot simulate" in err
+    assert not (tmp_path / "state").exists()
