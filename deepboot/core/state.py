@@ -107,6 +107,9 @@ class InferenceState:
         gpus: Every GPU of the cluster, sorted by (node_id, index).
         jobs: Active training jobs (for the speedup lost by a reclaim).
         lending: Whether training may hold inference-pool GPUs in this run.
+        host_nodes: Nodes whose host memory holds the task's model: a new replica
+            there starts from it (a host start) instead of cold (empty: no host
+            cache, or no node holds it).
     """
 
     now: float
@@ -114,6 +117,7 @@ class InferenceState:
     gpus: tuple[GpuView, ...]
     jobs: tuple[JobView, ...]
     lending: bool = True
+    host_nodes: frozenset[int] = frozenset()
 
     def job(self, name: str) -> JobView:
         for j in self.jobs:

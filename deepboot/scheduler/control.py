@@ -135,6 +135,10 @@ def _no_arrivals() -> Mapping[str, ArrivalHistory]:
     return MappingProxyType({})
 
 
+def _no_cache() -> Mapping[int, frozenset[str]]:
+    return MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """What the world reports before a step; never mutated.
@@ -158,6 +162,8 @@ class Snapshot:
             free slots itself and reports a replica only once it is idle).
         arrivals: Each service's arrival counts in fixed bins up to now, for the SLO
             guard's forecast (TICK only, and only when SLO-guarded lending is on).
+        cached: The models each node's host memory holds (``deepboot.world.hostcache``):
+            a new replica of one there starts from it; empty without a host cache.
     """
 
     now: float
@@ -169,6 +175,7 @@ class Snapshot:
     services: Mapping[str, ServiceSpec] = field(default_factory=_no_services)
     replicas: Mapping[GpuId, ReplicaLoad] = field(default_factory=_no_replicas)
     arrivals: Mapping[str, ArrivalHistory] = field(default_factory=_no_arrivals)
+    cached: Mapping[int, frozenset[str]] = field(default_factory=_no_cache)
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,7 +422,10 @@ class ControlLoop:
         slot = _free_slot(service, snap) if snap.replicas else None
         if slot is not None and slot[1].ready_at <= snap.now:
             return (_join(slot[0], service, task),)
-        state = InferenceState(snap.now, snap.cluster, snap.gpus, snap.jobs, self.settings.lending)
+        state = InferenceState(
+            snap.now, snap.cluster, snap.gpus, snap.jobs, self.settings.lending,
+            _host_nodes(snap, service),
+        )  # fmt: skip
         placement = self.inference.place(state, service, rng)
         if placement is not None and placement.action.warm:
             return placement_ops(placement, task, service, snap)
@@ -540,6 +550,16 @@ def _at_cap(service: str, snap: Snapshot) -> bool:
         return False
     loaded = sum(1 for g in snap.gpus if g.service == service and g.state in _LOADED)
     return loaded >= spec.max_replicas
+
+
+def _host_nodes(snap: Snapshot, service: str) -> frozenset[int]:
+    """The nodes whose host memory holds ``service``'s model."""
+    if not snap.cached:
+        return frozenset()
+    spec = snap.services.get(service)
+    if spec is None:
+        return frozenset()
+    return frozenset(n for n, models in snap.cached.items() if spec.model in models)
 
 
 def _free_slot(service: str, snap: Snapshot) -> tuple[GpuView, ReplicaLoad] | None:

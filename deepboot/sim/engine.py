@@ -581,6 +581,8 @@ class Simulation:
             )
         if serving is not None and serving.reports_replicas:
             snap = dataclasses.replace(snap, replicas=serving.replica_loads())
+        if serving is not None and serving.cache is not None:
+            snap = dataclasses.replace(snap, cached=serving.cache.view())
         return snap
 
     def apply(self, step: Step) -> None:

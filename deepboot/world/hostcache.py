@@ -91,12 +91,22 @@ class HostCache:
         nodes: The nodes that have a cache.
     """
 
-    __slots__ = ("config", "_nodes", "host_starts")
+    __slots__ = ("config", "_nodes", "host_starts", "_view")
 
     def __init__(self, config: HostCacheConfig, nodes: Iterable[int]) -> None:
         self.config = config
         self._nodes: dict[int, OrderedDict[str, float]] = {n: OrderedDict() for n in nodes}
         self.host_starts = 0
+        self._view: Mapping[int, frozenset[str]] | None = None
+
+    def view(self) -> Mapping[int, frozenset[str]]:
+        """Each node's cached models, read-only (a control loop's ``Snapshot.cached``);
+        the same object until a model comes or goes."""
+        if self._view is None:
+            self._view = MappingProxyType(
+                {n: frozenset(models) for n, models in self._nodes.items() if models}
+            )
+        return self._view
 
     def holds(self, node: int, model: str) -> bool:
         """Whether ``node``'s cache holds ``model``."""
@@ -110,11 +120,14 @@ class HostCache:
         cached = self._nodes.get(node)
         if cached is None or gb > self.config.capacity_gb:
             return
+        if model not in cached:
+            self._view = None
         cached.pop(model, None)
         used = sum(cached.values())
         while cached and used + gb > self.config.capacity_gb:
             _, freed = cached.popitem(last=False)
             used -= freed
+            self._view = None
         cached[model] = gb
 
     def use(self, node: int, model: str) -> None:

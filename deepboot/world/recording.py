@@ -87,7 +87,14 @@ def decode(value: Any) -> Any:
             raise ValueError(f"{value['$d']} is not a dataclass")
         fields = {k: decode(v) for k, v in value["f"].items()}
         make: Any = cls
-        return make(**{f.name: fields[f.name] for f in dataclasses.fields(cls) if f.init})
+        # A field the recording lacks (recorded before it existed) takes its default.
+        return make(
+            **{
+                f.name: fields[f.name]
+                for f in dataclasses.fields(cls)
+                if f.init and f.name in fields
+            }
+        )
     raise ValueError(f"not a recorded value: {sorted(value)}")
 
 

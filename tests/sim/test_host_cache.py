@@ -54,3 +54,19 @@ def test_a_model_larger_than_the_cache_still_starts_cold() -> None:
 def test_a_service_of_unknown_size_is_refused_when_the_cache_is_on() -> None:
     with pytest.raises(ConfigError, match="model_gb"):
         _lend_then_reclaim(host_cache=CACHE, model_gb={})
+
+
+def test_ats_i_reclaims_the_lent_gpu_whose_node_holds_the_model() -> None:
+    # Two inference nodes. t0 (model "small") starts on node 1, t1 ("tiny") on node
+    # 2; both replicas idle, and the tick at 60 s lends both GPUs (the job wants 3).
+    # t2 ("tiny") reclaims: the two lent GPUs lose the job the same, so DeepBoot's
+    # ATS-I takes node 1's (GPU order) and starts cold; with the cache it takes node
+    # 2's, whose memory holds "tiny", and starts from there.
+    tasks = [task("t0", 0.5, 5.0, service="infer-small-1"), task("t1", 1.0, 1.0),
+             task("t2", 100.0, 1.0)]  # fmt: skip
+    kwargs: dict[str, object] = {"shape": "3x1", "inference_nodes": 2, "policy": Greedy(want=3)}
+    off = run([job("a")], tasks, **kwargs)
+    on = run([job("a")], tasks, host_cache=CACHE, model_gb={"tiny": 0.5, "small": 0.5}, **kwargs)
+    assert [r.start for r in off.inference][:2] == [2.5, 6.0]
+    assert off.inference[2].delay == 5.0 and not off.inference[2].host
+    assert on.inference[2].host and on.inference[2].delay == pytest.approx(0.55)

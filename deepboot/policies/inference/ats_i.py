@@ -17,6 +17,12 @@ Faithful to the reference artifact (``simulator.py`` for warm reuse,
 
 Deviation: the artifact's step 4 may take any training GPU, in either pool; here only
 LENT GPUs are reclaimed (the training pool belongs to training).
+
+Beyond the paper, with a host-memory model cache (``--host-cache-gb``): a new
+replica on a node whose memory holds its model starts in about a second instead of
+its cold start, so steps 2-4 take such a node's GPU first (``prefer_host``): a FREE
+one, an evictable SLEEP one, and the least-loss LENT one among those nodes' before
+any other. Without a cache (no node holds the model) nothing changes.
 """
 
 from __future__ import annotations
@@ -75,18 +81,20 @@ class AtsIPolicy:
         and ``rng`` is unused."""
         del rng
         key = cold_key(state, self.config.cold_order)
+        host = state.host_nodes if self.config.prefer_host else frozenset()
+
+        def cold(gpus: list[GpuView]) -> GpuView:
+            return min(gpus, key=lambda g: (g.node_id not in host, *key(g)))
 
         def reclaim(lent: list[GpuView]) -> tuple[GpuView, tuple[GpuView, ...]]:
-            g = least_loss(state, lent, self.config)
+            # A host start (about a second) instead of a cold one is worth more to
+            # the request than the difference in loss between two lent GPUs.
+            near = [g for g in lent if g.node_id in host]
+            g = least_loss(state, near or lent, self.config)
             return g, (g,)
 
         return place_in_order(
-            state,
-            service,
-            self.config,
-            warm=most_hits,
-            cold=lambda gpus: min(gpus, key=key),
-            reclaim=reclaim,
+            state, service, self.config, warm=most_hits, cold=cold, reclaim=reclaim
         )
 
 

@@ -64,12 +64,16 @@ class PlacementConfig:
             (DeepBoot: ADAPTIVE; pass the training policy's mode to match it).
         cold_order: How ATS-I and Lyra placement pick a cold start's GPU within a
             pool (the artifact: fewest training workers).
+        prefer_host: ATS-I takes a GPU of a node whose host memory holds the task's
+            model first, in each step that starts a new replica (a host start
+            instead of a cold one; no effect without a host cache).
     """
 
     use_training_pool: bool = True
     isolate_pools_without_lending: bool = True
     speedup_mode: JobMode = JobMode.ADAPTIVE
     cold_order: ColdOrder = ColdOrder.FEWEST_WORKERS
+    prefer_host: bool = True
 
 
 def pools_in_order(state: InferenceState, cfg: PlacementConfig) -> tuple[Pool, ...]:
