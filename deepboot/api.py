@@ -141,6 +141,7 @@ def simulate(
     slo_idle: float | None = None,
     warm_pool: bool = False,
     oracle: bool = False,
+    host_cache_gb: float = 0.0,
 ) -> Result:
     """Simulate ``policy`` on ``workload`` and ``cluster``, as ``deepboot simulate``.
 
@@ -163,6 +164,8 @@ def simulate(
             defaults.
         slo, slo_target, slo_horizon, slo_idle, warm_pool, oracle: SLO-guarded lending and
             its two references (``deepboot simulate --help``, docs/slo.md).
+        host_cache_gb: GB of each inference node's host memory that keeps evicted
+            replicas' models (``deepboot simulate --host-cache-gb``; 0: off).
 
     Returns:
         The summary and the per-job and per-task records.
@@ -201,6 +204,7 @@ def simulate(
         slo_idle=slo_idle,
         warm_pool=warm_pool,
         oracle=oracle,
+        host_cache_gb=host_cache_gb,
     ).sim_kwargs(inference_nodes=inference_nodes, policy=policy)
     from deepboot.policies import inference
 

@@ -62,6 +62,9 @@ run syntax:  --run NAME=POLICY[:FLAG,FLAG...]   (NAME= is optional)
   warm-pool         reference: each service's Erlang-B replicas at its true mean
                     load held warm, never lent; the rest lent as deepboot
   oracle            reference: slo holding the exact future demand (clairvoyant)
+  host-cache-gb=GB  keep evicted replicas' models in each inference node's host
+                    memory, up to GB (ours, docs/slo.md); a replica of a cached
+                    model starts from there instead of cold (default 0: off)
   no-inference      drop the workload's inference tasks and give training every
                     node (the all-GPU limit)
   KEY=VALUE         a parameter of the training policy (as simulate --param)
@@ -108,6 +111,8 @@ class RunSpec:
         slo_idle: The relaxed regime's idle target (None: the default).
         warm_pool: The warm-pool reference.
         oracle: The oracle reference.
+        host_cache_gb: GB of each inference node's host-memory model cache (None:
+            off).
         no_inference: Drop inference tasks and use every node for training.
         params: Training-policy parameters, as ``(key, value)`` strings.
         inference_params: Inference-policy parameters (``ats-i.KEY=VALUE`` flags).
@@ -129,6 +134,7 @@ class RunSpec:
     slo_idle: float | None = None
     warm_pool: bool = False
     oracle: bool = False
+    host_cache_gb: float | None = None
     no_inference: bool = False
     params: tuple[tuple[str, str], ...] = ()
     inference_params: tuple[tuple[str, str], ...] = ()
@@ -195,7 +201,7 @@ def parse_run(text: str) -> RunSpec:
             values["protect_factor"] = factor
         elif key == "reserve-target":
             values["reserve_target"] = _positive(text, key, value)
-        elif key in ("slo-target", "slo-horizon", "slo-idle"):
+        elif key in ("slo-target", "slo-horizon", "slo-idle", "host-cache-gb"):
             values[key.replace("-", "_")] = _positive(text, key, value)
         else:
             if not key or key in params:
@@ -257,6 +263,7 @@ def sim_config(run: RunSpec, interval: float, seed: int, inference_nodes: int) -
         slo_idle=run.slo_idle,
         warm_pool=run.warm_pool,
         oracle=run.oracle,
+        host_cache_gb=run.host_cache_gb or 0.0,
     ).sim_kwargs(inference_nodes=0 if run.no_inference else inference_nodes, policy=run.policy)
     return SimConfig(interval=interval, seed=seed, **settings)
 
@@ -292,6 +299,8 @@ def describe_config(run: RunSpec, config: SimConfig) -> str:
             parts.append(f"horizon >= {config.slo.horizon_s:g} s")
         if run.slo_idle is not None:
             parts.append(f"idle target {config.slo.idle_target:g}")
+    if config.host_cache.enabled:
+        parts.append(f"host cache {config.host_cache.capacity_gb:g} GB per node")
     return ", ".join(parts)
 
 

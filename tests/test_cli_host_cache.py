@@ -62,3 +62,22 @@ def test_the_runtime_refuses_it(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     )
     assert code == 2 and "--host-cache-gb" in err and "deepboot simulate" in err
     assert not (tmp_path / "state").exists()
+
+
+def test_compare_runs_and_the_api_take_it() -> None:
+    from deepboot.matrix import describe_config, parse_run, sim_config
+
+    run = parse_run("cached=deepboot:host-cache-gb=16")
+    config = sim_config(run, 60.0, 0, 2)
+    assert config.host_cache.enabled and config.host_cache.capacity_gb == 16.0
+    assert "host cache 16 GB per node" in describe_config(run, config)
+    assert not sim_config(parse_run("deepboot"), 60.0, 0, 2).host_cache.enabled
+
+
+def test_the_api_counts_host_starts() -> None:
+    import deepboot
+
+    workload = deepboot.load_workload(DEMO)
+    cluster = deepboot.cluster("4x4", inference_nodes=2)
+    result = deepboot.simulate(workload, cluster, "deepboot", host_cache_gb=8)
+    assert result.summary["inference"]["host_starts"] > 0
