@@ -32,7 +32,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,8 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "runtime"
 sys.path.insert(0, str(REPO))
+
+from runtime_cli import cli, wait_for  # noqa: E402
 
 from deepboot.runtime.endpoint import connect  # noqa: E402
 from deepboot.runtime.statedir import StateDir  # noqa: E402
@@ -60,36 +61,12 @@ class Mode:
     step_time: float = 0.0
 
 
-def cli(state: Path, *args: str, timeout: float = 300) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "deepboot.cli.main", *args, "--state-dir", str(state)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"deepboot {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc.stdout
-
-
 def events(state: Path) -> list[EventRow]:
     store = JobStore(state / "deepboot.db")
     try:
         return store.events()
     finally:
         store.close()
-
-
-def wait_for(what: str, ok: Callable[[], Any], timeout: float = 300.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = ok()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def status(state: Path) -> dict[str, Any]:

@@ -57,7 +57,6 @@ import csv
 import dataclasses
 import json
 import math
-import os
 import signal
 import statistics
 import subprocess
@@ -77,7 +76,9 @@ BENCH = Path(__file__).resolve().parent
 EXAMPLES = REPO / "examples" / "runtime"
 sys.path.insert(0, str(REPO))
 
-from deepboot.core.cluster import ClusterSpec  # noqa: E402
+from runtime_cli import cli, cli_env, wait_for  # noqa: E402
+
+from deepboot.core.cluster import ClusterSpec, Pool  # noqa: E402
 from deepboot.core.gpu import GpuState  # noqa: E402
 from deepboot.core.jobs import InferenceTaskSpec, TrainingJobSpec, Workload  # noqa: E402
 from deepboot.core.params import BatchLimits, PerfParams  # noqa: E402
@@ -122,45 +123,12 @@ POLICY_PARAMS = {"restart_delay": 2}
 # -- the runtime -----------------------------------------------------------------------
 
 
-def _env() -> dict[str, str]:
-    """The environment of every spawned ``deepboot``: this checkout's package first."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-    return env
-
-
-def cli(state: Path, *args: str, timeout: float = 300) -> str:
-    """Run ``deepboot ARGS --state-dir STATE`` (this interpreter, this checkout)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "deepboot.cli.main", *args, "--state-dir", str(state)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-        env=_env(),
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"deepboot {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc.stdout
-
-
 def _read(state: Path) -> tuple[list[JobRow], list[EventRow]]:
     store = JobStore(state / "deepboot.db")
     try:
         return store.jobs(), store.events()
     finally:
         store.close()
-
-
-def wait_for(what: str, ok: Callable[[], Any], timeout: float, every: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = ok()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(every)
 
 
 @dataclass
@@ -275,7 +243,7 @@ def runtime_run(work: Path, scale: float, console: Console) -> WorldRun:
         load = subprocess.Popen(
             [sys.executable, "-m", "deepboot.cli.main", "load", "echo", "--rate-profile",
              str(profile), "--out", str(out), "-q", "--state-dir", str(state)],
-            cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            cwd=REPO, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         for path, (name, offset, _) in zip(jobs, JOBS, strict=True):
             delay = load_started + offset - time.time()
@@ -308,7 +276,7 @@ def runtime_run(work: Path, scale: float, console: Console) -> WorldRun:
             [sys.executable, "-m", "deepboot.cli.main", "down", "--state-dir", str(state)],
             capture_output=True,
             cwd=REPO,
-            env=_env(),
+            env=cli_env(),
             timeout=300,
         )
         left = {p for p in cluster_pids(record) if process_alive(p)}
@@ -542,16 +510,10 @@ def sim_run(rt: WorldRun, scale: float, bounds: str = "runtime") -> WorldRun:
     for job in sim.jobs:
         if job.completion is not None:
             out.finish[job.name] = job.completion
-    out.lent_gpu_s = float(sum(sim.board.gpu_seconds(p).get(GpuState.LENT, 0.0) for p in _pools()))
+    out.lent_gpu_s = float(sum(sim.board.gpu_seconds(p).get(GpuState.LENT, 0.0) for p in Pool))
     out.reclaims = 0 if sim.serving is None else len(sim.serving.reclaim_times)
     out.wall_s = time.perf_counter() - started
     return out
-
-
-def _pools() -> tuple[Any, ...]:
-    from deepboot.core.cluster import Pool
-
-    return tuple(Pool)
 
 
 # -- comparing ---------------------------------------------------------------------------
