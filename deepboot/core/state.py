@@ -110,6 +110,9 @@ class InferenceState:
         host_nodes: Nodes whose host memory holds the task's model: a new replica
             there starts from it (a host start) instead of cold (empty: no host
             cache, or no node holds it).
+        host_first: A host start meets the task's SLO and a cold start does not: a
+            GPU of ``host_nodes`` in any step (FREE, evicted or reclaimed) is worth
+            more than any other node's (ATS-I's ``prefer_host``).
     """
 
     now: float
@@ -118,6 +121,7 @@ class InferenceState:
     jobs: tuple[JobView, ...]
     lending: bool = True
     host_nodes: frozenset[int] = frozenset()
+    host_first: bool = False
 
     def job(self, name: str) -> JobView:
         for j in self.jobs:

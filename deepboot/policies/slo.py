@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from deepboot.core.service import ServiceSpec
 from deepboot.policies.forecast import (
@@ -78,6 +79,9 @@ class DemandSchedule:
 
 def _no_schedules() -> Mapping[str, DemandSchedule]:
     return {}
+
+
+_NONE: Mapping[str, float] = MappingProxyType({})
 
 
 SLO_FORECAST = ForecastConfig(bin_s=60.0, halflife_s=300.0)
@@ -168,10 +172,48 @@ class ServiceNeed:
     hold: int
 
 
-def horizon(spec: ServiceSpec, interval: float, config: SloConfig) -> float:
+def horizon(
+    spec: ServiceSpec, interval: float, config: SloConfig, starts: Mapping[str, float] = _NONE
+) -> float:
     """Seconds the forecast for ``spec`` must look ahead (see the module docstring)."""
-    floor = (spec.cold_start_s or 0.0) + config.resize_s + interval
+    floor = start_s(spec, starts) + config.resize_s + interval
     return floor if config.horizon_s is None else max(floor, config.horizon_s)
+
+
+def start_s(spec: ServiceSpec, starts: Mapping[str, float] = _NONE) -> float:
+    """Seconds a new replica of ``spec`` takes: ``starts``'s for it (its host start,
+    :func:`host_starts`), else its cold start."""
+    return starts.get(spec.name, spec.cold_start_s or 0.0)
+
+
+def host_starts(
+    services: Mapping[str, ServiceSpec],
+    cached: Mapping[int, frozenset[str]],
+    host_start_s: Mapping[str, float],
+    loaded: Iterable[str] = (),
+) -> dict[str, float]:
+    """The services a new replica of which can start from host memory now, and how
+    fast: those whose model some node's cache holds (``cached``, a snapshot's) or a
+    replica holds (``loaded``: evicting it, to lend its GPU, leaves the model in its
+    node's memory), and whose host start (``host_start_s``) beats their cold start.
+
+    The guard counts such a service's lent and FREE GPUs on those nodes as *warm
+    within the host start*: when the host start meets its ``slo_wait_s`` it is in the
+    relaxed regime, served by a reclaim (or an idle GPU) when a request comes instead
+    of replicas held loaded for it. It is a count of models, not of GPUs: the
+    catalog's models fit a small cache on every node (docs/benchmarks.md), and
+    ATS-I takes a caching node's GPU first (``PlacementConfig.prefer_host``).
+    """
+    if not host_start_s:
+        return {}
+    models = frozenset(loaded).union(*cached.values())
+    out: dict[str, float] = {}
+    for name in sorted(services):
+        spec = services[name]
+        host = host_start_s.get(name)
+        if host is not None and spec.model in models and host < (spec.cold_start_s or 0.0):
+            out[name] = host
+    return out
 
 
 def service_needs(
@@ -182,6 +224,7 @@ def service_needs(
     interval: float,
     config: SloConfig,
     capacity: int | None = None,
+    starts: Mapping[str, float] = _NONE,
 ) -> dict[str, ServiceNeed]:
     """Each service's need, in sorted name order; services that need nothing (no
     forecast demand and no ``guaranteed_replicas``) are left out.
@@ -203,19 +246,21 @@ def service_needs(
         config: The SLO parameters; with ``enabled`` False only the guaranteed
             replicas are needed.
         capacity: Replicas the inference pool can hold (None: no limit).
+        starts: Services whose new replica starts faster than cold, and in how many
+            seconds (:func:`host_starts`): their regime and horizon follow it.
     """
     wants: dict[str, int] = {}
     rates: dict[str, tuple[float, float, int]] = {}  # name -> (rate, offered, slots)
     for name in sorted(services):
         spec = services[name]
         want = 0
-        if config.enabled and not relaxed(spec, config):
-            ahead = horizon(spec, interval, config)
+        if config.enabled and not relaxed(spec, config, starts):
+            ahead = horizon(spec, interval, config, starts)
             schedule = config.oracle.get(name)
             if schedule is not None:
                 want = schedule.peak(now, now + ahead)
             else:
-                demand = _demand(name, spec, histories, loads, interval, config)
+                demand = _demand(name, spec, histories, loads, interval, config, starts)
                 if demand is not None:
                     peak, duration = demand
                     offered = peak * duration
@@ -231,15 +276,16 @@ def service_needs(
     for name, hold in wants.items():
         spec = services[name]
         if hold > 0:
-            prewarm = spec.slo_wait_s < (spec.cold_start_s or 0.0)
+            prewarm = spec.slo_wait_s < start_s(spec, starts)
             out[name] = ServiceNeed(hold if prewarm else spec.guaranteed_replicas, hold)
     return out
 
 
-def relaxed(spec: ServiceSpec, config: SloConfig) -> bool:
-    """Whether ``spec`` is in the relaxed regime: even a cold start on a GPU
-    reclaimed when its request arrives meets the SLO (see the module docstring)."""
-    return spec.slo_wait_s >= (spec.cold_start_s or 0.0) + config.reclaim_s
+def relaxed(spec: ServiceSpec, config: SloConfig, starts: Mapping[str, float] = _NONE) -> bool:
+    """Whether ``spec`` is in the relaxed regime: even a new replica (a cold start,
+    or a host start where ``starts`` has one) on a GPU reclaimed when its request
+    arrives meets the SLO (see the module docstring)."""
+    return spec.slo_wait_s >= start_s(spec, starts) + config.reclaim_s
 
 
 def idle_need(
@@ -248,12 +294,14 @@ def idle_need(
     loads: Mapping[str, ServiceLoad],
     interval: float,
     config: SloConfig,
+    starts: Mapping[str, float] = _NONE,
 ) -> int:
     """Idle inference GPUs (sleeping replicas or FREE) to keep from lending for the
     relaxed services, which share them: Erlang B's replicas for
     ``config.idle_target`` at their pooled offered load, each service's forecast
-    peak over its horizon times the GPU-seconds a cold-started request takes
-    (cold start plus mean task duration, over its concurrency). 0 with ``enabled``
+    peak over its horizon times the GPU-seconds a request that starts a replica
+    takes (its start, cold or from host memory per ``starts``, plus the mean task
+    duration, over its concurrency). 0 with ``enabled``
     off, or when no relaxed service has a forecast demand.
 
     Args:
@@ -263,19 +311,20 @@ def idle_need(
             missing: ``config.default_duration_s``).
         interval: Seconds between scheduling rounds.
         config: The SLO parameters.
+        starts: Host starts (:func:`host_starts`), as for :func:`service_needs`.
     """
     if not config.enabled or config.oracle:
         return 0
     offered = 0.0
     for name in sorted(services):
         spec = services[name]
-        if not relaxed(spec, config):
+        if not relaxed(spec, config, starts):
             continue
-        demand = _demand(name, spec, histories, loads, interval, config)
+        demand = _demand(name, spec, histories, loads, interval, config, starts)
         if demand is None:
             continue
         peak, duration = demand
-        offered += peak * ((spec.cold_start_s or 0.0) + duration) / max(spec.concurrency, 1)
+        offered += peak * (start_s(spec, starts) + duration) / max(spec.concurrency, 1)
     return replicas_for(offered, config.idle_target, 1) if offered > 0 else 0
 
 
@@ -286,6 +335,7 @@ def _demand(
     loads: Mapping[str, ServiceLoad],
     interval: float,
     config: SloConfig,
+    starts: Mapping[str, float],
 ) -> tuple[float, float] | None:
     """``name``'s forecast peak rate over its horizon and its mean task duration
     (``config.default_duration_s`` before a task finished); None before its first
@@ -293,7 +343,7 @@ def _demand(
     history = histories.get(name)
     if history is None or not history.counts:
         return None
-    peak = forecast(history, horizon(spec, interval, config), config.forecast).peak
+    peak = forecast(history, horizon(spec, interval, config, starts), config.forecast).peak
     load = loads.get(name)
     duration = load.duration_s if load and load.duration_s > 0 else 0.0
     return peak, duration or config.default_duration_s

@@ -68,7 +68,7 @@ from deepboot.policies.forecast import ArrivalHistory
 from deepboot.policies.inference import InferencePlacement, PlaceAction
 from deepboot.policies.lending import LendReserveConfig, ServiceLoad, reserved_gpus
 from deepboot.policies.lifecycle import LifecycleConfig, protect_time
-from deepboot.policies.slo import SloConfig, idle_need, service_needs
+from deepboot.policies.slo import SloConfig, host_starts, idle_need, service_needs
 from deepboot.scheduler.decision import Decision, new_placement
 from deepboot.scheduler.events import Event, EventKind
 from deepboot.scheduler.guard import Guard, guard, reclaim_ops
@@ -139,6 +139,10 @@ def _no_cache() -> Mapping[int, frozenset[str]]:
     return MappingProxyType({})
 
 
+def _no_host_starts() -> Mapping[str, float]:
+    return MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """What the world reports before a step; never mutated.
@@ -164,6 +168,9 @@ class Snapshot:
             guard's forecast (TICK only, and only when SLO-guarded lending is on).
         cached: The models each node's host memory holds (``deepboot.world.hostcache``):
             a new replica of one there starts from it; empty without a host cache.
+        host_start_s: Seconds a new replica of each service takes on a node whose
+            cache holds its model (a *host start*, instead of its cold start); empty
+            without a host cache.
     """
 
     now: float
@@ -176,6 +183,7 @@ class Snapshot:
     replicas: Mapping[GpuId, ReplicaLoad] = field(default_factory=_no_replicas)
     arrivals: Mapping[str, ArrivalHistory] = field(default_factory=_no_arrivals)
     cached: Mapping[int, frozenset[str]] = field(default_factory=_no_cache)
+    host_start_s: Mapping[str, float] = field(default_factory=_no_host_starts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,13 +360,15 @@ class ControlLoop:
         ):
             return Guard()
         pool = sum(1 for g in snap.gpus if g.pool is Pool.INFERENCE)
+        starts = host_starts(snap.services, snap.cached, snap.host_start_s, _loaded_models(snap))
         needs = service_needs(
-            snap.services, snap.arrivals, snap.loads, snap.now, s.interval, s.slo, pool
+            snap.services, snap.arrivals, snap.loads, snap.now, s.interval, s.slo, pool, starts
         )
-        idle = idle_need(snap.services, snap.arrivals, snap.loads, s.interval, s.slo)
+        idle = idle_need(snap.services, snap.arrivals, snap.loads, s.interval, s.slo, starts)
         return guard(
-            needs, snap.gpus, snap.jobs, snap.services, snap.cluster, snap.now, s.interval, idle
-        )
+            needs, snap.gpus, snap.jobs, snap.services, snap.cluster, snap.now, s.interval, idle,
+            snap.cached,
+        )  # fmt: skip
 
     def _round(self, snap: Snapshot, rng: np.random.Generator) -> Step:
         held = self.guard(snap)
@@ -422,9 +432,10 @@ class ControlLoop:
         slot = _free_slot(service, snap) if snap.replicas else None
         if slot is not None and slot[1].ready_at <= snap.now:
             return (_join(slot[0], service, task),)
+        host = _host_nodes(snap, service)
         state = InferenceState(
             snap.now, snap.cluster, snap.gpus, snap.jobs, self.settings.lending,
-            _host_nodes(snap, service),
+            host, bool(host) and _host_first(snap, service),
         )  # fmt: skip
         placement = self.inference.place(state, service, rng)
         if placement is not None and placement.action.warm:
@@ -560,6 +571,30 @@ def _host_nodes(snap: Snapshot, service: str) -> frozenset[int]:
     if spec is None:
         return frozenset()
     return frozenset(n for n, models in snap.cached.items() if spec.model in models)
+
+
+def _loaded_models(snap: Snapshot) -> frozenset[str]:
+    """The models a replica holds on an inference GPU (none without a host cache)."""
+    if not snap.host_start_s:
+        return frozenset()
+    services = snap.services
+    return frozenset(
+        services[g.service].model
+        for g in snap.gpus
+        if g.service is not None
+        and g.service in services
+        and g.state in _LOADED
+        and g.pool is Pool.INFERENCE  # only the inference nodes have a cache
+    )
+
+
+def _host_first(snap: Snapshot, service: str) -> bool:
+    """Whether a host start of ``service`` meets its SLO and a cold start does not."""
+    spec = snap.services.get(service)
+    host = snap.host_start_s.get(service)
+    if spec is None or host is None:
+        return False
+    return host <= spec.slo_wait_s < (spec.cold_start_s or 0.0)
 
 
 def _free_slot(service: str, snap: Snapshot) -> tuple[GpuView, ReplicaLoad] | None:

@@ -69,6 +69,7 @@ def guard(
     now: float,
     interval: float,
     idle: int = 0,
+    cached: Mapping[int, frozenset[str]] | None = None,
 ) -> Guard:
     """The ops and the held GPUs of ``needs`` and ``idle`` (see the module docstring).
 
@@ -82,6 +83,10 @@ def guard(
         interval: Seconds between ticks.
         idle: Idle GPUs the relaxed services share (SLEEP or FREE; reclaimed if
             short).
+        cached: The models each node's host memory holds (a snapshot's): the idle
+            pool keeps the SLEEP and FREE GPUs of the nodes that hold the most first,
+            so that a request served from it starts from host memory (None or empty:
+            GPU order, as without a cache).
     """
     if not needs and idle <= 0:
         return Guard()
@@ -144,7 +149,16 @@ def guard(
     kept = free[:keep_free]
     held.extend(g.gpu_id for g in kept)
     free = free[len(kept) :]
-    # The relaxed services' idle pool: unheld sleeping replicas, FREE GPUs, reclaims.
+
+    # The relaxed services' idle pool: unheld sleeping replicas, FREE GPUs, reclaims
+    # (least loss, wherever: a reclaim's choice is training's). With a host cache the
+    # SLEEP and FREE GPUs of the nodes that hold the most models go first (stable: GPU
+    # order among equals, and without a cache).
+    def models(g: GpuView) -> int:
+        return len(cached.get(g.node_id, ())) if cached else 0
+
+    evictable.sort(key=lambda g: -models(g))
+    free.sort(key=lambda g: -models(g))
     spare = [g.gpu_id for g in evictable if g.gpu_id not in taken][:idle]
     spare += [g.gpu_id for g in free][: idle - len(spare)]
     while len(spare) < idle and lent:

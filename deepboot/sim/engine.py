@@ -582,7 +582,9 @@ class Simulation:
         if serving is not None and serving.reports_replicas:
             snap = dataclasses.replace(snap, replicas=serving.replica_loads())
         if serving is not None and serving.cache is not None:
-            snap = dataclasses.replace(snap, cached=serving.cache.view())
+            snap = dataclasses.replace(
+                snap, cached=serving.cache.view(), host_start_s=serving.host_start_s
+            )
         return snap
 
     def apply(self, step: Step) -> None:

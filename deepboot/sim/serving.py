@@ -145,6 +145,8 @@ class Serving:
         self.cache: HostCache | None = None
         """Each inference node's host-memory model cache (None: off)."""
         self._model_gb: dict[str, float] = {}
+        self.host_start_s: Mapping[str, float] = MappingProxyType({})
+        """Each service's host start, seconds (empty without a cache)."""
 
     def cache_models(self, cache: HostCache, catalog: Mapping[str, float]) -> None:
         """Keep evicted replicas' models in ``cache``; each service's size is its own
@@ -163,6 +165,9 @@ class Serving:
                 )
             self._model_gb[name] = gb
         self.cache = cache
+        self.host_start_s = MappingProxyType(
+            {name: cache.config.start_s(gb) for name, gb in self._model_gb.items()}
+        )
 
     def evicted(self, gpu: GpuId, service: str) -> None:
         """The replica of ``service`` on ``gpu`` was evicted: its model stays in the

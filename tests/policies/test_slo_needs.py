@@ -17,6 +17,7 @@ from deepboot.policies.slo import (
     SloConfig,
     demand_schedule,
     horizon,
+    host_starts,
     idle_need,
     service_needs,
 )
@@ -168,3 +169,35 @@ def test_relaxed_services_take_no_share_of_a_full_pool() -> None:
     loads = {n: ServiceLoad(0.1, 20.0) for n in services}
     needs = service_needs(services, hist, loads, 7200.0, 60.0, ON, capacity=3)
     assert needs == {"p": ServiceNeed(3, 3)}
+
+
+def test_host_starts_name_the_services_whose_model_a_node_holds_and_that_start_faster() -> None:
+    services = {
+        "a": spec("a"),  # model "m", 8 s cold
+        "quick": spec("quick", cold_start_s=0.4),  # its cold start beats the host start
+        "other": ServiceSpec("other", "n", cold_start_s=8.0),  # model "n": nowhere
+        "unsized": spec("unsized"),  # no host start known
+    }
+    host = {"a": 0.6, "quick": 0.6, "other": 0.6}
+    assert host_starts(services, {3: frozenset({"m"})}, host) == {"a": 0.6}
+    assert host_starts(services, {}, host) == {}  # no cache, or nothing in it
+
+
+def test_a_host_start_within_the_slo_turns_a_prewarm_service_relaxed() -> None:
+    """1 s SLO, 8 s cold start: pre-warm, Erlang B replicas held loaded. Its model in
+    a node's memory, 0.6 s host start: a reclaim when the request comes meets 1 s,
+    so nothing is held for it but its share of the relaxed services' idle pool,
+    sized with the host start (0.1/s x (0.6 + 20) s), and its horizon shortens."""
+    services = {"s": spec(guaranteed_replicas=1)}
+    hist, loads = {"s": steady(6)}, {"s": ServiceLoad(0.1, 20.0)}
+    cold = service_needs(services, hist, loads, 7200.0, 60.0, ON)
+    assert cold["s"].warm == replicas_for(2.0, 0.99) > 1
+    starts = {"s": 0.6}
+    warm = service_needs(services, hist, loads, 7200.0, 60.0, ON, starts=starts)
+    assert warm == {"s": ServiceNeed(warm=1, hold=1)}
+    assert idle_need(services, hist, loads, 60.0, ON) == 0
+    assert idle_need(services, hist, loads, 60.0, ON, starts) == replicas_for(0.1 * 20.6, 0.75)
+    assert horizon(services["s"], 60.0, ON, starts) == 0.6 + 30.0 + 60.0
+    # A host start that still misses the SLO (2 s > 1 s) keeps it pre-warmed.
+    slow = service_needs(services, hist, loads, 7200.0, 60.0, ON, starts={"s": 2.0})
+    assert slow["s"].warm == cold["s"].warm

@@ -141,3 +141,21 @@ def test_the_idle_pool_comes_after_the_prewarms_and_never_takes_a_held_replica()
     out = run({"a": ServiceNeed(warm=2, hold=2)}, gpus, idle=5)
     assert out.ops == (WarmReplica((2, 0), "a", 100.0 + 8.0 + 60.0),)
     assert out.held == {(1, 0), (1, 1), (2, 1)}
+
+
+def test_the_idle_pool_keeps_the_gpus_of_the_nodes_that_cache_the_most_models() -> None:
+    """With a host cache, a request the idle pool serves should start from host
+    memory: its FREE (and SLEEP) GPUs come from the nodes holding the most models;
+    without one, GPU order."""
+    gpus = [
+        inf(1, 0, GpuState.FREE),
+        inf(1, 1, GpuState.FREE),
+        inf(2, 0, GpuState.FREE),
+        inf(2, 1, GpuState.SLEEP, "b"),
+    ]
+    assert run({}, gpus, idle=2).held == {(2, 1), (1, 0)}
+    cached = {1: frozenset({"m"}), 2: frozenset({"m", "n"})}
+    out = guard({}, gpus, (), SERVICES, CLUSTER, 100.0, 60.0, idle=2, cached=cached)
+    assert out.held == {(2, 1), (2, 0)}
+    out = guard({}, gpus, (), SERVICES, CLUSTER, 100.0, 60.0, idle=3, cached={1: frozenset("m")})
+    assert out.held == {(2, 1), (1, 0), (1, 1)}

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_inference_builders import TINY_COLD, Greedy, TinyApp, job, task
@@ -26,8 +27,14 @@ from deepboot.scheduler.decision import Preempt, Resize
 from deepboot.scheduler.operations import EvictReplica, Lend
 from deepboot.sim.config import SimConfig
 from deepboot.sim.engine import Simulation
+from deepboot.world.hostcache import HostCacheConfig
 
 TINY, SMALL = "infer-tiny-1", "infer-small-1"
+CACHED: dict[str, object] = {
+    "host_cache": HostCacheConfig(capacity_gb=1.0, gbps=10.0, init_s=0.5),
+    "model_gb": {"tiny": 0.5, "small": 0.5},
+}
+"""A host cache that holds both models: a host start takes 0.55 s."""
 LOADED = (GpuState.RUNNING, GpuState.PROTECT, GpuState.SLEEP)
 
 
@@ -98,7 +105,7 @@ scenarios = st.fixed_dictionaries(
         ),
         "guaranteed": st.tuples(st.integers(0, 2), st.integers(0, 1)),
         "shape": st.sampled_from([("3x2", 2), ("3x1", 2), ("2x2", 1)]),
-        "mode": st.sampled_from(["deepboot", "slo", "warm-pool", "oracle", "reserve"]),
+        "mode": st.sampled_from(["deepboot", "slo", "slo+cache", "warm-pool", "oracle", "reserve"]),
         # 1 s: the pre-warm regime for both services; 20 s: the relaxed one (its idle
         # pool of sleeping replicas and FREE GPUs, refilled by reclaims at the ticks).
         "slo_wait_s": st.sampled_from([1.0, 20.0]),
@@ -111,6 +118,8 @@ def config_of(mode: str) -> dict[str, object]:
 
     if mode == "slo":
         return {"slo": SloConfig(enabled=True)}
+    if mode == "slo+cache":
+        return {"slo": SloConfig(enabled=True), **CACHED}
     if mode in ("warm-pool", "oracle"):
         return {"slo_reference": mode}
     if mode == "reserve":
@@ -288,3 +297,27 @@ def test_a_proactive_shrink_at_a_tick_does_not_run_the_job_ahead() -> None:
     sim.run()
     assert seen, "no proactive shrink at a tick: the case does not test anything"
     assert all(t == now for now, t in seen), seen
+
+
+def test_with_models_in_host_memory_the_guard_pools_instead_of_holding_each_warm() -> None:
+    """Two sparse streams (tiny: 5 s cold start; small: 2 s), both with a 1 s SLO:
+    without a cache the guard keeps a replica of each warm all along (the pre-warm
+    regime). With one, a host start (0.55 s) meets 1 s: both are relaxed and share
+    one idle GPU (Erlang B's at their pooled load), so training borrows more, and a
+    request whose replica was lent starts from host memory, within its SLO."""
+    tasks = [(300.0 + 120.0 * i, 10.0, TINY if i % 2 else SMALL) for i in range(40)]
+    jobs = [100.0 * k for k in range(60)]  # training that wants every GPU throughout
+    runs = {}
+    for name, extra in (("off", {}), ("on", CACHED)):
+        sim = build(jobs, tasks, slo=SloConfig(enabled=True), **extra)
+        sim.run()
+        assert sim.serving is not None
+        records = sim.serving.records()
+        late = [r for r in records[2:] if r.delay is None or r.delay > 1.0]
+        assert not late, (name, late)
+        runs[name] = (records, sim.board.gpu_seconds(Pool.INFERENCE)[GpuState.LENT])
+    (off, off_lent), (on, on_lent) = runs["off"], runs["on"]
+    assert not any(r.host for r in off)
+    hosts = [r for r in on if r.host]
+    assert hosts and all(r.delay == pytest.approx(0.55) for r in hosts)
+    assert on_lent > off_lent, (on_lent, off_lent)

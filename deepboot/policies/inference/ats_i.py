@@ -22,12 +22,15 @@ Beyond the paper, with a host-memory model cache (``--host-cache-gb``): a new
 replica on a node whose memory holds its model starts in about a second instead of
 its cold start, so steps 2-4 take such a node's GPU first (``prefer_host``): a FREE
 one, an evictable SLEEP one, and the least-loss LENT one among those nodes' before
-any other. Without a cache (no node holds the model) nothing changes.
+any other. When the host start meets the task's SLO and its cold start does not
+(``InferenceState.host_first``), the caching nodes go first across the steps too: a
+reclaim there before a FREE GPU elsewhere, whose cold start would miss the SLO.
+Without a cache (no node holds the model) nothing changes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -93,8 +96,21 @@ class AtsIPolicy:
             g = least_loss(state, near or lent, self.config)
             return g, (g,)
 
-        return place_in_order(
+        placed = place_in_order(
             state, service, self.config, warm=most_hits, cold=cold, reclaim=reclaim
+        )
+        if (
+            placed is None
+            or placed.action.warm
+            or not (host and state.host_first)
+            or placed.gpu[0] in host
+        ):
+            return placed
+        # The steps over the caching nodes alone: a host start in any of them.
+        near = replace(state, gpus=tuple(g for g in state.gpus if g.node_id in host))
+        return (
+            place_in_order(near, service, self.config, warm=most_hits, cold=cold, reclaim=reclaim)
+            or placed
         )
 
 

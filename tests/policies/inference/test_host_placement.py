@@ -62,3 +62,27 @@ def test_a_reclaim_takes_the_least_loss_gpu_of_the_nodes_that_hold_the_model() -
 def test_warm_reuse_still_comes_first() -> None:
     state = dataclasses.replace(layout("T:a", "P:s1 F", "F F"), host_nodes=frozenset({2}))
     assert _place(state) == InferencePlacement((1, 0), PlaceAction.WARM_PROTECT)
+
+
+def test_host_first_reclaims_where_the_model_is_rather_than_cold_start_on_a_free_gpu() -> None:
+    # A FREE GPU on node 1 (a cold start there misses the SLO), a lent one on node 2,
+    # whose memory holds the model (a host start there meets it).
+    state = layout("T:x T:x", "F R:s2", "L:big R:s3", jobs={"big": FITTED, "x": FITTED})
+    cached = dataclasses.replace(state, host_nodes=frozenset({2}))
+    assert _place(cached) == InferencePlacement((1, 0), PlaceAction.COLD_FREE)
+    first = dataclasses.replace(cached, host_first=True)
+    assert _place(first) == InferencePlacement(
+        (2, 0), PlaceAction.COLD_RECLAIM, reclaims=(((2, 0), "big"),)
+    )
+    # Nothing to take on the caching nodes: the usual order's choice stands.
+    busy = dataclasses.replace(
+        layout("T:x T:x", "F R:s2", "R:s4 R:s3"), host_nodes=frozenset({2}), host_first=True
+    )
+    assert _place(busy) == InferencePlacement((1, 0), PlaceAction.COLD_FREE)
+
+
+def test_host_first_still_reuses_a_warm_replica_anywhere() -> None:
+    state = dataclasses.replace(
+        layout("T:a", "S:s1 F", "F F"), host_nodes=frozenset({2}), host_first=True
+    )
+    assert _place(state) == InferencePlacement((1, 0), PlaceAction.WARM_SLEEP)
