@@ -342,7 +342,9 @@ def figure(pts: Sequence[Point], path: Path) -> None:
                 color, marker = "tab:blue", "o"
             elif p.run.startswith("reserve-"):
                 color, marker = "tab:cyan", "v"
-            elif p.run in SLO_RUNS or p.run.startswith(("slo-idle-", "slo-0.99+")):
+            elif p.run.endswith("+cache") and "slo" in p.run:
+                color, marker = "darkgreen", "*"
+            elif p.run in SLO_RUNS or p.run.startswith("slo-idle-"):
                 color, marker = "tab:green", "P"
             else:
                 color, marker = style.get(p.run, ("gray", "x"))
