@@ -111,6 +111,16 @@ class Replicas(Polling):
             view = self.actors.ensure_cache(node.node_id, self._cache_gb(), CACHE_CALL_TIMEOUT_S)
             self._set_cache(node.node_id, view)
 
+    def cache_node_back(self, node: int) -> None:
+        """Node ``node`` returned to the cluster: start its cache again (empty: the
+        old one died with the node), if it is an inference node."""
+        if self._cache_gb() and node in {
+            n.node_id for n in self.cluster.pool_nodes(Pool.INFERENCE)
+        }:
+            self._set_cache(
+                node, self.actors.ensure_cache(node, self._cache_gb(), CACHE_CALL_TIMEOUT_S)
+            )
+
     def _set_cache(self, node: int, view: dict[str, Any] | None) -> None:
         if view is None:
             if self.caches.pop(node, None) is not None:
@@ -164,6 +174,9 @@ class Replicas(Polling):
             log.warning("replica %s: export into node %d's cache failed or took over %g s "
                         "(%s: %s); evicted anyway", replica, node, timeout,
                         type(exc).__name__, exc)  # fmt: skip
+            # Heard nothing reliable: ask the cache again (start it, if it died with
+            # its node) at the node's next eviction.
+            self._set_cache(node, None)
             return "failed"
         if view is None:
             return "none"

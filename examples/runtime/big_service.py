@@ -11,9 +11,9 @@ same handler from the weights the handler's ``export_weights`` gave (the node-lo
 model cache, ``deepboot up --host-cache-gb``): one copy from shared memory.
 
 Each full load appends one line to ``loads_file`` (when given): the tests count the
-full loads from it. A request ``{"x": [floats]}`` is answered ``{"y": [...], "sum":
-...}``: the first ``WIDTH`` outputs of the weight matrix times ``x`` (zero-padded),
-and the sum of all weights (the same whichever way the model was built).
+full loads from it. A request ``{"x": [floats]}`` is answered ``{"y": [...]}``: the
+first ``WIDTH`` outputs of the weight matrix times ``x`` (zero-padded), the same
+whichever way the model was built.
 """
 
 from __future__ import annotations
@@ -94,7 +94,6 @@ def _handler(device: str, matrix: np.ndarray) -> Callable[[dict[str, Any]], dict
     import torch
 
     w = torch.tensor(matrix, device=device)  # the copy onto the device
-    total = float(w.sum(dtype=torch.float64))
     n = w.shape[1]
 
     def handle(request: dict[str, Any]) -> dict[str, Any]:
@@ -107,7 +106,7 @@ def _handler(device: str, matrix: np.ndarray) -> Callable[[dict[str, Any]], dict
             x[: len(values)] = torch.tensor(values, dtype=torch.float32, device=device)
         with torch.no_grad():
             y = (w[:WIDTH] @ x).cpu().tolist()
-        return {"y": y, "sum": total}
+        return {"y": y}
 
     def export_weights() -> dict[str, Any]:
         return {"w": w.cpu().numpy()}

@@ -172,6 +172,7 @@ class FakeActors:
         for name, gpu in list(self.replicas.items()):
             if gpu.split(".")[0] == str(node):
                 del self.replicas[name]
+        self.caches.pop(node, None)  # its model cache dies with it
 
     def live_nodes(self) -> frozenset[int] | None:
         return None if self.nodes is None else frozenset(self.nodes)

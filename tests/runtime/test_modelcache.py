@@ -99,11 +99,22 @@ def test_a_smaller_bound_keeps_the_most_recently_used_that_fit() -> None:
 CLUSTER = ClusterSpec((Node(0, 2, Pool.TRAINING), Node(1, 2, Pool.INFERENCE)))
 
 
-def controller(tmp_path: Path, fake: FakeActors, gb: float = 1.0) -> Controller:
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def controller(
+    tmp_path: Path, fake: FakeActors, gb: float = 1.0, clock: Clock | None = None
+) -> Controller:
     settings = ControllerSettings(
         policy="fifo", interval=2.0, shared=SharedCluster(host_cache_gb=gb), export_timeout=0.5
     )
-    ctl = Controller(StateDir.at(tmp_path / "state").ensure(), settings, CLUSTER, fake)
+    state = StateDir.at(tmp_path / "state").ensure()
+    ctl = Controller(state, settings, CLUSTER, fake, clock=clock or Clock())
     ctl.start(serve=False)
     ctl.store.register_service(ServiceSpec("svc", "tiny", handler="m:load", cold_start_s=1.0))
     ctl.take_services()
@@ -218,3 +229,32 @@ def test_the_runtime_runs_the_cache_but_refuses_the_simulators_model_of_it() -> 
         check_runnable(SharedCluster(host_cache_gb=4.0, host_init_s=0.0))
     with pytest.raises(ConfigError, match="--export-timeout"):
         ControllerSettings(export_timeout=0.0)
+
+
+def test_a_node_that_left_and_returned_gets_a_new_empty_cache(tmp_path: Path) -> None:
+    clock = Clock()
+    fake = FakeActors(export_bytes=1000, nodes={0, 1}, clock=clock)
+    ctl = controller(tmp_path, fake, clock=clock)
+    evict_after_start(ctl)
+    assert ctl.cached_models() == {1: frozenset({"tiny"})}
+    fake.lose_node(1)
+    clock.t += 10
+    ctl.check_nodes()
+    assert ctl.cached_models() == {}, "a lost node's cache is not offered to ATS-I"
+    fake.nodes = {0, 1}
+    clock.t += 10
+    ctl.check_nodes()
+    assert 1 in fake.caches and fake.caches[1].view()["models"] == []
+    evict_after_start(ctl)  # the new cache takes the next export
+    assert evicts(ctl)[-1]["cache"] == "exported"
+    assert ctl.cached_models() == {1: frozenset({"tiny"})}
+
+
+def test_a_restarted_controller_finds_the_caches_with_what_they_hold(tmp_path: Path) -> None:
+    fake = FakeActors(export_bytes=1000)
+    first = controller(tmp_path, fake)
+    evict_after_start(first)
+    first.store.close()
+    second = Controller(first.state, first.settings, CLUSTER, fake, clock=Clock())
+    second.start(serve=False)
+    assert second.cached_models() == {1: frozenset({"tiny"})}
