@@ -122,6 +122,7 @@ class ServiceReplica:
                 device = "cpu"
             factory: Callable[..., Any] = load_entry(self.spec.handler)
             args = dict(self.spec.args)
+            imported = time.perf_counter() - started  # the same for either start
             handler = self._restore(factory, device, args)
             start = "host" if handler is not None else "cold"
             if handler is None:
@@ -133,7 +134,7 @@ class ServiceReplica:
             self._handler = handler
             seconds = time.perf_counter() - started
             print(f"[{self.spec.name} {self.gpu}] loaded ({start} start) in {seconds:.3f} s "
-                  f"on {device}")  # fmt: skip
+                  f"on {device} ({imported:.3f} s of it importing)")  # fmt: skip
             return {"seconds": seconds, "start": start}
 
     def _restore(
@@ -155,8 +156,12 @@ class ServiceReplica:
             box: Any = ray.get(cache.take.remote(self.spec.model), timeout=CACHE_ASK_TIMEOUT_S)
             if box is None:
                 return None
+            asked = time.perf_counter()
             weights = ray.get(box[0], timeout=CACHE_READ_TIMEOUT_S)
+            read = time.perf_counter()
             handler: Callable[[Any], Any] = restore(device, weights, **args)
+            print(f"[{self.spec.name} {self.gpu}] read the cached model in {read - asked:.3f} s, "
+                  f"restored it in {time.perf_counter() - read:.3f} s")  # fmt: skip
             return handler
         except Exception as exc:  # noqa: BLE001 (a cold start is always possible)
             print(f"[{self.spec.name} {self.gpu}] restore from the cache failed "

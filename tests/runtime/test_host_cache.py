@@ -1,7 +1,8 @@
 """The node-local model cache on a real local cluster (1 training + 1 inference node x 1
 logical GPU, torch on the CPU): a replica evicted when its GPU was lent to training
 exports its model into its node's cache, and the replica that takes the GPU back
-starts from there (a host start), not by the full load, and answers the same.
+starts from there (a host start), not by the full load, and answers the same; a
+controller SIGKILLed and started again finds the cache by name, with its model.
 
 The service is ``examples/runtime/big_service.py`` with a small (4 MB) weights file
 read at disk speed; each full load appends a line to a file of the test's, which is
@@ -11,6 +12,8 @@ the handler's own count of full loads.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import urllib.request
 from pathlib import Path
 
@@ -23,7 +26,9 @@ pytest.importorskip("torch")
 from deepboot.runtime.store import LogKind  # noqa: E402
 from tests.runtime.cluster_helpers import (  # noqa: E402
     REPO,
+    alive,
     cli,
+    controller_pid,
     events,
     local_cluster,
     status,
@@ -125,4 +130,39 @@ def test_a_replica_evicted_for_lending_starts_again_from_its_nodes_cache(
         assert 'deepboot_replica_cold_starts_total{service="big"} 1.0' in scraped
         text = cli(state, "status").stdout  # the table of what each node caches
         assert "model caches" in text and "big-matrix" in text
+
+        # 4. The controller is SIGKILLed and started again: it finds node 1's cache
+        #    by name with what it holds, so the next eviction for lending has
+        #    nothing to copy ("held"), and the next reclaim starts from the cache.
+        old = controller_pid(state)
+        assert old is not None
+        os.kill(old, signal.SIGKILL)
+        wait_for("the controller to die", lambda: not alive(old))
+        cli(state, "up")
+        starts = [e for e in events(state) if e.kind is LogKind.CONTROLLER_STARTED]
+        assert len(starts) == 2
+        restarted = starts[-1].seq
+
+        def evicted_again() -> bool:
+            return any(
+                e.seq > restarted and e.kind is LogKind.REPLICA and e.detail["op"] == "evict"
+                for e in events(state)
+            )
+
+        wait_for("the replica's eviction after the restart", evicted_again, 300)
+        [after] = [
+            e.detail
+            for e in events(state)
+            if e.seq > restarted and e.kind is LogKind.REPLICA and e.detail["op"] == "evict"
+        ]
+        assert after["cache"] == "held", after
+        code, body = post(state, "big", "third", {"x": x})
+        assert code == 200 and np.allclose(body["result"]["y"], want, rtol=1e-5), body
+        assert wait_for("the third replica's ready", lambda: len(ready()) == 3, 60)
+        assert ready() == ["cold", "host", "host"]
+        assert loads.read_text().count("\n") == 1, "the handler loaded in full again"
         cli(state, "cancel", "train")
+    # The loop's recording (with what each node cached, the snapshots' ``cached``)
+    # replays exactly, across the restart.
+    same = cli(state, "replay", check=False)
+    assert same.returncode == 0 and "no divergence" in same.stdout, same.stdout
