@@ -30,7 +30,7 @@ the first reclaim already finds the model cached; each reclaim's start kind
 
     .venv/bin/python bench/reclaim.py                  # 20 reclaims per mode (~20 min)
     .venv/bin/python bench/reclaim.py --reclaims 5     # a quick look
-    .venv/bin/python bench/reclaim.py --cache          # the model cache, 4 modes
+    .venv/bin/python bench/reclaim.py --cache          # the model cache, 4 modes (~30 min)
 """
 
 from __future__ import annotations
