@@ -18,14 +18,26 @@ Measured per reclaim: the request's wait for its answer (client side), the job's
 pause (the shrink's ``seconds`` in the event log: from the new generation's offer to
 its forming on every member), and the steps it lost (restored from an older state).
 
+With ``--cache``, the node-local model cache instead (issue 23): AFE resizes, and two
+services, each without and with ``--host-cache-gb``: the example service (echo, a
+tiny MLP) and ``examples/runtime/big_service.py`` with a 200 MB weight matrix whose
+full load reads the file from disk (page cache dropped) paced at 0.1 GB/s (one
+stream from remote storage, an assumption) and copies it into torch; with the cache
+its replica restores from the node's object store (one copy). Before the rounds one
+request starts a replica on a FREE GPU (cold, in every mode), so that with the cache
+the first reclaim already finds the model cached; each reclaim's start kind
+(``ready``'s ``start``) and the replica's load time are read from the event log.
+
     .venv/bin/python bench/reclaim.py                  # 20 reclaims per mode (~20 min)
     .venv/bin/python bench/reclaim.py --reclaims 5     # a quick look
+    .venv/bin/python bench/reclaim.py --cache          # the model cache, 4 modes (~30 min)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -49,12 +61,25 @@ from deepboot.runtime.endpoint import connect  # noqa: E402
 from deepboot.runtime.statedir import StateDir  # noqa: E402
 from deepboot.runtime.store import EventRow, JobStore, LogKind  # noqa: E402
 
+BIG_MB = 200
+"""The large service's weights, MB."""
+
+BIG_FETCH_GBPS = 0.1
+"""Its full load's remote-storage bandwidth, GB/s (an assumption: about 1 Gbit/s)."""
+
+CACHE_GB = 0.5
+"""``--host-cache-gb`` of the modes with the cache (room for the 200 MB model)."""
+
 
 @dataclass
 class Mode:
     name: str
     flags: tuple[str, ...]
+    service: str = "echo"  # or "big"
     latency: list[float] = field(default_factory=list)
+    loads: list[float] = field(default_factory=list)  # the replica's load, seconds
+    beyond: list[float] = field(default_factory=list)  # of it, past importing (the model)
+    starts: list[str] = field(default_factory=list)  # its start: cold or host
     pause: list[float] = field(default_factory=list)
     steps_lost: list[int] = field(default_factory=list)
     grow_pause: list[float] = field(default_factory=list)
@@ -95,9 +120,55 @@ def _resize_after(state: Path, seq: int, shrink: bool) -> EventRow | None:
     return None
 
 
-def request(url: str, token: str, rid: str) -> float:
+def _ready_after(state: Path, seq: int) -> EventRow | None:
+    """The first replica's ``ready`` after entry ``seq``."""
+    for e in events(state):
+        if e.seq > seq and e.kind is LogKind.REPLICA and e.detail["op"] == "ready":
+            return e
+    return None
+
+
+_LOADED = re.compile(
+    r"loaded \((\w+) start\) in ([0-9.]+) s on \S+ \(([0-9.]+) s of it importing\)"
+)
+
+
+def beyond_imports(state: Path, service: str) -> float | None:
+    """The latest replica load's seconds past importing (torch, the handler's module):
+    the model's own part, a full load's or a restore's (the replica's log says)."""
+    log = state / "logs" / f"service-{service}.log"
+    found = _LOADED.findall(log.read_text()) if log.exists() else []
+    if not found:
+        return None
+    _, total, imported = found[-1]
+    return float(total) - float(imported)
+
+
+def service_toml(mode: Mode, directory: Path) -> Path:
+    """The mode's service file (echo, or the large model, its weights made once)."""
+    path = directory / f"{mode.service}.toml"
+    if mode.service == "echo":
+        handler, args = EXAMPLES / "echo_service.py", "delay_s = 0.02\n"
+    else:
+        sys.path.insert(0, str(EXAMPLES))
+        from big_service import make_weights
+
+        weights = directory.parent / "big-weights.npy"
+        if not weights.exists():
+            make_weights(weights, BIG_MB)
+        handler = EXAMPLES / "big_service.py"
+        args = f'weights = "{weights}"\nfetch_gbps = {BIG_FETCH_GBPS}\n'
+    path.write_text(
+        f'name = "{mode.service}"\nmodel = "{mode.service}-model"\n'
+        f'handler = "{handler}:load"\nmax_replicas = 1\nrequest_timeout_s = 300\n'
+        f"[args]\n{args}"
+    )
+    return path
+
+
+def request(url: str, token: str, rid: str, service: str = "echo") -> float:
     req = urllib.request.Request(
-        f"{url}/v1/echo/infer",
+        f"{url}/v1/{service}/infer",
         data=b'{"x": [1.0]}',
         headers={
             "X-Request-Id": rid,
@@ -123,12 +194,12 @@ def run_mode(mode: Mode, reclaims: int, work: Path, console: Console) -> None:
         *mode.flags,
     )  # fmt: skip
     try:
-        service = work / mode.name / "echo.toml"
-        service.write_text(
-            f'name = "echo"\nmodel = "tiny-mlp"\nhandler = "{EXAMPLES / "echo_service.py"}:load"\n'
-            "max_replicas = 1\nrequest_timeout_s = 300\n[args]\ndelay_s = 0.02\n"
-        )
-        cli(state, "serve", str(service))
+        cli(state, "serve", str(service_toml(mode, work / mode.name)))
+        endpoint = connect(StateDir.at(state))  # checked before the token is sent
+        url, token = endpoint.url, endpoint.token
+        # A first replica on a FREE GPU, before the job: cold in every mode; with the
+        # cache, its eviction for lending leaves the model in the node's cache.
+        request(url, token, "warm-up", mode.service)
         job = work / mode.name / "bench.toml"
         job.write_text(
             f'name = "bench"\nentry = "{EXAMPLES / "regression.py"}:train"\n'
@@ -137,12 +208,10 @@ def run_mode(mode: Mode, reclaims: int, work: Path, console: Console) -> None:
             "[args]\nloss_threshold = 1e-12\nsample_delay = 0.001\n"
         )
         cli(state, "submit", str(job))
-        endpoint = connect(StateDir.at(state))  # checked before the token is sent
-        url, token = endpoint.url, endpoint.token
         for i in range(reclaims):
             wait_for("the job on every GPU", lambda: settled(state), 600)
             before = events(state)[-1].seq
-            latency = request(url, token, f"reclaim-{i}")
+            latency = request(url, token, f"reclaim-{i}", mode.service)
             shrink = wait_for(
                 "the shrink's new generation",
                 lambda before=before: _resize_after(state, before, shrink=True),
@@ -152,7 +221,15 @@ def run_mode(mode: Mode, reclaims: int, work: Path, console: Console) -> None:
             if not any(e.detail["op"] == "reclaim" for e in took):
                 console.print(f"round {i}: no reclaim (skipped)")
                 continue
+            ready = wait_for(
+                "the replica's ready", lambda before=before: _ready_after(state, before), 60
+            )
             mode.latency.append(latency)
+            mode.loads.append(float(ready.detail["load_seconds"]))
+            mode.starts.append(str(ready.detail.get("start", "cold")))
+            model_s = beyond_imports(state, mode.service)
+            if model_s is not None:
+                mode.beyond.append(model_s)
             mode.pause.append(float(shrink.detail["seconds"]))
             mode.steps_lost.append(int(shrink.detail["steps_lost"]))
             grow = wait_for(
@@ -162,7 +239,8 @@ def run_mode(mode: Mode, reclaims: int, work: Path, console: Console) -> None:
             )
             mode.grow_pause.append(float(grow.detail["seconds"]))
             console.print(
-                f"{mode.name} reclaim {i + 1}/{reclaims}: answer {latency:.2f} s, job paused "
+                f"{mode.name} reclaim {i + 1}/{reclaims}: answer {latency:.2f} s "
+                f"({mode.starts[-1]} start, load {mode.loads[-1]:.2f} s), job paused "
                 f"{mode.pause[-1]:.2f} s, {mode.steps_lost[-1]} steps lost; grew back in "
                 f"{mode.grow_pause[-1]:.2f} s"
             )
@@ -188,22 +266,79 @@ def _stats(values: list[float]) -> tuple[str, str]:
     return f"{statistics.median(values):.2f}", f"{max(values):.2f}"
 
 
+def cache_table(modes: list[Mode], console: Console) -> None:
+    """The cache's figures: per mode the answer and the replica's load, medians, and
+    per service the ratio of the medians without and with the cache."""
+    table = Table(title="Reclaim: a request that needs a lent GPU back, to its answer")
+    for col in ("service", "cache", "reclaims", "starts", "answer median s",
+                "answer max s", "load median s", "load past imports median s",
+                "job pause median s"):  # fmt: skip
+        table.add_column(col)
+    for m in modes:
+        service, _, kind = m.name.partition("-")
+        starts = ", ".join(f"{m.starts.count(k)} {k}" for k in ("cold", "host") if k in m.starts)
+        table.add_row(
+            service, "on" if kind == "host" else "off", str(len(m.latency)), starts,
+            *_stats(m.latency), _stats(m.loads)[0], _stats(m.beyond)[0], _stats(m.pause)[0],
+        )  # fmt: skip
+    console.print(table)
+    by_name = {m.name: m for m in modes}
+    for service in ("echo", "big"):
+        cold, host = by_name.get(f"{service}-cold"), by_name.get(f"{service}-host")
+        if cold and host and cold.latency and host.latency:
+            answer = statistics.median(host.latency) / statistics.median(cold.latency)
+            load = statistics.median(host.loads) / statistics.median(cold.loads)
+            model = (
+                f", its part past imports {_ratio(host.beyond, cold.beyond):.2f}x"
+                if host.beyond and cold.beyond
+                else ""
+            )
+            console.print(
+                f"{service}: with the cache / without, medians: answer {answer:.2f}x, "
+                f"replica load {load:.2f}x{model} (target: answer <= 0.33x)"
+            )
+
+
+def _ratio(a: list[float], b: list[float]) -> float:
+    return statistics.median(a) / statistics.median(b)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--reclaims", type=int, default=20, help="reclaims per mode (>= 1)")
-    ap.add_argument("--only", choices=["afe", "restart"], help="one mode only")
+    ap.add_argument("--only", help="one mode only (afe, restart; with --cache: "
+                    "echo-cold, echo-host, big-cold, big-host)")  # fmt: skip
+    ap.add_argument(
+        "--cache",
+        action="store_true",
+        help="the node-local model cache: echo and a 200 MB model, each without and "
+        f"with --host-cache-gb {CACHE_GB:g} (AFE resizes)",
+    )
     args = ap.parse_args(argv)
     if args.reclaims < 1:
         ap.error("--reclaims must be >= 1")
     console = Console(width=160)
-    modes = [Mode("afe", ()), Mode("restart", ("--no-afe",))]
+    if args.cache:
+        cached = ("--host-cache-gb", str(CACHE_GB))
+        modes = [
+            Mode(f"{svc}-{kind}", flags, service=svc)
+            for svc in ("echo", "big")
+            for kind, flags in (("cold", ()), ("host", cached))
+        ]
+    else:
+        modes = [Mode("afe", ()), Mode("restart", ("--no-afe",))]
     if args.only:
         modes = [m for m in modes if m.name == args.only]
+        if not modes:
+            ap.error(f"--only {args.only}: no such mode")
     with tempfile.TemporaryDirectory(prefix="deepboot-reclaim-") as tmp:
         for mode in modes:
             run_mode(mode, args.reclaims, Path(tmp), console)
+    if args.cache:
+        cache_table(modes, console)
+        return 0
     table = Table(title="Reclaim: a request that needs a lent GPU, to its answer")
     for col in (
         "resize",

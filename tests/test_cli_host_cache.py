@@ -56,11 +56,16 @@ def test_bad_values_are_refused_naming_the_flag(
     assert code == 2 and words in err, err
 
 
-def test_the_runtime_refuses_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code, _, err = run_cli(
-        capsys, "up", "--state-dir", str(tmp_path / "state"), "--host-cache-gb", "8"
-    )
-    assert code == 2 and "--host-cache-gb" in err and "deepboot simulate" in err
+@pytest.mark.parametrize("flag", ["--host-gbps", "--host-init-s"])
+def test_the_runtime_refuses_the_simulators_model_of_a_host_start(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str
+) -> None:
+    """The runtime runs the cache (``--host-cache-gb``: tests/runtime/test_host_cache.py)
+    and measures its host starts: the simulator's bandwidth and fixed part are refused
+    before anything starts."""
+    state = str(tmp_path / "state")
+    code, _, err = run_cli(capsys, "up", "--state-dir", state, "--host-cache-gb", "8", flag, "1")
+    assert code == 2 and flag in err and "measured" in err and "deepboot simulate" in err
     assert not (tmp_path / "state").exists()
 
 

@@ -162,6 +162,14 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         "dropped (the metrics' counts go on)",
     )
     up.add_argument(
+        "--export-timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="with --host-cache-gb: seconds a replica about to be evicted may take to "
+        "export its model into its node's cache; then it is evicted anyway (default 5)",
+    )
+    up.add_argument(
         "--http-host",
         default="127.0.0.1",
         metavar="ADDR",
@@ -312,6 +320,7 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
         http_port=args.http_port,
         shared=shared,
         keep_events=args.keep_events,
+        export_timeout=args.export_timeout,
     )
     state = StateDir.at(args.state_dir)
     restarting = state.cluster_file.exists()
@@ -516,6 +525,9 @@ def status_document(state: StateDir) -> dict[str, Any]:
             }
             for r in store.services()
         ],
+        # The node-local model caches (--host-cache-gb), as the controller last heard
+        # from them: node, models (least recently used first), used_bytes, bound_bytes.
+        "caches": json.loads(store.meta("host_cache", "[]")),
         "jobs": [
             {
                 "name": r.name,
@@ -590,6 +602,14 @@ def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:
                 backoff = f"{sv['load_failures']} failed loads; {wait}"
             st.add_row(sv["name"], sv["model"], reps + cap, str(sv["concurrency"]), cold, backoff)
         out.print(st)
+    if doc["caches"]:
+        ct = Table(title="model caches (host memory)")
+        for col in ("node", "models (least recently used first)", "used / bound"):
+            ct.add_column(col)
+        for c in doc["caches"]:
+            used = f"{c['used_bytes'] / 1e9:.3f} / {c['bound_bytes'] / 1e9:.3f} GB"
+            ct.add_row(str(c["node"]), ", ".join(c["models"]) or "none", used)
+        out.print(ct)
     jt = Table(title="jobs")
     # Names and states never fold: they are what a user greps for.
     width = max((len(j["name"]) for j in doc["jobs"]), default=3)

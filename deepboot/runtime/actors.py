@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from deepboot.elastic.protocol import Generation, WorkerConfig, WorkerReport
 from deepboot.runtime.raycluster import NAMESPACE
-from deepboot.runtime.rayresources import gpu_resource, live_node_ids
+from deepboot.runtime.rayresources import gpu_resource, live_node_ids, node_resource
 from deepboot.runtime.world import parse_gpu
 
 log = logging.getLogger(__name__)
@@ -110,6 +110,27 @@ class Actors(Protocol):
         cannot tell now."""
         ...
 
+    def ensure_cache(self, node: int, capacity_gb: float, timeout: float) -> dict[str, Any] | None:
+        """Start node ``node``'s model cache (or find the one running, with what it
+        holds) bounded to ``capacity_gb``; its view
+        (:meth:`~deepboot.runtime.modelcache.ModelCache.view`), or None when it did
+        not answer within ``timeout`` seconds."""
+        ...
+
+    def cache_view(self, node: int, timeout: float) -> dict[str, Any] | None:
+        """What node ``node``'s cache holds; None when it did not answer in time."""
+        ...
+
+    def export_replica(self, name: str, node: int, timeout: float) -> dict[str, Any] | None:
+        """Ask replica ``name`` to export its weights into node ``node``'s cache,
+        waiting at most ``timeout`` seconds; the cache's view after it, or None when
+        the replica has nothing to export.
+
+        Raises:
+            Exception: it failed or timed out (the caller evicts anyway).
+        """
+        ...
+
 
 class RayActors:
     """Worker actors on a connected Ray cluster (``ray.init`` done by the caller)."""
@@ -122,6 +143,7 @@ class RayActors:
         self._ray = ray
         self._cls = ray.remote(ElasticWorker)
         self._replica_cls: Any = None
+        self._cache_cls: Any = None
         self._handles: dict[str, Any] = {}
         self._asked: dict[str, Any] = {}  # actor name -> its unanswered report request
         self._report_timeout = report_timeout
@@ -224,3 +246,50 @@ class RayActors:
         except Exception as exc:  # noqa: BLE001 (the GCS unreachable now: ask again later)
             log.warning("could not list the Ray nodes: %s", exc)
             return None
+
+    def ensure_cache(self, node: int, capacity_gb: float, timeout: float) -> dict[str, Any] | None:
+        """Create node ``node``'s cache actor unless it runs (detached, named
+        ``c|<node>``, on that node by its resource, never restarted by Ray: a cache
+        that died comes back empty at the next call), set its bound, and return its
+        view; None when it did not answer within ``timeout`` (its node is gone, say)."""
+        from deepboot.runtime.modelcache import ModelCache, cache_name
+
+        ray = self._ray
+        if self._cache_cls is None:
+            self._cache_cls = ray.remote(ModelCache)
+        try:
+            handle = self._cache_cls.options(
+                name=cache_name(node),
+                namespace=NAMESPACE,
+                lifetime="detached",
+                get_if_exists=True,
+                num_cpus=0,
+                resources={node_resource(node): 1},
+                max_restarts=0,
+            ).remote(node, capacity_gb)
+            view: Any = ray.get(handle.configure.remote(capacity_gb), timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 (no cache now: cold starts, never an error)
+            log.warning("the model cache of node %d did not answer: %s", node, exc)
+            return None
+        return dict(view)
+
+    def cache_view(self, node: int, timeout: float) -> dict[str, Any] | None:
+        from deepboot.runtime.modelcache import cache_name
+
+        try:
+            handle = self._ray.get_actor(cache_name(node), namespace=NAMESPACE)
+            view: Any = self._ray.get(handle.view.remote(), timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 (gone or slow: the caller keeps its last view)
+            log.warning("the model cache of node %d did not answer: %s", node, exc)
+            return None
+        return dict(view)
+
+    def export_replica(self, name: str, node: int, timeout: float) -> dict[str, Any] | None:
+        """The replica exports, and puts into the cache, within ``timeout`` (the
+        replica's own wait on the cache is bounded by it too)."""
+        from deepboot.runtime.modelcache import cache_name
+
+        # A call still running at the timeout ends with the replica (killed next).
+        ref = self._handle(name).export.remote(cache_name(node), timeout)
+        view: Any = self._ray.get(ref, timeout=timeout)
+        return None if view is None else dict(view)

@@ -100,8 +100,9 @@ class RayBackend:
         if event.kind in ROUND_KINDS and settings.lending and settings.reserve.enabled:
             loads = ctl.demand.loads(now, settings.reserve.window_s)
         return Snapshot(
-            now, ctl.cluster, jobs, gpus, waiting, MappingProxyType(loads), services=ctl.specs
-        )
+            now, ctl.cluster, jobs, gpus, waiting, MappingProxyType(loads), services=ctl.specs,
+            cached=ctl.cached_models(),
+        )  # fmt: skip
 
     def record(self, now: float, event: Event) -> bool:
         """The facts of ``event`` (the controller recorded a message's on receipt):

@@ -32,7 +32,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -134,6 +134,9 @@ class Controller(Recovery):
         # before which no replica starts, or None once it ended).
         self._backoffs: dict[str, tuple[int, float | None]] = {}
         self._pending_log: list[tuple[LogKind, str, dict[str, Any]]] = []
+        self.caches: dict[int, dict[str, Any]] = {}  # node -> its model cache's last view
+        self._cached_view: Mapping[int, frozenset[str]] | None = None  # the snapshot's
+        self._caches_changed = False
         self._tick0: float | None = None  # the first tick: the origin of the grid
         self._last = clock()
         self._stop = False
@@ -165,10 +168,12 @@ class Controller(Recovery):
                 self.router.stop()
 
     def start(self, serve: bool = True) -> None:
-        """Recover, start the HTTP endpoint (unless ``serve`` is False: in-process
-        tests), hand the replicas recovered idle to the loop, post the first tick."""
+        """Recover, start (or find) the node-local model caches, start the HTTP
+        endpoint (unless ``serve`` is False: in-process tests), hand the replicas
+        recovered idle to the loop, post the first tick."""
         self.recorder.start(self.settings.to_dict(), self.cluster)
         self.recover()
+        self.start_caches()
         if serve:
             self.start_router()
         for gpu in self._idle_recovered:

@@ -159,7 +159,7 @@ class Dispatcher:
             # worker's shrink, an evicted replica), then the handler loads.
             await asyncio.wait_for(_ray_future(rep.handle.pid.remote()), PLACE_TIMEOUT_S)
             stage = f"did not load within {limit:g} s"
-            seconds = await asyncio.wait_for(_ray_future(rep.handle.load.remote()), limit)
+            loaded = await asyncio.wait_for(_ray_future(rep.handle.load.remote()), limit)
         except TimeoutError:
             self._load_failed(rep, f"replica {rep.name} {stage}", broken=False)
             return
@@ -176,10 +176,12 @@ class Dispatcher:
         rep.ready = True
         if q.serve_deaths == 0:  # a replica that loads but dies serving ends nothing
             self._reset_backoff(q)
+        seconds, start = float(loaded["seconds"]), str(loaded["start"])
         if cold:
-            if q.cold_s is None:
-                q.cold_s = float(seconds)
-            self.inbox.put(Ready(rep.gpu, rep.name, time.monotonic() - rep.created, float(seconds)))
+            if q.cold_s is None and start == "cold":  # a host start is no cold start
+                q.cold_s = seconds
+            waited = time.monotonic() - rep.created
+            self.inbox.put(Ready(rep.gpu, rep.name, waited, seconds, start or "cold"))
         self._pump(rep.service)
         self._maybe_idle(rep)
 

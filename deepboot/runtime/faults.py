@@ -29,6 +29,8 @@ CRASH_POINTS: Mapping[str, str] = MappingProxyType(
         "preempt.stopped": "a preemption's stop was offered (durable: the job QUEUED)",
         "reclaim.applied": "a reclaim moved the GPU on the ledger, nothing flushed",
         "finish.recorded": "the FINISHED row is durable; the workers still live",
+        "evict.exported": "an evicted replica's model is in its node's cache; the actor "
+        "lives, nothing flushed",
         "evict.killed": "an evicted replica's actor was killed, nothing flushed",
         "cold.recorded": "a cold replica's GPU row is durable; no actor exists yet",
         "recovery.planned": "recovery planned from the store and the actors; acted on nothing",

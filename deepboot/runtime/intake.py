@@ -64,7 +64,10 @@ class Intake(Nodes):
             elif isinstance(msg, rt.Ready):
                 rec = self.board.get(parse_gpu(msg.gpu))
                 if rec.replica == msg.replica and rec.service:
-                    self._cold_starts.append((rec.service, round(msg.load_seconds, 3)))
+                    if msg.start == "cold":  # the service's cold start, not a host start
+                        self._cold_starts.append((rec.service, round(msg.load_seconds, 3)))
+                    else:
+                        self.cache_used(rec.node_id, rec.service)
                     self.note(
                         LogKind.REPLICA,
                         gpu=msg.gpu,
@@ -72,6 +75,7 @@ class Intake(Nodes):
                         op="ready",
                         seconds=round(msg.seconds, 3),
                         load_seconds=round(msg.load_seconds, 3),
+                        start=msg.start,
                     )
             elif isinstance(msg, rt.Died):
                 rec = self.board.get(parse_gpu(msg.gpu))

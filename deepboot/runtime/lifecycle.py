@@ -16,6 +16,7 @@ from deepboot.core.errors import ConfigError
 from deepboot.policies import registry
 from deepboot.runtime import raycluster
 from deepboot.runtime.controller import ControllerSettings, settings_file
+from deepboot.runtime.modelcache import bound_bytes
 from deepboot.runtime.raycluster import ClusterRecord, ray_env
 from deepboot.runtime.statedir import StateDir
 from deepboot.runtime.statelock import holding
@@ -90,7 +91,9 @@ def _up(
         record = raycluster.attach(state, address, token_file)
     else:
         assert cluster is not None
-        record = raycluster.up_local(state, cluster)
+        # The inference nodes' object stores hold the model caches (--host-cache-gb).
+        cache = bound_bytes(settings.shared.host_cache_gb)
+        record = raycluster.up_local(state, cluster, cache_bytes=cache)
     settings.save(settings_file(state))
     try:
         wait_for_endpoint(state, start_controller(state, record))
@@ -179,7 +182,8 @@ def down(state: StateDir) -> str:
     """Stop the controller and what ``up`` started; returns what was done, in words.
 
     A local cluster's Ray processes (and so every worker) are stopped; on an attached
-    cluster only deepboot's own worker and replica actors are killed. The store and the logs stay.
+    cluster only deepboot's own worker, replica and model-cache actors are killed. The
+    store and the logs stay.
     """
     if not state.cluster_file.exists():
         raise raycluster.RuntimeNotUpError(f"no cluster is up in {state.root}")
@@ -198,10 +202,12 @@ def down(state: StateDir) -> str:
 
 def _kill_attached_workers(record: ClusterRecord) -> None:
     from deepboot.runtime.actors import WORKER_PREFIX
+    from deepboot.runtime.modelcache import CACHE_PREFIX
     from deepboot.runtime.replica import REPLICA_PREFIX
 
     ns = raycluster.NAMESPACE
-    prefixes = (WORKER_PREFIX, REPLICA_PREFIX)
+    # The model caches too: their objects (host memory) go with them.
+    prefixes = (WORKER_PREFIX, REPLICA_PREFIX, CACHE_PREFIX)
     raycluster.run_on_ray(
         record,
         "from ray.util import list_named_actors\n"

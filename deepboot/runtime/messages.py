@@ -36,12 +36,15 @@ class Idle:
 
 @dataclass(frozen=True, slots=True)
 class Ready:
-    """The replica on ``gpu`` loaded its model; ``seconds``: from its creation."""
+    """The replica on ``gpu`` loaded its model; ``seconds``: from its creation;
+    ``load_seconds``: its handler's build; ``start``: "cold" (a full load) or "host"
+    (restored from its node's model cache)."""
 
     gpu: str
     replica: str
     seconds: float
     load_seconds: float
+    start: str = "cold"
 
 
 @dataclass(frozen=True, slots=True)

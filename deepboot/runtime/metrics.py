@@ -14,7 +14,8 @@ deepboot_gpus_reclaimed_total                   counter    (lent GPUs taken back
 deepboot_job_resizes_total                      counter    kind: afe|restart|failure
 deepboot_jobs                                   gauge      state
 deepboot_service_replicas                       gauge      service, state
-deepboot_replica_cold_starts_total              counter    service
+deepboot_replica_cold_starts_total              counter    service (full loads)
+deepboot_replica_host_starts_total              counter    service (from the node's cache)
 deepboot_service_pending_requests               gauge      service (queue length)
 deepboot_inference_requests_total               counter    service, code
 deepboot_inference_request_duration_seconds     histogram  service (arrival to answer)
@@ -69,8 +70,13 @@ class Metrics:
             registry=r,
         )  # fmt: skip
         self.cold_starts = Counter(
-            "deepboot_replica_cold_starts", "Replicas started cold", ["service"], registry=r
-        )
+            "deepboot_replica_cold_starts", "Replicas that loaded their model in full",
+            ["service"], registry=r,
+        )  # fmt: skip
+        self.host_starts = Counter(
+            "deepboot_replica_host_starts", "Replicas restored from their node's model cache",
+            ["service"], registry=r,
+        )  # fmt: skip
         self.pending = Gauge(
             "deepboot_service_pending_requests", "Requests waiting for a replica", ["service"],
             registry=r,
@@ -89,11 +95,11 @@ class Metrics:
         for kind in RESIZE_KINDS:
             self.resizes.labels(kind)  # present at 0 from the start
         # The event log's counts, by key ("lent", "reclaimed", "resize:<how>",
-        # "cold:<service>"): saved with each flush, restored at start.
+        # "cold:<service>", "host:<service>"): saved with each flush, restored at start.
         self._counted: _Tally[str] = _Tally()
 
     def replay(self, events: Iterable[EventRow]) -> None:
-        """Count the event log's lends, reclaims, resizes and cold starts (at the start
+        """Count the event log's lends, reclaims, resizes, cold and host starts (at the start
         of a store that has no saved counts: an older deepboot's)."""
         for e in events:
             self.count(e.kind, e.detail)
@@ -118,8 +124,11 @@ class Metrics:
                 self._add("reclaimed")
         elif kind is LogKind.RESIZED:
             self._add(f"resize:{detail.get('how')}")
-        elif kind is LogKind.REPLICA and detail.get("op") == "start" and detail.get("cold"):
-            self._add(f"cold:{detail.get('service')}")
+        elif kind is LogKind.REPLICA and detail.get("op") == "ready":
+            # A new replica loaded: in full ("cold"; a log from before the model cache
+            # has no "start") or from its node's cache ("host").
+            start = "host" if detail.get("start") == "host" else "cold"
+            self._add(f"{start}:{detail.get('service')}")
 
     def _add(self, key: str, n: int = 1) -> None:
         what, _, label = key.partition(":")
@@ -131,6 +140,8 @@ class Metrics:
             self.resizes.labels(label).inc(n)
         elif what == "cold":
             self.cold_starts.labels(label).inc(n)
+        elif what == "host":
+            self.host_starts.labels(label).inc(n)
         else:
             return  # a key this version does not count
         self._counted[key] += n

@@ -51,6 +51,7 @@ class Nodes(Replicas):
                 for g in down:
                     self.board.fail(g, GpuState.FREE)
                 log.warning("node %d is back: %d GPUs free", node.node_id, len(down))
+                self.cache_node_back(node.node_id)
                 self.note(LogKind.NODE, node=node.node_id, op="returned",
                           gpus=[gpu_name(g.gpu_id) for g in down])  # fmt: skip
 
@@ -76,3 +77,4 @@ class Nodes(Replicas):
                 self.board.fail(g)
             self.board.fail(g, GpuState.DOWN)
         self.note(LogKind.NODE, node=node, op="left", gpus=[gpu_name(g.gpu_id) for g in gpus])
+        self._set_cache(node, None)  # its model cache died with it

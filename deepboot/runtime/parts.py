@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from deepboot.core.cluster import ClusterSpec
@@ -76,6 +76,11 @@ class ControllerParts:
     # which no replica starts, or None once it ended).
     _backoffs: dict[str, tuple[int, float | None]]
     _pending_log: list[tuple[LogKind, str, dict[str, Any]]]
+    # The node-local model caches as this controller last heard from them: node ->
+    # their view (``ModelCache.view``); the snapshot's ``cached`` is read from it.
+    caches: dict[int, dict[str, Any]]
+    _cached_view: Mapping[int, frozenset[str]] | None
+    _caches_changed: bool
     _tick0: float | None
     _last: float
     _stop: bool
@@ -131,6 +136,10 @@ class ControllerParts:
             for service, (failures, until) in self._backoffs.items():
                 self.store.set_backoff(db, service, failures, until)
             self._backoffs.clear()
+            if self._caches_changed:
+                views = [self.caches[n] for n in sorted(self.caches)]
+                self.store.set_meta(db, "host_cache", json.dumps(views))
+                self._caches_changed = False
             self.store.set_meta(db, "counters", json.dumps(self.metrics.counts()))
             self.store.prune_events(db, self.settings.keep_events)
             self.store.set_meta(db, "heartbeat", repr(self.clock()))

@@ -63,6 +63,9 @@ class ClusterRecord:
             when attached.
         nodes: (node_id, pool, gpus) of every deepboot node.
         token_file: Ray's token file ("" when the attached cluster has none).
+        cache_bytes: A local cluster's model cache per inference node
+            (``--host-cache-gb``, bytes): its object store is that much larger
+            (:func:`object_store_bytes`).
     """
 
     mode: str
@@ -70,6 +73,7 @@ class ClusterRecord:
     temp_dir: str
     nodes: tuple[tuple[int, str, int], ...]
     token_file: str
+    cache_bytes: int = 0
 
     @property
     def cluster(self) -> ClusterSpec:
@@ -95,6 +99,7 @@ class ClusterRecord:
             temp_dir=raw["temp_dir"],
             nodes=tuple(tuple(n) for n in raw["nodes"]),
             token_file=raw["token_file"],
+            cache_bytes=int(raw.get("cache_bytes", 0)),  # absent: before the cache
         )
 
 
@@ -226,11 +231,20 @@ def _ray_start(args: list[str], env: Mapping[str, str], worker: bool) -> str:
 
 _COMMON = (
     "--num-gpus=0",
-    f"--object-store-memory={_OBJECT_STORE_BYTES}",
     "--disable-usage-stats",
     "--log-style=record",
 )
-"""The ``ray start`` flags of every node of a local cluster."""
+"""The ``ray start`` flags of every node of a local cluster (and its object store's
+size: :func:`object_store_bytes`)."""
+
+
+def object_store_bytes(node: Node, cache_bytes: int) -> int:
+    """The object store of a local cluster's ``node``: 100 MiB, and on an inference
+    node twice its model cache's bound more (the cache's objects, and an export's
+    argument on its way into the cache: the object store holds both until the
+    export's call returns; beyond that Ray spills to disk rather than fail)."""
+    extra = 2 * cache_bytes if node.pool is Pool.INFERENCE else 0
+    return _OBJECT_STORE_BYTES + extra
 
 
 def start_local_node(record: ClusterRecord, node: Node) -> None:
@@ -246,6 +260,7 @@ def start_local_node(record: ClusterRecord, node: Node) -> None:
             f"--address={record.address}",
             f"--num-cpus={node.gpus + 1}",
             f"--resources={json.dumps(node_resources(node))}",
+            f"--object-store-memory={object_store_bytes(node, record.cache_bytes)}",
             *_COMMON,
         ],
         ray_env(record),
@@ -253,8 +268,9 @@ def start_local_node(record: ClusterRecord, node: Node) -> None:
     )
 
 
-def up_local(state: StateDir, cluster: ClusterSpec) -> ClusterRecord:
-    """Start one loopback-only Ray node per node of ``cluster`` on this machine.
+def up_local(state: StateDir, cluster: ClusterSpec, cache_bytes: int = 0) -> ClusterRecord:
+    """Start one loopback-only Ray node per node of ``cluster`` on this machine (each
+    inference node's object store sized for a model cache of ``cache_bytes``).
 
     Ray's directory is ``<temp_dir>/ray`` in a new private directory ``temp_dir``
     (see :func:`make_private_dir`), recorded in the cluster record; a failed start
@@ -280,6 +296,7 @@ def up_local(state: StateDir, cluster: ClusterSpec) -> ClusterRecord:
         temp_dir=temp_dir,
         nodes=tuple((n.node_id, n.pool.value, n.gpus) for n in cluster.nodes),
         token_file=str(token),
+        cache_bytes=cache_bytes,
     )
     try:
         _ray_start(
@@ -291,6 +308,7 @@ def up_local(state: StateDir, cluster: ClusterSpec) -> ClusterRecord:
                 "--dashboard-host=127.0.0.1",
                 f"--num-cpus={head.gpus + 1}",
                 f"--resources={json.dumps(node_resources(head))}",
+                f"--object-store-memory={object_store_bytes(head, cache_bytes)}",
                 *_COMMON,
             ],
             env,

@@ -32,10 +32,16 @@ def gpu_resource(node: int, index: int) -> str:
     return f"deepboot_gpu_{node}_{index}"
 
 
+def node_resource(node: int) -> str:
+    """The Ray resource naming deepboot node ``node`` (an actor asking one unit of it
+    runs on that node: the node-local model cache)."""
+    return f"deepboot_node_{node}"
+
+
 def node_resources(node: Node) -> dict[str, float]:
     """The custom resources (labels and GPUs) of one deepboot node."""
     res: dict[str, float] = {
-        f"deepboot_node_{node.node_id}": 1000.0,
+        node_resource(node.node_id): 1000.0,
         f"deepboot_pool_{node.pool.value}": 1000.0,
     }
     for i in range(node.gpus):

@@ -1,9 +1,23 @@
 """Inference replicas as the controller runs them: a task's replica woken warm or
-started cold (an actor per replica, named by service, GPU and incarnation), evicted
-ones killed; the ledger has the GPU's state, the router the replica's requests."""
+started new (an actor per replica, named by service, GPU and incarnation), evicted
+ones exported into their node's model cache (``--host-cache-gb``) and killed; the
+ledger has the GPU's state, the router the replica's requests.
+
+The node-local model caches (:mod:`deepboot.runtime.modelcache`) are started (or
+found, after a controller's restart) here too, and their contents mirrored for the
+control loop's snapshot (``Snapshot.cached``: ATS-I prefers a node that caches the
+model). The mirror is advisory: a replica asks its node's cache itself when it
+loads, so a stale mirror costs a placement preference, never a wrong start.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from deepboot.core.cluster import Pool
 from deepboot.core.gpu import GpuId
 from deepboot.runtime.polling import Polling
 from deepboot.runtime.replica import replica_name
@@ -11,6 +25,12 @@ from deepboot.runtime.store import LogKind
 from deepboot.runtime.world import gpu_name
 from deepboot.scheduler.operations import StartReplica
 from deepboot.world.gpus import apply_gpu_op
+
+log = logging.getLogger("deepboot.controller")
+
+CACHE_CALL_TIMEOUT_S = 10.0
+"""Longest wait for a model cache to start or to say what it holds (then the
+controller goes on without it: starts are cold there until it answers)."""
 
 
 class Replicas(Polling):
@@ -54,12 +74,112 @@ class Replicas(Polling):
             self.router.start_replica(gpu, op.service, name, handle, cold=True, task=op.task)
 
     def replica_gone(self, gpu: GpuId, replica: str | None, service: str | None) -> None:
-        """The replica ``replica`` that was on ``gpu`` is evicted: kill its actor and
-        tell the router (the ledger has moved the GPU already)."""
+        """The replica ``replica`` that was on ``gpu`` is evicted: export its model
+        into its node's cache (with ``--host-cache-gb``; a bounded wait), kill its
+        actor and tell the router (the ledger has moved the GPU already).
+
+        The export changes no row and no process's life: a controller that dies
+        during it finds the replica alive and its row as before the eviction (the
+        eviction was not flushed), and the cache holding the model or not, both
+        consistent (it holds only copies).
+        """
         if replica is None:
             return
+        cache = self._export(gpu, replica, service)
+        if cache:
+            self.fault("evict.exported")
         self.actors.kill(replica)
         self.fault("evict.killed")
         if self.router is not None:
             self.router.stop_replica(gpu_name(gpu))
-        self.note(LogKind.REPLICA, gpu=gpu_name(gpu), service=service, op="evict")
+        extra = {"cache": cache} if cache else {}
+        self.note(LogKind.REPLICA, gpu=gpu_name(gpu), service=service, op="evict", **extra)
+
+    # -- the node-local model caches ---------------------------------------------------------
+
+    def _cache_gb(self) -> float:
+        return float(self.settings.shared.host_cache_gb)
+
+    def start_caches(self) -> None:
+        """Start (or find, with what they hold) the model cache of every inference
+        node, bounded to ``--host-cache-gb``; nothing when the cache is off. Each wait
+        is bounded: a cache that does not answer is retried at its node's next
+        eviction."""
+        if not self._cache_gb():
+            return
+        for node in self.cluster.pool_nodes(Pool.INFERENCE):
+            view = self.actors.ensure_cache(node.node_id, self._cache_gb(), CACHE_CALL_TIMEOUT_S)
+            self._set_cache(node.node_id, view)
+
+    def cache_node_back(self, node: int) -> None:
+        """Node ``node`` returned to the cluster: start its cache again (empty: the
+        old one died with the node), if it is an inference node."""
+        if self._cache_gb() and node in {
+            n.node_id for n in self.cluster.pool_nodes(Pool.INFERENCE)
+        }:
+            self._set_cache(
+                node, self.actors.ensure_cache(node, self._cache_gb(), CACHE_CALL_TIMEOUT_S)
+            )
+
+    def _set_cache(self, node: int, view: dict[str, Any] | None) -> None:
+        if view is None:
+            if self.caches.pop(node, None) is not None:
+                self._cached_view = None
+                self._caches_changed = True
+            return
+        if self.caches.get(node) != view:
+            self.caches[node] = view
+            self._cached_view = None
+            self._caches_changed = True
+
+    def cached_models(self) -> Mapping[int, frozenset[str]]:
+        """The snapshot's ``cached``: node -> the models its cache holds (as last
+        heard); the same object until that changes."""
+        view = self._cached_view
+        if view is None:
+            view = self._cached_view = MappingProxyType(
+                {n: frozenset(v["models"]) for n, v in sorted(self.caches.items()) if v["models"]}
+            )
+        return view
+
+    def cache_used(self, node: int, service: str) -> None:
+        """A replica of ``service`` on ``node`` started from the node's cache: hear
+        what the cache holds now (its order of use changed)."""
+        if self._cache_gb():
+            self._set_cache(node, self.actors.cache_view(node, CACHE_CALL_TIMEOUT_S))
+
+    def _export(self, gpu: GpuId, replica: str, service: str | None) -> str:
+        """Ask ``replica`` to export its model into its node's cache, waiting at most
+        ``export_timeout``; what happened, for the event log: "" (the cache is off),
+        "exported", "held" (the cache holds the model already: nothing to copy),
+        "none" (its handler has no ``export_weights``), "not-kept" (larger than the
+        whole cache), "failed" (an error or the timeout: logged, and the replica is
+        evicted anyway)."""
+        spec = self.specs.get(service) if service else None
+        if not self._cache_gb() or spec is None:
+            return ""
+        node = gpu[0]
+        if node not in self.caches:  # not started yet, or it did not answer: try again
+            self._set_cache(
+                node, self.actors.ensure_cache(node, self._cache_gb(), CACHE_CALL_TIMEOUT_S)
+            )
+            if node not in self.caches:
+                return "failed"
+        if spec.model in self.caches[node]["models"]:
+            return "held"
+        timeout = self.settings.export_timeout
+        try:
+            view = self.actors.export_replica(replica, node, timeout)
+        except Exception as exc:  # noqa: BLE001 (evicted anyway: the GPU is needed)
+            log.warning("replica %s: export into node %d's cache failed or took over %g s "
+                        "(%s: %s); evicted anyway", replica, node, timeout,
+                        type(exc).__name__, exc)  # fmt: skip
+            # Heard nothing reliable: ask the cache again (start it, if it died with
+            # its node) at the node's next eviction.
+            self._set_cache(node, None)
+            return "failed"
+        if view is None:
+            return "none"
+        self._set_cache(node, view)
+        # Not kept: larger than the whole cache (the cache says so in its log).
+        return "exported" if spec.model in view["models"] else "not-kept"

@@ -52,6 +52,9 @@ class ControllerSettings:
             ``deepboot replay``): the oldest chunks go beyond it.
         node_check: Seconds between two looks at the Ray cluster's live nodes (a
             node that left takes its GPUs out of the ledger until it returns).
+        export_timeout: With ``--host-cache-gb``: seconds a replica about to be
+            evicted may take to export its weights into its node's cache (the
+            controller waits for it); then it is evicted anyway.
     """
 
     policy: str = "deepboot"
@@ -69,8 +72,11 @@ class ControllerSettings:
     keep_events: int = 1_000_000
     record_bytes: int = 256 << 20
     node_check: float = 5.0
+    export_timeout: float = 5.0
 
     def __post_init__(self) -> None:
+        if not self.export_timeout > 0:
+            raise ConfigError(f"--export-timeout must be > 0 seconds, got {self.export_timeout}")
         if self.keep_events < 1:
             raise ConfigError(f"--keep-events must be >= 1, got {self.keep_events}")
         if self.crash_at and self.crash_at not in point_names():
@@ -116,9 +122,12 @@ RUNTIME_REFUSED = {
     "slo": "SLO-guarded lending pre-warms replicas, which the runtime does not do yet",
     "warm_pool": "the warm-pool reference is a simulator reference for --slo",
     "oracle": "the oracle reference reads the requests still to come",
-    "host_cache_gb": "the runtime's node-local model cache is not built yet",
+    "host_gbps": "the runtime's host starts are measured (a real copy from its node's "
+    "cache), not modelled by a bandwidth",
+    "host_init_s": "the runtime's host starts are measured, not modelled by a fixed part",
 }
-"""Shared-cluster knobs the runtime refuses, and why."""
+"""Shared-cluster knobs the runtime refuses, and why (``--host-cache-gb`` runs: the
+node-local model cache, :mod:`deepboot.runtime.modelcache`)."""
 
 
 def build_loop(settings: ControllerSettings) -> ControlLoop:
@@ -142,10 +151,12 @@ def check_runnable(shared: SharedCluster) -> None:
     """Refuse, with the reason, the shared-cluster knobs this world cannot run.
 
     Raises:
-        ConfigError: ``--slo``, ``--warm-pool`` or ``--oracle``.
+        ConfigError: ``--slo``, ``--warm-pool``, ``--oracle``, ``--host-gbps`` or
+            ``--host-init-s``.
     """
     for name, why in RUNTIME_REFUSED.items():
-        if getattr(shared, name):
+        value = getattr(shared, name)
+        if value is not None and value is not False:  # set at all (0 s included)
             raise ConfigError(
                 f"--{name.replace('_', '-')}: {why} (the simulator runs it: "
                 f"'deepboot simulate --{name.replace('_', '-')}')"

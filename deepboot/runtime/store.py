@@ -62,10 +62,13 @@ class LogKind(enum.Enum):
     decision_rejected: {event, error}: a step of the control loop raised; the
               controller skipped the event and kept running
     replica: {gpu, service, op: start|ready|sleep|evict|died, cold (start: always
-              true; warm reuses and PROTECT are not logged, they happen at every
-              request of a lull), seconds and load_seconds (ready), error, phase
-              (load|serve) and backoff_s (died: seconds before the service's next
-              replica may start; 0 unless it died loading)}
+              true, a new replica; warm reuses and PROTECT are not logged, they
+              happen at every request of a lull), seconds, load_seconds and start
+              (ready: cold, a full load, or host, restored from the node's model
+              cache), cache (evict, with --host-cache-gb: exported|held|none|
+              not-kept|failed), error, phase (load|serve) and backoff_s (died:
+              seconds before the service's next replica may start; 0 unless it
+              died loading)}
     node: {node, op: left|returned, gpus: [ids]}: a Ray node left the cluster (its
               GPUs DOWN, out of the ledger) or came back (FREE again)
     """

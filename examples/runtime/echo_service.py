@@ -3,6 +3,11 @@
 ``load`` is the service's factory (``handler = "echo_service.py:load"`` in echo.toml):
 the runtime calls it once per replica, on the replica's device, with the ``[args]``
 of the service file, and sends each request's JSON body to the handler it returns.
+
+It implements the node-local model cache's optional pair (``deepboot up
+--host-cache-gb``; docs/runtime.md): the handler's ``export_weights()`` returns its
+parameters as numpy arrays, and ``load.from_weights(device, weights, **args)`` builds
+the handler from them instead of seeding and initializing the model.
 """
 
 from __future__ import annotations
@@ -33,13 +38,38 @@ def load(
     """
     import torch  # only where a replica runs: the simulator never needs torch
 
-    width = WIDTH
     torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(width, int(hidden)), torch.nn.ReLU(), torch.nn.Linear(int(hidden), width)
-    ).to(device)
+    return _handler(_model(int(hidden)).to(device), device, float(delay_s))
+
+
+def from_weights(
+    device: str, weights: dict[str, Any], hidden: int = 64, delay_s: float = 0.0, **_: Any
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The handler :func:`load` builds, from the weights its ``export_weights`` gave
+    (read-only numpy arrays: copied onto ``device``)."""
+    import torch
+
+    model = _model(int(hidden))
+    model.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
+    return _handler(model.to(device), device, float(delay_s))
+
+
+load.from_weights = from_weights  # type: ignore[attr-defined]
+
+
+def _model(hidden: int) -> Any:
+    import torch
+
+    return torch.nn.Sequential(
+        torch.nn.Linear(WIDTH, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, WIDTH)
+    )
+
+
+def _handler(model: Any, device: str, delay: float) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    import torch
+
+    width = WIDTH
     model.eval()
-    delay = float(delay_s)
     pid = os.getpid()
 
     def handle(request: dict[str, Any]) -> dict[str, Any]:
@@ -55,4 +85,8 @@ def load(
             y = model(x).squeeze(0).cpu().tolist()
         return {"y": y, "pid": pid}
 
+    def export_weights() -> dict[str, Any]:
+        return {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+
+    handle.export_weights = export_weights  # type: ignore[attr-defined]
     return handle

@@ -8,6 +8,10 @@ moves every job with a live member one step on, and its members report DONE once
 reaches ``work[job]``. A test kills one with :meth:`FakeActors.die` (its reports are
 then None, as a dead Ray actor's) and reads what the controller did from ``created``,
 ``offers`` and ``killed``.
+
+Model caches are real :class:`~deepboot.runtime.modelcache.ModelCache` objects (their
+``put`` the identity); a fake replica exports ``export_bytes`` bytes of weights (0:
+its handler has no ``export_weights``), or raises if its name is in ``export_fails``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 from deepboot.elastic.protocol import Generation, WorkerConfig, WorkerReport, WorkerStatus
 from deepboot.runtime.actors import ActorName
+from deepboot.runtime.modelcache import ModelCache
 
 
 @dataclass
@@ -52,6 +57,11 @@ class FakeActors:
     work: dict[str, int] = field(default_factory=dict)
     clock: Callable[[], float] = lambda: 0.0
     nodes: set[int] | None = None  # the live nodes (None: the cluster cannot tell)
+    caches: dict[int, ModelCache] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)  # replica name -> its model
+    export_bytes: int = 0
+    export_fails: set[str] = field(default_factory=set)
+    exported: list[str] = field(default_factory=list)  # replicas asked to export
 
     def create(self, name: str, config: WorkerConfig, gpu: str, first: Generation) -> None:
         assert name not in self.workers, f"{name} created twice"
@@ -65,7 +75,28 @@ class FakeActors:
 
     def create_replica(self, name: str, spec: dict[str, Any], gpu: str, log_path: str) -> Any:
         self.replicas[name] = gpu
+        self.models[name] = spec["model"]
         return name
+
+    def ensure_cache(self, node: int, capacity_gb: float, timeout: float) -> dict[str, Any] | None:
+        if self.nodes is not None and node not in self.nodes:
+            return None
+        cache = self.caches.get(node)
+        if cache is None:
+            cache = self.caches[node] = ModelCache(node, capacity_gb, put=lambda v: v)
+        return cache.configure(capacity_gb)
+
+    def cache_view(self, node: int, timeout: float) -> dict[str, Any] | None:
+        cache = self.caches.get(node)
+        return None if cache is None else cache.view()
+
+    def export_replica(self, name: str, node: int, timeout: float) -> dict[str, Any] | None:
+        self.exported.append(name)
+        if name in self.export_fails:
+            raise TimeoutError(f"{name} did not export within {timeout} s")
+        if not self.export_bytes:
+            return None
+        return self.caches[node].keep(self.models[name], b"w" * self.export_bytes)
 
     def handle(self, name: str) -> Any:
         return name
@@ -141,6 +172,7 @@ class FakeActors:
         for name, gpu in list(self.replicas.items()):
             if gpu.split(".")[0] == str(node):
                 del self.replicas[name]
+        self.caches.pop(node, None)  # its model cache dies with it
 
     def live_nodes(self) -> frozenset[int] | None:
         return None if self.nodes is None else frozenset(self.nodes)

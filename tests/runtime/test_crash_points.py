@@ -47,11 +47,15 @@ def _crash(point: str) -> None:
 
 
 def controller(
-    state: Path, fake: FakeActors, clock: Clock, crash_at: str = "", afe: bool = True
+    state: Path,
+    fake: FakeActors,
+    clock: Clock,
+    crash_at: str = "",
+    afe: bool = True,
+    host_cache_gb: float = 0.0,
 ) -> Controller:
-    settings = ControllerSettings(
-        policy="fifo", interval=2.0, shared=SharedCluster(afe=afe), crash_at=crash_at
-    )
+    shared = SharedCluster(afe=afe, host_cache_gb=host_cache_gb)
+    settings = ControllerSettings(policy="fifo", interval=2.0, shared=shared, crash_at=crash_at)
     sd = StateDir.at(state).ensure()
     return Controller(sd, settings, CLUSTER, fake, clock=clock, crash=_crash)
 
@@ -170,6 +174,7 @@ SCENARIOS: dict[str, tuple[Scenario, bool]] = {
     "reclaim.applied": (reclaim, True),
     "finish.recorded": (finish, True),
     "cold.recorded": (replica, True),
+    "evict.exported": (replica, True),
     "evict.killed": (replica, True),
     "recovery.planned": (warm_replica_then_restart, True),
     "recovery.killed": (warm_replica_then_restart, True),
@@ -204,15 +209,19 @@ def run_to_the_end(ctl: Controller, fake: FakeActors, clock: Clock, jobs: set[st
 def test_a_controller_killed_at_a_crash_point_loses_nothing(tmp_path: Path, point: str) -> None:
     scenario, afe = SCENARIOS[point]
     clock = Clock()
-    fake = FakeActors(work={"j": WORK}, clock=clock)
+    # The replica's scenarios with the node-local model cache on (its replica
+    # exports 1 kB at its eviction); the others as without it.
+    gb = 1.0 if scenario is replica else 0.0
+    fake = FakeActors(work={"j": WORK}, clock=clock, export_bytes=1000)
     state = tmp_path / "state"
-    first = controller(state, fake, clock, crash_at=point, afe=afe)
+    first = controller(state, fake, clock, crash_at=point, afe=afe, host_cache_gb=gb)
+    first.start_caches()
     with pytest.raises(Crashed):
         scenario(first, fake)
     first.store.close()
     replicas_before = set(fake.replicas)
     if point.startswith("recovery."):
-        second = controller(state, fake, clock, crash_at=point, afe=afe)
+        second = controller(state, fake, clock, crash_at=point, afe=afe, host_cache_gb=gb)
         with pytest.raises(Crashed, match=point):
             second.start(serve=False)
         second.store.close()
@@ -220,7 +229,7 @@ def test_a_controller_killed_at_a_crash_point_loses_nothing(tmp_path: Path, poin
     finished_before = {r.name for r in store.jobs() if r.state is JobState.FINISHED}
     store.close()
 
-    ctl = controller(state, fake, clock, afe=afe)
+    ctl = controller(state, fake, clock, afe=afe, host_cache_gb=gb)
     ctl.start(serve=False)
     # No warm replica killed by recovery (one the scenario itself evicted is gone).
     assert replicas_before == set(fake.replicas)

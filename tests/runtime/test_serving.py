@@ -187,7 +187,7 @@ def test_lull_spike_lull(cluster: Path, tmp_path: Path) -> None:
     colds = sum(
         1
         for e in everything
-        if e.kind is LogKind.REPLICA and e.detail["op"] == "start" and e.detail.get("cold")
+        if e.kind is LogKind.REPLICA and e.detail["op"] == "ready" and e.detail["start"] == "cold"
     )
     assert m[("deepboot_replica_cold_starts_total", (("service", "echo"),))] == colds
     assert (
