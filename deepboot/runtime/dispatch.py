@@ -176,7 +176,10 @@ class Dispatcher:
         rep.ready = True
         if q.serve_deaths == 0:  # a replica that loads but dies serving ends nothing
             self._reset_backoff(q)
-        seconds, start = float(loaded["seconds"]), str(loaded["start"])
+        if isinstance(loaded, dict):
+            seconds, start = float(loaded["seconds"]), str(loaded["start"])
+        else:  # a replica an older deepboot started (detached: it outlives upgrades)
+            seconds, start = float(loaded), "cold"
         if cold:
             if q.cold_s is None and start == "cold":  # a host start is no cold start
                 q.cold_s = seconds

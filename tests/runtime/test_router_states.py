@@ -55,7 +55,8 @@ class FakeReplica:
     """A replica handle: ``pid``, ``load`` and ``infer`` calls, each a future the test
     completes (``pid`` and ``load`` complete at once unless ``hold_load``)."""
 
-    def __init__(self, hold_load: bool = False) -> None:
+    def __init__(self, hold_load: bool = False, loaded: Any = None) -> None:
+        self.loaded = {"seconds": 0.5, "start": "cold"} if loaded is None else loaded
         self.pids: list[concurrent.futures.Future[Any]] = []
         self.loads: list[concurrent.futures.Future[Any]] = []
         self.infers: list[concurrent.futures.Future[Any]] = []
@@ -70,7 +71,7 @@ class FakeReplica:
         self.pids[0].set_result(1)
         if not self.hold_load:
             wait_until("load asked", lambda: bool(self.loads))
-            self.loads[0].set_result(0.5)
+            self.loads[0].set_result(self.loaded)
 
 
 def wait_until(what: str, ok: Callable[[], Any], timeout: float = 30) -> Any:
@@ -127,11 +128,15 @@ def post(router: rt.Router, rid: str, out: dict[str, tuple[int, Any]], **headers
 
 
 def cold_start(
-    router: rt.Router, inbox: Inbox, rid: str, out: dict[str, tuple[int, Any]]
+    router: rt.Router,
+    inbox: Inbox,
+    rid: str,
+    out: dict[str, tuple[int, Any]],
+    rep: FakeReplica | None = None,
 ) -> FakeReplica:
     """POST ``rid``; once it is an arrival, start a replica for it on GPU 2.0 (cold),
     and return that replica once the request runs on it."""
-    rep = FakeReplica()
+    rep = rep or FakeReplica()
     post(router, rid, out)
     wait_until(f"{rid} posted", lambda: msg.Arrival(rid, "svc") in inbox.all())
     router.start_replica("2.0", "svc", "r|svc|2.0|1", rep, cold=True, task=rid)
@@ -393,6 +398,23 @@ def test_every_request_counts_in_the_load_warm_served_ones_too(router: rt.Router
     assert [m for m in seen if isinstance(m, msg.Received)] == [msg.Received("svc")] * 2
     assert all(m.service == "svc" and m.seconds >= 0 for m in seen if isinstance(m, msg.Served))
     assert [m.task for m in seen if isinstance(m, msg.Arrival)] == ["cold"]
+
+
+@pytest.mark.parametrize(
+    ("loaded", "start"),
+    [({"seconds": 0.25, "start": "host"}, "host"), (0.25, "cold")],
+    ids=["host-start", "an-older-replica's-bare-seconds"],
+)
+def test_ready_says_how_the_replica_started(router: rt.Router, loaded: Any, start: str) -> None:
+    """``load`` answers its seconds and its start (a host start from the node's model
+    cache, or cold); a replica an older deepboot started (detached, it outlives an
+    upgrade) answers bare seconds: a cold start."""
+    serve(router)
+    inbox = Inbox(router)
+    out: dict[str, tuple[int, Any]] = {}
+    cold_start(router, inbox, "r1", out, FakeReplica(loaded=loaded))
+    ready = wait_until("ready", lambda: [m for m in inbox.all() if isinstance(m, msg.Ready)])
+    assert [(m.load_seconds, m.start) for m in ready] == [(0.25, start)]
 
 
 def test_healthz_turns_unhealthy_when_the_controllers_loop_stops_turning(
