@@ -29,6 +29,7 @@ from deepboot.scheduler.operations import (
 )
 from deepboot.world.settings import SharedCluster
 from tests.runtime.fake_actors import FakeActors
+from tests.runtime.test_controller_inprocess import Clock
 
 MB = 10**6
 
@@ -97,14 +98,6 @@ def test_a_smaller_bound_keeps_the_most_recently_used_that_fit() -> None:
 # -- the controller around the caches (fake actors) -------------------------------------------
 
 CLUSTER = ClusterSpec((Node(0, 2, Pool.TRAINING), Node(1, 2, Pool.INFERENCE)))
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def controller(
