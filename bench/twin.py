@@ -37,11 +37,14 @@ the agreement of the decision sequences: ``LCS(runtime, sim) / max(len)`` of the
 it was made, not when its generation formed), with the first index where they
 differ. The twin's simulator bounds each job as the runtime does
 (``SimConfig(job_bounds="runtime")``: up to ``max_workers`` at once, at least
-``min_workers``, pinned while a change is in its pause). Column ``ref. bounds`` is an
-ablation, not the twin: the simulator with the reference simulator's sizing rules
-(from 0 GPUs, at most twice the most a job has run on), to show how much of the
-difference those rules make. The runtime runs on a shared 2-core machine, so its
-numbers are noisy.
+``min_workers``, pinned while a change is in its pause), and shows a policy a job's
+gradient statistics only once it has run on 2 GPUs (``grad_min_replicas=2``: the
+runtime's estimator compares ranks, and until a job has them its speedup is linear
+in both worlds); each job's statistics are its runtime twin's last ones. Column
+``ref. rules`` is an ablation, not the twin: the simulator with the reference
+simulator's rules (from 0 GPUs, at most twice the most a job has run on; statistics
+known from the first step), to show how much of the difference those rules make.
+The runtime runs on a shared 2-core machine, so its numbers are noisy.
 
     PYTHONPATH=. .venv/bin/python bench/twin.py                 # 3 + 3 runs (~13 min)
     PYTHONPATH=. .venv/bin/python bench/twin.py --runs 1        # a quick look (~4 min)
@@ -138,7 +141,8 @@ class Measured:
     Attributes:
         profile: (nodes, GPUs, local batch) -> [count, compute s sum, step s sum],
             summed over every job (one code, one speed).
-        grad: The last gradient statistics of a job (sqr, var), or None.
+        grad: Job -> its last gradient statistics (sqr, var), for the jobs that
+            measured them (on 2 GPUs or more: the estimator compares ranks).
         start_s: Pauses of starts: a job's latest GPU op -> its ``started``, and
             resumes after a preemption (``resized`` from no worker).
         start_by_size: The same pauses by the number of workers started.
@@ -151,7 +155,7 @@ class Measured:
     """
 
     profile: dict[tuple[int, int, int], list[float]] = field(default_factory=dict)
-    grad: tuple[float, float] | None = None
+    grad: dict[str, tuple[float, float]] = field(default_factory=dict)
     start_s: list[float] = field(default_factory=list)
     start_by_size: dict[int, list[float]] = field(default_factory=dict)
     shrink_s: list[float] = field(default_factory=list)
@@ -221,6 +225,14 @@ def _steps(steps: int, scale: float) -> int:
     return max(STEPS_PER_EPOCH, round(steps * scale / STEPS_PER_EPOCH) * STEPS_PER_EPOCH)
 
 
+def _interruptible() -> None:
+    """In the load's child process before exec: SIGINT back to its default, so that
+    the load stops and writes its CSV on the SIGINT the bench sends even when the bench
+    itself runs in the background (where the shell starts it with SIGINT ignored,
+    which a child inherits and Python then leaves ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def runtime_run(work: Path, scale: float, console: Console) -> WorldRun:
     """One run of the workload on a real local cluster (see the module docstring)."""
     state = work / "state"
@@ -244,6 +256,7 @@ def runtime_run(work: Path, scale: float, console: Console) -> WorldRun:
             [sys.executable, "-m", "deepboot.cli.main", "load", "echo", "--rate-profile",
              str(profile), "--out", str(out), "-q", "--state-dir", str(state)],
             cwd=REPO, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            preexec_fn=_interruptible,
         )  # fmt: skip
         for path, (name, offset, _) in zip(jobs, JOBS, strict=True):
             delay = load_started + offset - time.time()
@@ -266,6 +279,9 @@ def runtime_run(work: Path, scale: float, console: Console) -> WorldRun:
         except subprocess.TimeoutExpired:
             load.kill()
             load.wait(10)
+        if not out.exists():
+            err = load.stderr.read() if load.stderr else ""
+            raise RuntimeError(f"'deepboot load' wrote no {out} (exit {load.returncode}): {err}")
         rows, log = _read(state)
         return _runtime_result(rows, log, out, load_started, time.monotonic() - started)
     finally:
@@ -301,7 +317,7 @@ def _runtime_result(
             for i in range(3):
                 acc[i] += float(p[3 + i])
         if model.get("grad"):
-            m.grad = (float(model["grad"][0]), float(model["grad"][1]))
+            m.grad[row.name] = (float(model["grad"][0]), float(model["grad"][1]))
     last_op: dict[str, float] = {}
     lent_since: dict[str, float] = {}
     end = max(run.finish.values(), default=log[-1].time - t0)
@@ -371,7 +387,9 @@ class TwinApplication:
 
     ``step_time`` is the runtime's mean (step, step - compute) at a measured (nodes,
     GPUs, local batch), else the throughput model fitted to every measured point;
-    ``grad_stats`` the runtime's last gradient statistics; one epoch is
+    ``grad_stats`` the runtime job's last gradient statistics (or another job's: a job
+    that never ran on 2 GPUs measured none, and the twin's simulator shows them only
+    once it has, ``grad_min_replicas=2``); one epoch is
     ``STEPS_PER_EPOCH`` steps at the fixed batch (progress counts steps: gain 1 at
     the initial batch), so the job ends after exactly its ``total_steps``.
     """
@@ -449,10 +467,12 @@ def _median(values: Sequence[float], default: float) -> float:
     return statistics.median(values) if values else default
 
 
-def sim_run(rt: WorldRun, scale: float, bounds: str = "runtime") -> WorldRun:
-    """The simulator on ``rt``'s workload, measurements and requests, its jobs bounded
-    by ``bounds`` (``SimConfig.job_bounds``): "runtime" is the twin; "reference"
-    the ablation with the reference simulator's sizing rules."""
+def sim_run(rt: WorldRun, scale: float, reference: bool = False) -> WorldRun:
+    """The simulator on ``rt``'s workload, measurements and requests: the twin (jobs
+    bounded as the runtime bounds them, ``SimConfig.job_bounds="runtime"``, and their
+    gradient statistics seen once they ran on 2 GPUs, as the runtime's estimator
+    needs), or with ``reference`` the ablation with the reference simulator's rules
+    (its sizing; statistics known from the first step)."""
     from deepboot.policies import registry
     from deepboot.scheduler import Scheduler
     from deepboot.sim.config import SimConfig
@@ -462,7 +482,11 @@ def sim_run(rt: WorldRun, scale: float, bounds: str = "runtime") -> WorldRun:
     m = rt.measured
     started = time.perf_counter()
     steps = {name: _steps(s, scale) for name, _, s in JOBS}
-    apps = {name: TwinApplication(name, steps[name], m.profile, m.grad) for name in steps}
+    anyone = next(iter(m.grad.values()), None)
+    apps = {
+        name: TwinApplication(name, steps[name], m.profile, m.grad.get(name, anyone))
+        for name in steps
+    }
     training = tuple(
         TrainingJobSpec(name, rt.submit[name], name, 1, BATCH)
         for name in sorted(steps, key=lambda n: rt.submit[n])
@@ -490,7 +514,8 @@ def sim_run(rt: WorldRun, scale: float, bounds: str = "runtime") -> WorldRun:
         interval=INTERVAL,
         app_max_replicas=dict.fromkeys(steps, MAX_WORKERS),
         cold_start={"tiny-mlp": cold},
-        job_bounds=bounds,
+        job_bounds="reference" if reference else "runtime",
+        grad_min_replicas=1 if reference else 2,
         **settings,
     )
     policy = registry.create(POLICY, **POLICY_PARAMS)
@@ -552,7 +577,7 @@ def _med(values: Sequence[float | None]) -> float | None:
 
 
 Trio = tuple[WorldRun, WorldRun, WorldRun]
-"""One runtime run, the twin's simulation of it, and the reference-bounds ablation."""
+"""One runtime run, the twin's simulation of it, and the reference-rules ablation."""
 
 
 def report(runs: list[Trio], console: Console) -> dict[str, Any]:
@@ -562,11 +587,11 @@ def report(runs: list[Trio], console: Console) -> dict[str, Any]:
     table = Table(
         title=f"The twin: runtime vs simulator (median of {len(runs)} runs each)",
         caption=(
-            "sim: the twin (jobs bounded as the runtime bounds them); ref. bounds: the "
-            "reference simulator's sizing rules instead (an ablation, see --help)"
+            "sim: the twin (jobs bounded, and their gradient statistics seen, as on the "
+            "runtime); ref. rules: the reference simulator's instead (an ablation, see --help)"
         ),
     )
-    for col in ("", "runtime", "sim", "sim / runtime", "per run", "ref. bounds", "ref / runtime"):
+    for col in ("", "runtime", "sim", "sim / runtime", "per run", "ref. rules", "ref / runtime"):
         table.add_column(col, justify="right")
     for name in names:
         r = _med([rt.jct(name) for rt, _, _ in runs])
@@ -576,8 +601,8 @@ def report(runs: list[Trio], console: Console) -> dict[str, Any]:
             "runtime_jct_s": r,
             "sim_jct_s": s,
             "ratio": _ratio(s, r),
-            "sim_reference_bounds_jct_s": b,
-            "ratio_reference_bounds": _ratio(b, r),
+            "sim_reference_rules_jct_s": b,
+            "ratio_reference_rules": _ratio(b, r),
         }
         each = [_ratio(sim.jct(name), rt.jct(name)) for rt, sim, _ in runs]
         got = [x for x in each if x is not None]
@@ -600,7 +625,7 @@ def report(runs: list[Trio], console: Console) -> dict[str, Any]:
         r = _med([get(rt) for rt, _, _ in runs])
         s = _med([get(sim) for _, sim, _ in runs])
         b = _med([get(sim) for _, _, sim in runs])
-        doc["totals"][key] = {"runtime": r, "sim": s, "sim_reference_bounds": b}
+        doc["totals"][key] = {"runtime": r, "sim": s, "sim_reference_rules": b}
         table.add_row(
             label, _fmt(r), _fmt(s), _fmt(_ratio(s, r), 2), "", _fmt(b), _fmt(_ratio(b, r), 2)
         )
@@ -609,7 +634,7 @@ def report(runs: list[Trio], console: Console) -> dict[str, Any]:
         agrees = [agreement(trio[0], trio[which]) for trio in runs]
         share = _med([a[0] for a in agrees])
         firsts = ", ".join("-" if a[3] is None else str(a[3]) for a in agrees)
-        doc["totals"]["agreement" if which == 1 else "agreement_reference_bounds"] = {
+        doc["totals"]["agreement" if which == 1 else "agreement_reference_rules"] = {
             "lcs_over_max": share,
             "first_difference": [a[3] for a in agrees],
         }
@@ -634,7 +659,7 @@ def report(runs: list[Trio], console: Console) -> dict[str, Any]:
             {
                 "runtime": _as_dict(rt),
                 "sim": _as_dict(sim),
-                "sim_reference_bounds": _as_dict(ref),
+                "sim_reference_rules": _as_dict(ref),
                 "agreement": agreement(rt, sim)[0],
                 "first_difference": agreement(rt, sim)[3],
                 "restart_cost": dataclasses.asdict(cost),
@@ -705,9 +730,9 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"runtime run {i + 1}/{args.runs}")
                 rt = runtime_run(root / f"run{i + 1}", args.work_scale, console)
             sim = sim_run(rt, args.work_scale)
-            ref = sim_run(rt, args.work_scale, bounds="reference")
+            ref = sim_run(rt, args.work_scale, reference=True)
             console.print(
-                "  JCT runtime / sim / ref. bounds: "
+                "  JCT runtime / sim / ref. rules: "
                 + ", ".join(
                     f"{n} {_fmt(rt.jct(n))}/{_fmt(sim.jct(n))}/{_fmt(ref.jct(n))}"
                     for n, _, _ in JOBS

@@ -87,6 +87,10 @@ class SimConfig:
             most GPUs they ran on) or "runtime" (as the runtime bounds its jobs: at
             least 1, up to ``app_max_replicas`` at once, and no size change while a
             resize's cost is paid; for a twin of a runtime run, ``bench/twin.py``).
+        grad_min_replicas: Fewest GPUs a job must have run on before a policy sees its
+            gradient statistics (until then its speedup is linear, as for any job
+            without a model): 1 (the reference: known from the first step) or 2 (the
+            runtime, whose gradient-noise estimator compares ranks; ``bench/twin.py``).
         check_invariants: Re-check every GPU-state invariant after every event
             (a debug hook for the property tests; O(GPUs) per event).
         stall_ticks: Consecutive ticks with jobs waiting, no job holding a GPU and
@@ -115,6 +119,7 @@ class SimConfig:
     host_cache: HostCacheConfig = field(default_factory=HostCacheConfig)
     model_gb: Mapping[str, float] = field(default_factory=lambda: MODEL_GB)
     job_bounds: str = "reference"
+    grad_min_replicas: int = 1
     check_invariants: bool = False
     stall_ticks: int = 10_000
 
@@ -147,6 +152,8 @@ class SimConfig:
         for name, gb in self.model_gb.items():
             if not (math.isfinite(gb) and gb > 0):
                 raise ConfigError(f"model_gb[{name!r}] must be > 0 GB; got {gb}")
+        if self.grad_min_replicas not in (1, 2):
+            raise ConfigError(f"grad_min_replicas must be 1 or 2; got {self.grad_min_replicas}")
         if self.job_bounds not in ("reference", "runtime"):
             raise ConfigError(
                 f"job_bounds must be 'reference' or 'runtime'; got {self.job_bounds!r}"

@@ -230,6 +230,7 @@ class Simulation:
                     global_replica_cap=config.replica_cap,
                     round_epoch_times=config.round_epoch_times,
                     runtime_bounds=config.job_bounds == "runtime",
+                    grad_min_replicas=config.grad_min_replicas,
                 )
             )
         self._records = {j.name: _JobRecord(j) for j in self.jobs}

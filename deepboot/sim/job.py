@@ -179,6 +179,7 @@ class SimJob:
         "_app_replica_cap",
         "_global_replica_cap",
         "_runtime_bounds",
+        "_grad_min_replicas",
         "_profile",
         *_MUTABLE,
     )
@@ -194,6 +195,7 @@ class SimJob:
         global_replica_cap: int = 64,
         round_epoch_times: bool = False,
         runtime_bounds: bool = False,
+        grad_min_replicas: int = 1,
     ) -> None:
         """Create a job that has not been submitted yet.
 
@@ -209,6 +211,9 @@ class SimJob:
             runtime_bounds: Bound the job as the runtime bounds its jobs
                 (``SimConfig.job_bounds = "runtime"``, see :attr:`max_replicas` and
                 :meth:`view`) instead of by the reference simulator's rules.
+            grad_min_replicas: Fewest GPUs a segment must run on for its gradient
+                statistics to reach the job's view (``SimConfig.grad_min_replicas``):
+                1 as the reference; 2 as the runtime, whose estimator compares ranks.
         """
         self.spec = spec
         self.truth = truth
@@ -218,6 +223,7 @@ class SimJob:
         self._app_replica_cap = app_replica_cap
         self._global_replica_cap = global_replica_cap
         self._runtime_bounds = runtime_bounds
+        self._grad_min_replicas = grad_min_replicas
         self.placement = EMPTY
         self._shape: tuple[int, ...] = ()
         self._num_nodes = 0
@@ -439,8 +445,13 @@ class SimJob:
         self.attained_service += seconds * replicas
 
     def _measure(self, atomic: int, step: float, sync: float, sqr: float, var: float) -> None:
-        """Record what running one segment measured (the reference update_params)."""
-        if self._grad is None or self._grad.sqr != sqr or self._grad.var != var:
+        """Record what running one segment measured (the reference update_params).
+
+        Gradient statistics are taken only from segments on at least
+        ``grad_min_replicas`` GPUs (a job keeps the last ones it had).
+        """
+        seen = self.placement.num_replicas >= self._grad_min_replicas
+        if seen and (self._grad is None or self._grad.sqr != sqr or self._grad.var != var):
             self._grad = GradParams(sqr, var)
         key = (self._num_nodes, self.placement.num_replicas, atomic)
         if key in self._profile:
