@@ -45,6 +45,7 @@ from deepboot.elastic.protocol import (
     Restore,
     WorkerReport,
     WorkerStatus,
+    read_checkpoint,
 )
 
 log = logging.getLogger(__name__)
@@ -537,20 +538,20 @@ class ElasticContext:
         os.replace(tmp, path)
 
     def _load_checkpoint(self, gen: Generation) -> None:
-        """Load the job's checkpoint, once the generation that stopped has written it."""
+        """Load the job's checkpoint, once the generation that stopped has written it.
+        Given up when a later generation is offered meanwhile (the controller decided
+        the wait was in vain: it says what to restore instead) or after the join
+        timeout."""
         deadline = time.monotonic() + self._join_timeout
         while True:
-            try:
-                with open(gen.checkpoint_path, "rb") as f:
-                    written_by = int.from_bytes(f.read(8), "little")
-                    blob = f.read()
-            except FileNotFoundError:
-                written_by, blob = -1, b""
+            written_by, blob = read_checkpoint(gen.checkpoint_path)
             if written_by >= gen.after_generation and blob:
                 self._unpack(blob)
                 return
             if written_by < 0 and gen.after_generation == 0:
                 return  # a fresh job: nothing to restore
+            if self._offered.number > gen.number:
+                raise _GroupBroken(f"superseded by generation {self._offered.number}")
             if time.monotonic() > deadline:
                 raise _GroupBroken(
                     f"checkpoint {gen.checkpoint_path} of generation {gen.after_generation} "

@@ -27,6 +27,28 @@ class Restore(enum.Enum):
     CHECKPOINT = "checkpoint"  # the job's checkpoint file (restart resize, recovery)
 
 
+def read_checkpoint(path: str) -> tuple[int, bytes]:
+    """(the generation that wrote the job's checkpoint file at ``path``, its payload);
+    (-1, b"") when there is none. The file is that generation's number (8 bytes,
+    little-endian), then the payload; it is replaced atomically, never written in
+    place, so a reader sees a whole one."""
+    try:
+        with open(path, "rb") as f:
+            return int.from_bytes(f.read(8), "little"), f.read()
+    except FileNotFoundError:
+        return -1, b""
+
+
+def checkpoint_generation(path: str) -> int:
+    """The generation that wrote the checkpoint at ``path`` (-1: none), reading only
+    its header."""
+    try:
+        with open(path, "rb") as f:
+            return int.from_bytes(f.read(8), "little")
+    except FileNotFoundError:
+        return -1
+
+
 class WorkerStatus(enum.Enum):
     """What one worker is doing, as it reports it."""
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from deepboot.elastic.protocol import Generation, Restore, WorkerConfig
+from deepboot.elastic.protocol import Generation, Restore, WorkerConfig, checkpoint_generation
 from deepboot.runtime.actors import actor_name
 from deepboot.runtime.parts import ControllerParts
 from deepboot.runtime.store import JobState, LogKind
@@ -148,6 +148,24 @@ class Generations(ControllerParts):
             rec.leave(name, g, self.clock())
         self.fault("preempt.stopped" if how == Change.PREEMPT.value else f"{how}.stopped")
 
+    @staticmethod
+    def _checkpoint_after(rec: JobRec, prev: Generation | None, ckpt: Path) -> int:
+        """The generation whose checkpoint a new generation that restores one waits
+        for (``Generation.after_generation``; 0: whatever the file holds, if any).
+
+        After a stop of a generation that formed, the stop's: its rank 0 writes it on
+        leaving. But once none of its leavers is left and the file holds an older one,
+        rank 0 died or was killed first and nothing newer will come: the file's own
+        (the steps since are lost). After a stop of a generation that never formed
+        (a reclaim or a resize came while it formed), none of its members writes one
+        (they leave without state): the file's own too. Otherwise 0. Waiting for a
+        checkpoint that never comes stalled a job for the whole join timeout."""
+        if prev is None or not prev.stop or rec.formed != prev.number - 1:
+            return 0
+        if rec.leaving or checkpoint_generation(str(ckpt)) >= prev.number:
+            return prev.number
+        return 0
+
     def _new_generation(
         self,
         rec: JobRec,
@@ -180,7 +198,7 @@ class Generations(ControllerParts):
             nodes,
             restore=restore,
             checkpoint_path=str(ckpt),
-            after_generation=(prev.number if (prev and prev.stop) else 0),
+            after_generation=self._checkpoint_after(rec, prev, ckpt),
         )
         (self.state.rendezvous / rec.name).mkdir(parents=True, exist_ok=True)
         # A file store must start empty: stale addresses make gloo connect to nothing.

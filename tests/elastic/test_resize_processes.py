@@ -100,6 +100,24 @@ def test_restart_resize_restores_the_checkpoint_in_new_processes(tmp_path: Path)
         stop_all(procs)
 
 
+def test_a_wait_for_a_checkpoint_that_never_comes_ends_when_a_later_generation_is_offered(
+    tmp_path: Path,
+) -> None:
+    """The stop it waits for never wrote (its generation had not formed): the next
+    generation the controller offers (from whatever the file holds) forms at once,
+    not after the join timeout (120 s here)."""
+    g2 = gen(tmp_path, 2, ["1"], restore=Restore.CHECKPOINT, after=1)  # never written
+    procs = [spawn("1", g2, steps=50)]
+    try:
+        waiting = wait_until(procs, lambda r: r.status is WorkerStatus.JOINING)
+        assert waiting["1"].generation < 2
+        procs[0].offer(gen(tmp_path, 3, ["1"], restore=Restore.CHECKPOINT, after=0))
+        formed = wait_until(procs, _formed(3), timeout=60.0)
+        assert formed["1"].restored_step == 0  # no checkpoint at all: a fresh start
+    finally:
+        stop_all(procs)
+
+
 def test_a_joiner_slower_than_the_collective_timeout_still_joins(tmp_path: Path) -> None:
     """Members wait for each other for the join timeout, not the (short) collective
     timeout: a joiner's process start may take long on a loaded machine."""

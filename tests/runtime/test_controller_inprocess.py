@@ -143,6 +143,55 @@ def test_a_preempted_job_stops_its_workers_and_waits(tmp_path: Path) -> None:
     assert len(events(ctl, LogKind.PREEMPTED)) == 1
 
 
+def _write_checkpoint(ctl: Controller, job: str, generation: int) -> None:
+    """What a departing rank 0 writes (the fake workers write nothing)."""
+    path = ctl.state.job_checkpoint(job)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(generation.to_bytes(8, "little") + b"state")
+
+
+def test_a_restart_waits_for_the_checkpoint_its_stopped_generation_writes(
+    tmp_path: Path,
+) -> None:
+    ctl, fake = controller(tmp_path)
+    rec = submit(ctl)
+    move(ctl, "j", ("0.0",))
+    settle(ctl)
+    fake.deaf.add(fake.live("j")["0.0"])  # still checkpointing when the job restarts
+    move(ctl, "j", ())
+    move(ctl, "j", ("0.1",))
+    assert rec.gen is not None and rec.gen.after_generation == 2  # the stop's
+    _write_checkpoint(ctl, "j", 2)
+    move(ctl, "j", ())
+    move(ctl, "j", ("0.2",))
+    assert rec.gen is not None and rec.gen.number == 5
+    assert rec.gen.after_generation == 0  # generation 3 never formed: nothing newer comes
+
+
+def test_a_restart_does_not_wait_for_a_checkpoint_its_killed_leaver_never_wrote(
+    tmp_path: Path,
+) -> None:
+    ctl, fake = controller(tmp_path)
+    rec = submit(ctl)
+    move(ctl, "j", ("0.0",))
+    settle(ctl)
+    _write_checkpoint(ctl, "j", 1)  # a periodic one of generation 1
+    stubborn = fake.live("j")["0.0"]
+    fake.deaf.add(stubborn)
+    move(ctl, "j", ())  # stop: generation 2
+    ctl.clock.t += ctl.settings.leave_timeout + 1.0  # type: ignore[attr-defined]
+    ctl.poll(0.1)
+    assert stubborn in fake.killed and not rec.leaving  # killed before it wrote
+    move(ctl, "j", ("0.1",))
+    assert rec.gen is not None and rec.gen.after_generation == 0  # generation 1's, as is
+    settle(ctl)  # generation 3 forms
+    move(ctl, "j", ())  # stop: generation 4
+    settle(ctl)  # its worker departs, having written (as a real rank 0 does):
+    _write_checkpoint(ctl, "j", 4)
+    move(ctl, "j", ("0.2",))
+    assert rec.gen is not None and rec.gen.after_generation == 4
+
+
 def test_gpus_moved_without_the_jobs_operation_are_refused(tmp_path: Path) -> None:
     from deepboot.core.errors import InvalidDecisionError
 
