@@ -9,3 +9,11 @@ import os
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+
+# Hypothesis fails an example that runs past its deadline (200 ms by default): a
+# wall-clock threshold, which a loaded 2-core machine trips. No test of this suite
+# has one; every hypothesis test inherits this profile (an explicit setting wins).
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("deepboot", deadline=None)
+settings.load_profile("deepboot")
