@@ -1,16 +1,21 @@
-"""``deepboot load SERVICE --rate-profile FILE``: drive a service's HTTP endpoint with
-a rate profile and record every request (see :mod:`deepboot.runtime.loadgen`)."""
+"""``deepboot load SERVICE --rate-profile FILE`` and ``deepboot load --trace FILE``:
+drive the runtime's HTTP endpoint with a rate profile (one service) or replay a
+workload's inference rows (each to its service, with its execution time), and record
+every request (see :mod:`deepboot.runtime.loadgen`, :mod:`deepboot.runtime.tracereplay`)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -18,7 +23,14 @@ from rich.table import Table
 
 from deepboot.cli import limits
 from deepboot.cli.files import PathArg, check_outputs, require_path, write_text
-from deepboot.core.errors import ConfigError
+from deepboot.cli.services import read_services_arg
+from deepboot.core.errors import ConfigError, InputError
+from deepboot.core.service import DEFAULT_SLO_WAIT_S, MAX_REQUEST_TIMEOUT_S
+
+if TYPE_CHECKING:
+    from deepboot.core.jobs import Workload
+    from deepboot.runtime.loadgen import LoadSummary, PlannedRequest
+    from deepboot.sim.services import ServicesFile
 
 MAX_TIMEOUT_S = 3600.0
 """``0 < --timeout <= MAX_TIMEOUT_S``."""
@@ -46,9 +58,38 @@ examples:
   deepboot load infer-bert-0 --rate-profile p.csv --poisson --seed 3 --out run3.csv
   deepboot load svc --rate-profile p.csv --url http://10.0.0.1:8080 --token-file tok
 
-The requests CSV has one row per request: id,send_s,answer_s,status,latency_s,error
-(seconds since the start; status 0: no HTTP answer, see error: timeout, a connection
-error; a redirect is recorded, not followed).
+Trace replay (--trace FILE, instead of SERVICE --rate-profile): a DeepBoot-format
+workload (name,time,application,num_replicas,batch_size,duration,num_task, the
+format 'deepboot simulate' reads, checked the same way); each inference row is one
+request, sent at its time to its service (infer-<model>-<k>: the service of that
+name; with --services FILE, infer-<name>: that service of the file), with its
+duration as execution time: the body is --body (a JSON object) plus "exec_s": the
+duration, which the example handler (examples/runtime/echo_service.py) spends.
+--time-scale K divides times and durations by K (60: a trace minute per second);
+--service-map OLD=NEW sends a service's rows to another ('*=NEW': every other
+service's); --start, --duration (trace seconds) and --limit replay a slice.
+Training rows are checked and ignored.
+
+  deepboot load --trace ../shared/traces/workloads/small.csv --time-scale 60 \\
+      --service-map '*=echo' --limit 200
+  deepboot load --trace genai.csv --services genai.toml --time-scale 10
+
+Compressing time changes the ratio of cold start to run time: a 20 s cold start is
+20 s at any --time-scale, while the trace's gaps and execution times shrink by it,
+so SLO attainment under compression is pessimistic.
+
+The requests CSV has one row per request:
+id,send_s,answer_s,status,latency_s,error,service,wait_s,exec_s (seconds since the
+start; status 0: no HTTP answer, see error: timeout, a connection error; a redirect
+is recorded, not followed; wait_s: the router's X-Wait-Ms header, in seconds, empty
+without one; exec_s: the execution time asked for, empty without --trace).
+
+SLO attainment, per service: the share of its requests whose wait (arrival at the
+router to hand-off to a ready replica) is at most its slo_wait_s (--slo-wait, else
+the services file's, else 1 s). The wait is the X-Wait-Ms header; a 200 without it
+is estimated as latency minus exec_s (network and router time included, so
+pessimistic; the summary counts them); an answer without a wait (a 503, a timeout)
+missed.
 
 The endpoint: without --url, the one STATE_DIR/http.json records, and only once its
 GET /healthz has echoed the instance id of http.json (else http.json is stale, and
@@ -63,19 +104,84 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     """Add ``deepboot load`` to the ``deepboot`` parser."""
     p: argparse.ArgumentParser = sub.add_parser(
         "load",
-        help="send requests to an inference service following a rate profile",
+        help="send requests to inference services following a rate profile or a trace",
         description="Send POST /v1/SERVICE/infer requests to the runtime's HTTP endpoint "
-        "at the rates of a profile, record each answer in a CSV and print a summary "
-        "(answers by status, latency percentiles of the 200s).",
+        "at the rates of a profile (SERVICE --rate-profile FILE) or at the times of a "
+        "workload's inference rows (--trace FILE), record each answer in a CSV and print "
+        "a summary (answers by status, latency percentiles of the 200s, SLO attainment "
+        "per service).",
         epilog=_LOAD_EPILOG,
         formatter_class=formatter,
     )
-    p.add_argument("service", metavar="SERVICE", help="the inference service's name")
+    p.add_argument(
+        "service",
+        metavar="SERVICE",
+        nargs="?",
+        help="the inference service's name (with --rate-profile)",
+    )
     p.add_argument(
         "--rate-profile",
-        required=True,
         metavar="FILE",
-        help="CSV time_s,rps (see below)",
+        help="CSV time_s,rps (see below); one of --rate-profile and --trace",
+    )
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="DeepBoot workload CSV whose inference rows to replay (see below)",
+    )
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=None,
+        metavar="K",
+        help="with --trace: trace seconds per second, dividing its times and execution "
+        "times (1 without it; 60: a trace minute per second). Compressing time changes the "
+        "ratio of cold start to run time (a 20 s cold start is 20 s at any K while the "
+        "trace's gaps shrink), so attainment under compression is pessimistic",
+    )
+    p.add_argument(
+        "--service-map",
+        action="append",
+        default=[],
+        metavar="OLD=NEW",
+        help="with --trace: send the rows of service OLD to service NEW (repeatable; "
+        "OLD '*': every service not named otherwise)",
+    )
+    p.add_argument(
+        "--services",
+        metavar="FILE",
+        help="with --trace: the workload's services file (rows infer-<name> name its "
+        "services; their slo_wait_s apply)",
+    )
+    p.add_argument(
+        "--start",
+        type=float,
+        default=None,
+        metavar="S",
+        help="with --trace: replay the rows from trace second S on (sent from 0; 0 without it)",
+    )
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        metavar="S",
+        help="with --trace: replay only the rows before trace second START + S",
+    )
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --trace: replay at most the first N rows (of the window)",
+    )
+    p.add_argument(
+        "--slo-wait",
+        type=float,
+        default=None,
+        metavar="S",
+        help="every service's slo_wait_s for the attainment, 0 < S <= "
+        f"{MAX_REQUEST_TIMEOUT_S:g}; without it, the --services file's, else "
+        f"{DEFAULT_SLO_WAIT_S:g}",
     )
     p.add_argument(
         "--out",
@@ -132,8 +238,46 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     p.set_defaults(func=cmd_load)
 
 
+_TRACE_ONLY = ("time_scale", "services", "start", "duration", "limit")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
 def _check_args(args: argparse.Namespace) -> None:
-    if not _SERVICE.fullmatch(args.service):
+    """Refuse a bad combination or value of flags (ConfigError), before any file is read."""
+    if args.trace is not None and args.rate_profile is not None:
+        raise ConfigError(
+            "--trace and --rate-profile are two ways to schedule the requests; give one"
+        )
+    if args.trace is None and args.rate_profile is None:
+        raise ConfigError("give SERVICE --rate-profile FILE, or --trace FILE")
+    if args.slo_wait is not None and not (
+        math.isfinite(args.slo_wait) and 0 < args.slo_wait <= MAX_REQUEST_TIMEOUT_S
+    ):
+        raise ConfigError(
+            f"--slo-wait must be a number of seconds in (0, {MAX_REQUEST_TIMEOUT_S:g}], "
+            f"got {args.slo_wait}"
+        )
+    if args.trace is not None:
+        if args.service is not None:
+            raise ConfigError(
+                f"SERVICE {args.service!r} is not used with --trace: its rows name their "
+                "services (send them elsewhere with --service-map OLD=NEW)"
+            )
+        if args.poisson or args.seed is not None:
+            raise ConfigError(
+                "--poisson and --seed shape a --rate-profile; --trace sends at its times"
+            )
+    else:
+        if args.service is None:
+            raise ConfigError("--rate-profile needs SERVICE, the service to send to")
+        given = [_flag(d) for d in _TRACE_ONLY if getattr(args, d) is not None]
+        given += ["--service-map"] if args.service_map else []
+        if given:
+            raise ConfigError(f"{', '.join(given)}: only with --trace, not --rate-profile")
+    if args.service is not None and not _SERVICE.fullmatch(args.service):
         raise ConfigError(
             f"service name {args.service!r}: use letters, digits and _.- (at most 63)"
         )
@@ -151,11 +295,22 @@ def _check_args(args: argparse.Namespace) -> None:
         limits.check_seed(args.seed)
 
 
-def _body(text: str) -> Any:
+def _body(text: str, trace: bool) -> Any:
+    """The JSON of ``--body``; with ``--trace``, an object without ``exec_s`` (each
+    request sets it)."""
+    from deepboot.runtime.loadgen import EXEC_KEY
+
     try:
-        return json.loads(text)
+        body = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"--body is not valid JSON: {exc}") from None
+    if trace and not isinstance(body, dict):
+        raise ConfigError(
+            f"--body must be a JSON object with --trace (each request adds {EXEC_KEY!r} to it)"
+        )
+    if trace and EXEC_KEY in body:
+        raise ConfigError(f"--body sets {EXEC_KEY!r}, which each trace row sets to its own")
+    return body
 
 
 def _endpoint(
@@ -201,9 +356,9 @@ def _endpoint(
 class _LoadProgress:
     """The progress bar: requests answered of the total, and how many are in flight."""
 
-    def __init__(self, console: Console, service: str, total: int, enabled: bool) -> None:
+    def __init__(self, console: Console, label: str, total: int, enabled: bool) -> None:
         self._progress = Progress(
-            TextColumn(f"load {service}"),
+            TextColumn(label),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("answered  {task.fields[inflight]} in flight"),
@@ -229,39 +384,154 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.1f} ms"
 
 
-def cmd_load(args: argparse.Namespace, out: Console, err: Console) -> int:
+@dataclass(frozen=True, slots=True)
+class _Schedule:
+    """What one run sends: the requests, each service's SLO, the files read, and words
+    for the progress bar (``label``) and the summary (``span``: what it lasts)."""
+
+    requests: list[PlannedRequest]
+    slo_wait_s: dict[str, float]
+    inputs: list[PathArg]
+    label: str
+    span: str
+
+
+def _profile_schedule(args: argparse.Namespace) -> _Schedule:
+    """The rate profile's requests (``--rate-profile``, one service)."""
     import numpy as np
 
-    from deepboot.runtime.loadgen import run_load
+    from deepboot.runtime.loadgen import PlannedRequest
     from deepboot.runtime.rateprofile import RateProfile, send_times
 
-    _check_args(args)
-    profile_path = require_path(args.rate_profile, "--rate-profile")
-    out_path = require_path(args.out, "--out")
-    body = _body(args.body)
-    endpoint, inputs = _endpoint(args)
-    profile = RateProfile.load(profile_path)
-    check_outputs([PathArg("--out", out_path)], [PathArg("--rate-profile", profile_path), *inputs])
-    url, token = endpoint()  # last, once every local input is good: the network
+    path = require_path(args.rate_profile, "--rate-profile")
+    profile = RateProfile.load(path)
     rng = np.random.default_rng(args.seed or 0) if args.poisson else None
-    times = send_times(profile, rng)
+    requests = [PlannedRequest(t, args.service) for t in send_times(profile, rng)]
+    slo = args.slo_wait if args.slo_wait is not None else DEFAULT_SLO_WAIT_S
+    return _Schedule(
+        requests,
+        {args.service: slo},
+        [PathArg("--rate-profile", path)],
+        f"load {args.service}",
+        f"profile {profile.duration:g} s",
+    )
+
+
+def read_trace(path: str | Path, services: ServicesFile | None = None) -> Workload:
+    """Read a DeepBoot-format workload for ``--trace`` with the simulator's reader
+    (see :mod:`deepboot.runtime.tracereplay`).
+
+    Args:
+        path: The workload CSV.
+        services: Its services file, or None (rows are ``infer-<model>-<k>``).
+
+    Returns:
+        The workload; its ``inference`` tasks are the requests to replay, sorted by
+        submit time.
+
+    Raises:
+        InputError: what :func:`~deepboot.sim.workload.load_workload` raises (file,
+            line, column), or a workload without inference rows (line 0, column
+            ``application``).
+    """
+    from deepboot.perf.apps import load_apps
+    from deepboot.sim.workload import load_workload
+
+    if services is not None:
+        # The reader asks every used service for a cold start because the simulator
+        # needs one; a replay never uses it, and a runtime services file may leave it
+        # to be measured. 0 stands in for "unknown" and goes no further than here.
+        specs = {
+            name: spec
+            if spec.cold_start_s is not None
+            else dataclasses.replace(spec, cold_start_s=0.0)
+            for name, spec in services.specs.items()
+        }
+        services = dataclasses.replace(services, specs=MappingProxyType(specs))
+    # The catalog's models: what DeepBoot's infer-<model>-<k> rows (and the training
+    # rows, checked and then ignored) may name.
+    workload = load_workload(path, load_apps().keys(), services=services)
+    if not workload.inference:
+        raise InputError(
+            str(path),
+            0,
+            "application",
+            "no inference rows to replay (rows infer-<model>-<k>, or infer-<name> of "
+            "--services' services, with the DeepBoot header ...,duration,num_task)",
+        )
+    return workload
+
+
+def _trace_schedule(args: argparse.Namespace) -> _Schedule:
+    """The trace's requests (``--trace``; see :mod:`deepboot.runtime.tracereplay`)."""
+    from deepboot.runtime.tracereplay import parse_service_map, slo_waits
+    from deepboot.runtime.tracereplay import trace_schedule as schedule
+
+    path = require_path(args.trace, "--trace")
+    mapping = parse_service_map(args.service_map)
+    scale = 1.0 if args.time_scale is None else args.time_scale
+    inputs = [PathArg("--trace", path)]
+    if args.services is not None:
+        inputs.append(PathArg("--services", require_path(args.services, "--services")))
+    services = read_services_arg(args.services)
+    workload = read_trace(path, services)
+    requests = schedule(
+        workload,
+        path,
+        time_scale=scale,
+        service_map=mapping,
+        start_s=0.0 if args.start is None else args.start,
+        duration_s=args.duration,
+        limit=args.limit,
+    )
+    span = requests[-1].due_s * scale  # trace seconds from the window's start
+    return _Schedule(
+        requests,
+        slo_waits(workload, mapping, None if services is None else services.specs, args.slo_wait),
+        inputs,
+        f"replay {Path(path).name}",
+        f"trace {span:g} s at --time-scale {scale:g}",
+    )
+
+
+def cmd_load(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``deepboot load``: build the schedule, then send it and print the summary."""
+    from deepboot.runtime.loadgen import run_requests
+
+    _check_args(args)
+    out_path = require_path(args.out, "--out")
+    body = _body(args.body, args.trace is not None)
+    endpoint, inputs = _endpoint(args)
+    plan = _trace_schedule(args) if args.trace is not None else _profile_schedule(args)
+    check_outputs([PathArg("--out", out_path)], [*plan.inputs, *inputs])
+    url, token = endpoint()  # last, once every local input is good: the network
     show = not args.quiet and out.file.isatty()
-    with _LoadProgress(out, args.service, len(times), show) as progress:
+    with _LoadProgress(out, plan.label, len(plan.requests), show) as progress:
         summary = asyncio.run(
-            run_load(
+            run_requests(
                 url,
-                args.service,
-                times,
+                plan.requests,
                 token,
                 lambda text: write_text(out_path, text),  # atomic, also on Ctrl-C
                 body,
                 args.timeout,
                 progress=progress,
                 max_connections=args.max_connections,
+                slo_wait_s=plan.slo_wait_s,
             )
         )
+    _print_summary(out, summary, plan, args)
+    out.print(f"requests: {Path(out_path)}")
+    return 0
 
-    table = Table(title=f"{summary.sent} requests to {args.service}", title_justify="left")
+
+def _print_summary(
+    out: Console, summary: LoadSummary, plan: _Schedule, args: argparse.Namespace
+) -> None:
+    """Answers by status, latency of the 200s, SLO attainment per service, warnings."""
+    services = list(summary.slo)
+    to = services[0] if len(services) == 1 else f"{len(services)} services"
+    table = Table(title=f"{summary.sent} requests to {to}", title_justify="left")
     table.add_column("status")
     table.add_column("requests", justify="right")
     table.add_column("share", justify="right")
@@ -277,12 +547,29 @@ def cmd_load(args: argparse.Namespace, out: Console, err: Console) -> int:
     out.print(
         f"latency of the {summary.ok} 200s: p50 {_ms(summary.p50_s)}, p95 "
         f"{_ms(summary.p95_s)}, p99 {_ms(summary.p99_s)}, max {_ms(summary.max_s)}; "
-        f"ran {summary.duration_s:.1f} s (profile {profile.duration:g} s)"
+        f"ran {summary.duration_s:.1f} s ({plan.span})"
     )
+    slo = Table(title="SLO attainment (wait to a ready replica)", title_justify="left")
+    for column in ("service", "requests", "slo_wait_s", "met", "attainment"):
+        slo.add_column(column, justify="left" if column == "service" else "right")
+    estimated = 0
+    for name, s in summary.slo.items():
+        share = "-" if s.attainment is None else f"{100 * s.attainment:.1f} %"
+        slo.add_row(name, str(s.requests), f"{s.slo_wait_s:g}", str(s.met), share)
+        estimated += s.estimated
+    out.print(slo)
+    if estimated:
+        out.print(
+            f"[yellow]note:[/] {estimated} answers had no X-Wait-Ms header (a router "
+            "without it): their wait is estimated as latency minus exec_s, which counts "
+            "the network and the router's own time too, so it is pessimistic"
+        )
+    if args.trace is not None and args.time_scale not in (None, 1.0):
+        from deepboot.runtime.tracereplay import COMPRESSION_NOTE
+
+        out.print(f"[yellow]note:[/] {COMPRESSION_NOTE}")
     if summary.max_send_lag_s > 0.1:
         out.print(
             f"[yellow]warning:[/] some requests went out up to {summary.max_send_lag_s:.2f} s "
-            "late: this machine did not keep up with the profile"
+            "late: this machine did not keep up with the schedule"
         )
-    out.print(f"requests: {Path(out_path)}")
-    return 0

@@ -1,13 +1,21 @@
 """The load generator behind ``deepboot load``: send requests to a service's HTTP
 endpoint on a schedule and record every answer.
 
-The schedule comes from :mod:`deepboot.runtime.rateprofile` (the profile's format,
-and :func:`~deepboot.runtime.rateprofile.send_times`).
+The schedule comes from :mod:`deepboot.runtime.rateprofile` (a rate profile's send
+times, one service: :func:`run_load`) or :mod:`deepboot.runtime.tracereplay` (a
+workload's inference rows, each with its service and execution time:
+:func:`run_requests`).
 
-The run (:func:`run_load`): each request is sent at its time, without waiting for the
-answers of earlier ones; one answer per request is recorded in a CSV (see
-:data:`CSV_COLUMNS`), written atomically. Nothing is retried: a 503 is an answer to
-measure, not an error to hide.
+The run: each request is sent at its time, without waiting for the answers of earlier
+ones; one answer per request is recorded in a CSV (see :data:`CSV_COLUMNS`), written
+atomically. Nothing is retried: a 503 is an answer to measure, not an error to hide.
+
+SLO attainment (:class:`ServiceSlo`): a request meets its service's ``slo_wait_s``
+when it waited at most that long from its arrival at the router to its hand-off to a
+ready replica. The router reports that wait in the ``X-Wait-Ms`` response header
+(:data:`WAIT_HEADER`); from a router without it, the wait of a 200 answer is estimated
+as its latency minus its execution time (which also counts the network and the
+router's own time, so the estimate is pessimistic), and counted as estimated.
 """
 
 from __future__ import annotations
@@ -17,17 +25,56 @@ import csv
 import io
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 import numpy as np
 
-CSV_COLUMNS: tuple[str, ...] = ("id", "send_s", "answer_s", "status", "latency_s", "error")
+from deepboot.core.service import DEFAULT_SLO_WAIT_S
+
+CSV_COLUMNS: tuple[str, ...] = (
+    "id",
+    "send_s",
+    "answer_s",
+    "status",
+    "latency_s",
+    "error",
+    "service",
+    "wait_s",
+    "exec_s",
+)
 """Columns of the requests CSV: the request id, when it was sent and answered (seconds
 since the run's start), the HTTP status (0: no HTTP answer, see ``error``: "timeout",
-"cancelled" or the connection error), ``answer_s - send_s``, and the error."""
+"cancelled" or the connection error), ``answer_s - send_s``, the error, the service
+it went to, the router's wait (``X-Wait-Ms`` in seconds; empty when the answer had no
+such header) and the execution time the request asked for (empty when it asked for
+none: rate-profile runs)."""
+
+WAIT_HEADER = "X-Wait-Ms"
+"""The router's response header: milliseconds from the request's arrival at the
+router to its hand-off to a ready replica."""
+
+EXEC_KEY = "exec_s"
+"""The body key carrying a request's execution time in seconds (the example handler,
+examples/runtime/echo_service.py, spends it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRequest:
+    """One request of a schedule.
+
+    Attributes:
+        due_s: When to send it, seconds from the run's start (>= 0).
+        service: The service it goes to.
+        exec_s: The execution time it asks for (sent as the body's :data:`EXEC_KEY`),
+            or None to send the body as given.
+    """
+
+    due_s: float
+    service: str
+    exec_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -36,14 +83,41 @@ class RequestRecord:
 
     id: str
     due_s: float
+    service: str = ""
+    exec_s: float | None = None
     send_s: float = math.nan
     answer_s: float = math.nan
     status: int = 0
     error: str = ""
+    wait_s: float = math.nan  # the router's X-Wait-Ms, in seconds; nan: no header
 
     @property
     def latency_s(self) -> float:
         return self.answer_s - self.send_s
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSlo:
+    """SLO attainment of one service's requests in a run.
+
+    Attributes:
+        requests: Requests sent to the service.
+        met: Those whose wait was at most ``slo_wait_s``. A request without a known
+            wait (no answer, or an answer other than 200 without the header) missed.
+        slo_wait_s: The service's SLO.
+        estimated: Requests whose wait was estimated (a 200 answer without the
+            ``X-Wait-Ms`` header: latency minus execution time).
+    """
+
+    requests: int
+    met: int
+    slo_wait_s: float
+    estimated: int = 0
+
+    @property
+    def attainment(self) -> float | None:
+        """``met / requests`` (None without requests)."""
+        return self.met / self.requests if self.requests else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +133,7 @@ class LoadSummary:
         duration_s: From the start to the last answer.
         max_send_lag_s: Most a request was sent after its due time (a large value
             means this machine could not keep up with the profile).
+        slo: SLO attainment per service, by service name (sorted).
     """
 
     sent: int
@@ -71,6 +146,7 @@ class LoadSummary:
     duration_s: float
     max_send_lag_s: float
     latencies_ok: tuple[float, ...] = field(default=(), repr=False)
+    slo: dict[str, ServiceSlo] = field(default_factory=dict)
 
     @property
     def ok(self) -> int:
@@ -101,6 +177,7 @@ async def run_load(
     timeout_s: float,
     progress: ProgressCallback | None = None,
     max_connections: int = 1000,
+    slo_wait_s: float = DEFAULT_SLO_WAIT_S,
 ) -> LoadSummary:
     """Send ``POST {url}/v1/{service}/infer`` at each of ``times`` and record the answers.
 
@@ -120,18 +197,63 @@ async def run_load(
         progress: Called with (sent, answered, total) as the run goes.
         max_connections: Most connections open at once (more requests in flight wait
             for one, inside their timeout).
+        slo_wait_s: The service's SLO, for the summary's attainment.
 
     Returns:
         Counts by status, latency percentiles of the 200s, the run's duration.
     """
+    return await run_requests(
+        url,
+        [PlannedRequest(t, service) for t in times],
+        token,
+        save,
+        body,
+        timeout_s,
+        progress=progress,
+        max_connections=max_connections,
+        slo_wait_s={service: slo_wait_s},
+    )
+
+
+async def run_requests(
+    url: str,
+    requests: Sequence[PlannedRequest],
+    token: str | None,
+    save: Callable[[str], object],
+    body: Any,
+    timeout_s: float,
+    progress: ProgressCallback | None = None,
+    max_connections: int = 1000,
+    slo_wait_s: Mapping[str, float] | None = None,
+) -> LoadSummary:
+    """Send each of ``requests`` at its time to ``POST {url}/v1/{service}/infer`` and
+    record the answers (the arguments :func:`run_load` shares mean the same).
+
+    Args:
+        requests: The schedule, sorted by ``due_s``. Request ``i`` has the id
+            ``request_id(its service, i)``.
+        body: The JSON body of every request; a request with an ``exec_s`` sends it
+            with :data:`EXEC_KEY` set to that (then ``body`` must be a JSON object).
+        slo_wait_s: Each service's SLO in seconds; a service not in it:
+            :data:`~deepboot.core.service.DEFAULT_SLO_WAIT_S`.
+
+    Raises:
+        ValueError: a request has an ``exec_s`` and ``body`` is not a dict (before
+            anything is sent).
+    """
     import aiohttp
 
-    target = infer_url(url, service)
-    payload = json.dumps(body).encode()
+    if any(r.exec_s is not None for r in requests) and not isinstance(body, dict):
+        raise ValueError(f"a request with an {EXEC_KEY} needs a JSON object body")
+    plain = json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
-    records = [RequestRecord(request_id(service, i), t) for i, t in enumerate(times)]
+    records = [
+        RequestRecord(request_id(r.service, i), r.due_s, r.service, r.exec_s)
+        for i, r in enumerate(requests)
+    ]
+    targets: dict[str, str] = {}  # service -> its URL, built once per service
     total = len(records)
     counts = [0, 0]  # sent, answered
     report = progress or (lambda sent, answered, total: None)
@@ -140,6 +262,13 @@ async def run_load(
     start = loop.time()
 
     async def one(session: aiohttp.ClientSession, rec: RequestRecord) -> None:
+        target = targets.get(rec.service)
+        if target is None:
+            target = targets[rec.service] = infer_url(url, rec.service)
+        # Built per request, not up front: a long trace's bodies would all sit in memory.
+        payload = (
+            plain if rec.exec_s is None else json.dumps({**body, EXEC_KEY: rec.exec_s}).encode()
+        )
         rec.send_s = loop.time() - start
         counts[0] += 1
         try:
@@ -151,6 +280,7 @@ async def run_load(
             ) as resp:
                 await resp.read()
                 rec.status = resp.status
+                rec.wait_s = parse_wait_ms(resp.headers.get(WAIT_HEADER))
         except TimeoutError:
             rec.error = "timeout"
         except aiohttp.ClientError as exc:
@@ -185,7 +315,19 @@ async def run_load(
         save(_csv_text(records))
         raise
     save(_csv_text(records))
-    return _summarize(records)
+    return _summarize(records, slo_wait_s or {})
+
+
+def parse_wait_ms(value: str | None) -> float:
+    """The ``X-Wait-Ms`` header's value in seconds; nan when it is absent or not a
+    finite number >= 0 (a malformed header is no measurement, not an error of the run)."""
+    if value is None:
+        return math.nan
+    try:
+        ms = float(value.strip())
+    except ValueError:
+        return math.nan
+    return ms / 1000 if math.isfinite(ms) and ms >= 0 else math.nan
 
 
 def _finish_unsent(records: Sequence[RequestRecord], now: float) -> None:
@@ -201,8 +343,8 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _fmt(value: float) -> str:
-    return "" if math.isnan(value) else f"{value:.6f}"
+def _fmt(value: float | None) -> str:
+    return "" if value is None or math.isnan(value) else f"{value:.6f}"
 
 
 def _csv_text(records: Sequence[RequestRecord]) -> str:
@@ -218,12 +360,49 @@ def _csv_text(records: Sequence[RequestRecord]) -> str:
                 rec.status,
                 _fmt(rec.latency_s),
                 rec.error,
+                rec.service,
+                _fmt(rec.wait_s),
+                _fmt(rec.exec_s),
             ]
         )
     return buf.getvalue()
 
 
-def _summarize(records: Sequence[RequestRecord]) -> LoadSummary:
+def request_wait(rec: RequestRecord) -> tuple[float | None, bool]:
+    """(the request's wait in seconds or None when unknown, whether it is estimated).
+
+    The router's header when the answer had one; else, for a 200, its latency minus
+    its execution time (clamped at 0); else (no answer, or a refusal such as a 503
+    without the header) unknown: the request never reached a replica in time.
+    """
+    if not math.isnan(rec.wait_s):
+        return rec.wait_s, False
+    if rec.status == 200:
+        return max(rec.latency_s - (rec.exec_s or 0.0), 0.0), True
+    return None, False
+
+
+def _slo(
+    records: Sequence[RequestRecord], slo_wait_s: Mapping[str, float]
+) -> dict[str, ServiceSlo]:
+    tally: dict[str, list[int]] = {}  # service -> [requests, met, estimated]
+    for rec in records:
+        if math.isnan(rec.send_s):
+            continue  # never sent (a cancelled run): not a request of the service
+        row = tally.setdefault(rec.service, [0, 0, 0])
+        wait, estimated = request_wait(rec)
+        row[0] += 1
+        row[1] += wait is not None and wait <= slo_wait_s.get(rec.service, DEFAULT_SLO_WAIT_S)
+        row[2] += estimated
+    return {
+        name: ServiceSlo(n, met, slo_wait_s.get(name, DEFAULT_SLO_WAIT_S), est)
+        for name, (n, met, est) in sorted(tally.items())
+    }
+
+
+def _summarize(
+    records: Sequence[RequestRecord], slo_wait_s: Mapping[str, float] | None = None
+) -> LoadSummary:
     by_status: dict[int, int] = {}
     errors: dict[str, int] = {}
     ok: list[float] = []
@@ -249,4 +428,5 @@ def _summarize(records: Sequence[RequestRecord]) -> LoadSummary:
         duration_s=max((r.answer_s for r in sent), default=0.0),
         max_send_lag_s=max((r.send_s - r.due_s for r in sent), default=0.0),
         latencies_ok=tuple(ok),
+        slo=_slo(records, slo_wait_s or {}),
     )

@@ -20,6 +20,10 @@ from typing import Any
 WIDTH = 8
 """Input and output width of the model."""
 
+MAX_EXEC_S = 3600.0
+"""Largest per-request ``exec_s`` (a replica is busy that long; a bigger value is a
+mistake, refused with an error rather than holding the replica)."""
+
 
 def load(
     device: str, hidden: int = 64, delay_s: float = 0.0, **_: Any
@@ -30,11 +34,15 @@ def load(
         device: Where the model runs ("cpu", "cuda:0", ...).
         hidden: Width of the hidden layer.
         delay_s: Seconds each request sleeps before the forward pass (simulated GPU
-            time, to make a tiny model as slow as a real one).
+            time, to make a tiny model as slow as a real one), unless the request
+            names its own.
 
     Returns:
-        A handler: ``{"x": [floats]}`` (padded with zeros or trimmed to ``WIDTH``;
-        missing: all zeros) -> ``{"y": [WIDTH floats], "pid": the replica's pid}``.
+        A handler: ``{"x": [floats], "exec_s": seconds}`` -> ``{"y": [WIDTH floats],
+        "pid": the replica's pid}``. ``x`` is padded with zeros or trimmed to
+        ``WIDTH`` (missing: all zeros). ``exec_s`` (optional, a number in [0,
+        MAX_EXEC_S]) is the seconds this request sleeps instead of ``delay_s``:
+        ``deepboot load --trace`` sends each trace row's execution time so.
     """
     import torch  # only where a replica runs: the simulator never needs torch
 
@@ -65,6 +73,19 @@ def _model(hidden: int) -> Any:
     )
 
 
+def _exec_s(request: dict[str, Any], default: float) -> float:
+    """The request's ``exec_s``, checked, or ``default`` when it gives none."""
+    value = request.get("exec_s")
+    if value is None:
+        return default
+    # bool is an int: {"exec_s": true} is a mistake, not one second.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"'exec_s' must be a number of seconds, got {type(value).__name__}")
+    if not 0 <= value <= MAX_EXEC_S:  # also refuses nan
+        raise ValueError(f"'exec_s' must be in [0, {MAX_EXEC_S:g}] seconds, got {value!r}")
+    return float(value)
+
+
 def _handler(model: Any, device: str, delay: float) -> Callable[[dict[str, Any]], dict[str, Any]]:
     import torch
 
@@ -78,8 +99,9 @@ def _handler(model: Any, device: str, delay: float) -> Callable[[dict[str, Any]]
             raise ValueError(f"'x' must be a list of numbers, got {type(raw).__name__}")
         values = [float(v) for v in raw[:width]]
         values += [0.0] * (width - len(values))
-        if delay > 0:
-            time.sleep(delay)
+        pause = _exec_s(request, delay)
+        if pause > 0:
+            time.sleep(pause)
         with torch.no_grad():
             x = torch.tensor(values, dtype=torch.float32, device=device).unsqueeze(0)
             y = model(x).squeeze(0).cpu().tolist()

@@ -1,5 +1,5 @@
-"""The load generator: rate profiles, send times, and real runs against a small
-aiohttp server started here (loopback, port 0).
+"""The load generator: rate profiles, send times, trace replay schedules, and real
+runs against a small aiohttp server started here (loopback, port 0).
 
 The runs need the runtime extra (aiohttp): they carry the ``runtime`` marker and run
 in ``make test-runtime``; the rest is in the default suite.
@@ -18,9 +18,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deepboot.core.errors import InputError
-from deepboot.runtime.loadgen import CSV_COLUMNS, request_id, run_load
+from deepboot.cli.load import read_trace
+from deepboot.core.errors import ConfigError, InputError
+from deepboot.runtime.loadgen import (
+    CSV_COLUMNS,
+    PlannedRequest,
+    RequestRecord,
+    ServiceSlo,
+    _summarize,
+    parse_wait_ms,
+    request_id,
+    request_wait,
+    run_load,
+    run_requests,
+)
 from deepboot.runtime.rateprofile import MAX_REQUESTS, RateProfile, send_times
+from deepboot.runtime.tracereplay import parse_service_map, slo_waits, trace_schedule
 from tests.cli_helpers import assert_one_line_error, run_cli
 
 try:
@@ -40,6 +53,19 @@ def _profile(tmp_path: Path, text: str, name: str = "p.csv") -> Path:
 
 
 # ------------------------------------------------------------------ profiles
+
+
+def _input_error(
+    read: Callable[[], object], path: Path, line: int, column: str, words: str
+) -> InputError:
+    """The InputError ``read()`` raises, checked: it names ``path``, ``line`` and
+    ``column``, and its message says ``words``."""
+    with pytest.raises(InputError) as info:
+        read()
+    err = info.value
+    assert (err.path, err.line, err.field) == (str(path), line, column), str(err)
+    assert words in err.message
+    return err
 
 
 def test_profile_is_piecewise_constant_and_the_last_row_ends_it(tmp_path: Path) -> None:
@@ -87,11 +113,7 @@ def test_bad_profile_names_file_line_and_column(
     tmp_path: Path, text: str, line: int, column: str, words: str
 ) -> None:
     path = _profile(tmp_path, text)
-    with pytest.raises(InputError) as info:
-        RateProfile.load(path)
-    err = info.value
-    assert (err.path, err.line, err.field) == (str(path), line, column), str(err)
-    assert words in err.message
+    err = _input_error(lambda: RateProfile.load(path), path, line, column, words)
     assert str(err).startswith(f"{path}:{line}: field '{column}':")
 
 
@@ -483,3 +505,272 @@ def test_cli_load_input_errors_are_one_line(
     )
     assert code == 2
     assert_one_line_error(err, "http-token", "empty")
+
+
+# ------------------------------------------------------------------ trace replay
+
+_DEEPBOOT_HEADER = "name,time,application,num_replicas,batch_size,duration,num_task\n"
+
+
+def _trace(tmp_path: Path, rows: str, name: str = "w.csv") -> Path:
+    path = tmp_path / name
+    path.write_text(_DEEPBOOT_HEADER + rows, encoding="utf-8")
+    return path
+
+
+_ROWS = (
+    "t0,0,cifar10,1,128,-1,0\n"  # a training row: checked, not replayed
+    "i1,120,infer-bert-1,1,1,30,5\n"
+    "i0,60,infer-ncf-2,1,1,6,1\n"
+    "i2,180,infer-ncf-2,1,1,12.5,1\n"
+)
+
+
+def test_trace_schedule_times_scale_services_and_exec_times(tmp_path: Path) -> None:
+    path = _trace(tmp_path, _ROWS)
+    workload = read_trace(path)
+    got = trace_schedule(workload, str(path), time_scale=60)
+    assert got == [
+        PlannedRequest(1.0, "infer-ncf-2", 0.1),
+        PlannedRequest(2.0, "infer-bert-1", 0.5),
+        PlannedRequest(3.0, "infer-ncf-2", 12.5 / 60),
+    ]
+    mapped = trace_schedule(workload, str(path), service_map={"infer-ncf-2": "echo"})
+    assert [(r.due_s, r.service, r.exec_s) for r in mapped] == [
+        (60.0, "echo", 6.0),
+        (120.0, "infer-bert-1", 30.0),
+        (180.0, "echo", 12.5),
+    ]
+    # '*': every service the map does not name
+    star = trace_schedule(workload, str(path), service_map={"*": "echo", "infer-bert-1": "b"})
+    assert [r.service for r in star] == ["echo", "b", "echo"]
+    # a window: [100, 200) from 100 on, then its first request only
+    window = trace_schedule(workload, str(path), time_scale=2, start_s=100, duration_s=100)
+    assert [(r.due_s, r.service) for r in window] == [(10.0, "infer-bert-1"), (40.0, "infer-ncf-2")]
+    assert len(trace_schedule(workload, str(path), start_s=100, limit=1)) == 1
+
+
+def test_trace_rows_naming_a_services_file_and_their_slos(tmp_path: Path) -> None:
+    from deepboot.sim.services import read_services_file
+
+    services = tmp_path / "s.toml"
+    services.write_text(
+        '[[service]]\nname = "sd"\nmodel = "sdxl"\nslo_wait_s = 45.0\n\n'  # no cold start
+        '[[service]]\nname = "lora"\nmodel = "m2"\ncold_start_s = 20.0\n',
+        encoding="utf-8",
+    )
+    path = _trace(tmp_path, "a,0,infer-sd,1,1,23,1\nb,5,infer-lora,1,1,2,1\n")
+    sfile = read_services_file(services)
+    workload = read_trace(path, sfile)
+    got = trace_schedule(workload, str(path), time_scale=10)
+    assert [(r.due_s, r.service, r.exec_s) for r in got] == [(0.0, "sd", 2.3), (0.5, "lora", 0.2)]
+    assert slo_waits(workload, {}, sfile.specs) == {"sd": 45.0, "lora": 1.0}
+    assert slo_waits(workload, {}, sfile.specs, slo_wait_s=3.0) == {"sd": 3.0, "lora": 3.0}
+    with pytest.raises(ConfigError, match="give --slo-wait"):
+        slo_waits(workload, {"sd": "x", "lora": "x"}, sfile.specs)
+
+
+@pytest.mark.parametrize(
+    ("rows", "line", "column", "words"),
+    [
+        ("i0,60,infer-ncf-2,1,1,0,1\n", 2, "duration", "must be positive"),
+        ("i0,60,infer-ncf-2,1,1,x,1\n", 2, "duration", "not a number"),
+        ("i0,-1,infer-ncf-2,1,1,6,1\n", 2, "time", "non-negative"),
+        ("i0,1,infer-ncf-2,1,1,6,1\ni1,2,infer-nope-1,1,1,6,1\n", 3, "application", "nope"),
+        ("i0,1,infer-ncf-2,1,1,6\n", 2, "num_task", "missing"),
+        ("t0,0,cifar10,1,128,-1,0\n", 0, "application", "no inference rows"),
+    ],
+)
+def test_bad_traces_name_file_line_and_field(
+    tmp_path: Path, rows: str, line: int, column: str, words: str
+) -> None:
+    path = _trace(tmp_path, rows)
+    _input_error(lambda: read_trace(path), path, line, column, words)
+
+
+def test_bad_schedule_arguments_are_config_errors(tmp_path: Path) -> None:
+    path = _trace(tmp_path, _ROWS)
+    workload = read_trace(path)
+    for kwargs, words in [
+        ({"time_scale": 0}, "--time-scale"),
+        ({"time_scale": math.inf}, "--time-scale"),
+        ({"start_s": -1}, "--start"),
+        ({"duration_s": 0}, "--duration"),
+        ({"limit": 0}, "--limit"),
+        ({"service_map": {"infer-bert-9": "x"}}, "'infer-bert-9', not a service of"),
+        ({"start_s": 1000}, "window"),
+    ]:
+        with pytest.raises(ConfigError, match=words):
+            trace_schedule(workload, str(path), **kwargs)  # type: ignore[arg-type]
+
+
+def test_service_map_values() -> None:
+    assert parse_service_map(["a=b", " c = d ", "*=e"]) == {"a": "b", "c": "d", "*": "e"}
+    for bad, words in [
+        (["a"], "OLD=NEW"),
+        (["=b"], "OLD=NEW"),
+        (["a="], "OLD=NEW"),
+        (["a=no space"], "not a service name"),
+        (["a=b", "a=c"], "twice"),
+    ]:
+        with pytest.raises(ConfigError, match=words):
+            parse_service_map(bad)
+
+
+def test_the_example_handler_spends_the_requests_exec_time() -> None:
+    import importlib.util
+
+    path = Path(__file__).parents[2] / "examples" / "runtime" / "echo_service.py"
+    spec = importlib.util.spec_from_file_location("echo_service_example", path)
+    assert spec is not None and spec.loader is not None
+    echo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(echo)
+    assert echo._exec_s({}, 0.25) == 0.25  # none given: the service's delay_s
+    assert echo._exec_s({"exec_s": 2}, 0.25) == 2.0
+    for bad in (True, "1", -1, math.nan, echo.MAX_EXEC_S + 1):
+        with pytest.raises(ValueError, match="exec_s"):
+            echo._exec_s({"exec_s": bad}, 0.0)
+
+
+def test_wait_header_and_slo_attainment_without_a_server() -> None:
+    assert parse_wait_ms("250") == 0.25 and parse_wait_ms(" 0 ") == 0.0
+    for bad in (None, "", "x", "-1", "nan", "inf"):
+        assert math.isnan(parse_wait_ms(bad))
+    records = [
+        # measured: 0.5 s <= 1 s, met; 1.5 s, missed
+        RequestRecord("a", 0.0, "s", 2.0, 0.0, 3.0, 200, wait_s=0.5),
+        RequestRecord("b", 0.0, "s", 2.0, 0.0, 3.0, 200, wait_s=1.5),
+        # estimated: 3 s latency - 2.5 s exec = 0.5 s, met
+        RequestRecord("c", 0.0, "s", 2.5, 0.0, 3.0, 200),
+        # a 503 without the header, a timeout: no wait, missed
+        RequestRecord("d", 0.0, "s", 2.0, 0.0, 0.1, 503),
+        RequestRecord("e", 0.0, "t", None, 0.0, 9.0, 0, "timeout"),
+    ]
+    wait, estimated = request_wait(records[2])
+    assert wait == pytest.approx(0.5) and estimated
+    assert request_wait(records[3]) == (None, False)
+    summary = _summarize(records, {"s": 1.0, "t": 5.0})
+    assert summary.slo == {"s": ServiceSlo(4, 2, 1.0, 1), "t": ServiceSlo(1, 0, 5.0, 0)}
+    assert summary.slo["s"].attainment == 0.5
+
+
+class _TraceServer(_Server):
+    """200 to every request of services 'a' and 'b', echoing the body; 'a' answers
+    with ``X-Wait-Ms: 250`` (as the router does), 'b' without it (an older router)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, object]]] = []
+        super().__init__()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        service = request.match_info["service"]
+        body = await request.json()
+        self.seen.append((service, body))
+        headers = {"X-Wait-Ms": "250"} if service == "a" else {}
+        return web.json_response({"echo": body}, headers=headers)
+
+
+@pytest.fixture
+def trace_server() -> Iterator[_TraceServer]:
+    pytest.importorskip("aiohttp")
+    s = _TraceServer()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.mark.runtime
+def test_run_requests_sends_each_to_its_service_with_its_exec_time(
+    trace_server: _TraceServer, tmp_path: Path
+) -> None:
+    out = tmp_path / "r.csv"
+    plan = [PlannedRequest(0.0, "a", 0.5), PlannedRequest(0.05, "b", 0.01)]
+    summary = asyncio.run(
+        run_requests(
+            trace_server.url, plan, None, _saver(out), {"x": [1]}, 2.0, slo_wait_s={"a": 0.2}
+        )
+    )
+    assert sorted(trace_server.seen, key=lambda s: s[0]) == [
+        ("a", {"x": [1], "exec_s": 0.5}),
+        ("b", {"x": [1], "exec_s": 0.01}),
+    ]
+    rows = _read(out)
+    assert [(r["id"], r["service"], r["exec_s"]) for r in rows] == [
+        (request_id("a", 0), "a", "0.500000"),
+        (request_id("b", 1), "b", "0.010000"),
+    ]
+    assert rows[0]["wait_s"] == "0.250000" and rows[1]["wait_s"] == ""
+    # a: 0.25 s measured > its 0.2 s SLO; b: estimated (latency - 0.01 s) <= 1 s
+    assert summary.slo == {"a": ServiceSlo(1, 0, 0.2, 0), "b": ServiceSlo(1, 1, 1.0, 1)}
+    with pytest.raises(ValueError, match="JSON object"):
+        asyncio.run(run_requests(trace_server.url, plan, None, _saver(out), [1], 2.0))
+
+
+@pytest.mark.runtime
+def test_cli_load_trace_end_to_end(
+    trace_server: _TraceServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = _trace(tmp_path, _ROWS)
+    out = tmp_path / "out.csv"
+    argv = ["load", "--trace", str(trace), "--out", str(out), "--url", trace_server.url]
+    argv += ["--time-scale", "600", "--service-map", "infer-ncf-2=a"]
+    argv += ["--service-map", "infer-bert-1=b", "--slo-wait", "0.3"]
+    code, stdout, stderr = run_cli(capsys, *argv)
+    assert code == 0, stderr
+    rows = _read(out)
+    assert [(r["service"], r["exec_s"], r["status"]) for r in rows] == [
+        ("a", "0.010000", "200"),
+        ("b", "0.050000", "200"),
+        ("a", f"{12.5 / 600:.6f}", "200"),
+    ]
+    assert float(rows[2]["send_s"]) >= 0.2  # trace second 180 at 600x
+    assert "SLO attainment" in stdout and "100.0 %" in stdout
+    assert "X-Wait-Ms" in stdout  # b's wait was estimated, and the summary says so
+    assert "cold start" in stdout  # compressed: the summary says what that does
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["svc", "--rate-profile", "p.csv", "--trace", "w.csv"], ["--trace and --rate-profile"]),
+        ([], ["--rate-profile", "--trace"]),
+        (["--rate-profile", "p.csv"], ["needs SERVICE"]),
+        (["svc", "--trace", "w.csv"], ["not used with --trace", "--service-map"]),
+        (["--trace", "w.csv", "--poisson"], ["--poisson"]),
+        (["svc", "--rate-profile", "p.csv", "--time-scale", "60"], ["--time-scale", "only"]),
+        (["svc", "--rate-profile", "p.csv", "--service-map", "a=b"], ["--service-map", "only"]),
+        (["svc", "--rate-profile", "p.csv", "--limit", "3"], ["--limit", "only"]),
+        (["--trace", "w.csv", "--slo-wait", "0"], ["--slo-wait must be"]),
+        (["--trace", "w.csv", "--body", "[1]"], ["--body must be a JSON object"]),
+        (["--trace", "w.csv", "--body", '{"exec_s": 1}'], ["--body sets 'exec_s'"]),
+        (["--trace", "w.csv", "--service-map", "x"], ["OLD=NEW"]),
+        (["--trace", "w.csv", "--time-scale", "-1"], ["--time-scale must be"]),
+    ],
+)
+def test_cli_load_trace_bad_arguments_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], words: list[str]
+) -> None:
+    _trace(tmp_path, _ROWS)
+    _profile(tmp_path, "time_s,rps\n0,1\n1,0\n")
+    argv = [a if not a.endswith(".csv") else str(tmp_path / a) for a in argv]
+    code, _, err = run_cli(capsys, "load", *argv, "--url", "http://127.0.0.1:1")
+    assert code == 2
+    assert_one_line_error(err, *words)
+
+
+def test_cli_load_trace_input_error_names_file_line_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = _trace(tmp_path, "i0,60,infer-ncf-2,1,1,6,1\ni1,61,infer-ncf-2,1,1,-3,1\n")
+    code, _, err = run_cli(capsys, "load", "--trace", str(bad), "--url", "http://127.0.0.1:1")
+    assert code == 2
+    assert_one_line_error(err, f"{bad}:3: field 'duration':")
+
+
+def test_cli_load_help_says_what_compression_does(capsys: pytest.CaptureFixture[str]) -> None:
+    code, stdout, _ = run_cli(capsys, "load", "--help")
+    assert code == 0
+    text = " ".join(stdout.split())
+    assert "--trace" in text and "--time-scale" in text
+    assert "a 20 s cold start is 20 s at any --time-scale" in text and "pessimistic" in text
