@@ -455,6 +455,32 @@ def _float_or_none(text: str) -> float | None:
     return round(float(text), 3) if text else None
 
 
+def _slo_entry(wait_s: float, target: float, counted: dict[str, Any] | None) -> dict[str, Any]:
+    """A service's SLO and its attainment as the controller last wrote it (its
+    ``slo`` meta, :meth:`deepboot.runtime.slo.SloTally.view`): ``recent`` over the
+    ``window_s`` before that write, ``total`` since the controller started; zeros
+    (attainment null) before the service's first answer."""
+    from deepboot.runtime.slo import WINDOW_S, Attainment
+
+    none = Attainment().to_json()
+    counted = counted or {}
+    return {
+        "slo_wait_s": wait_s,
+        "slo_target": target,
+        "window_s": counted.get("window_s", WINDOW_S),
+        "recent": counted.get("recent", none),
+        "total": counted.get("total", none),
+    }
+
+
+def _attained(counts: dict[str, Any]) -> str:
+    """``98.5% (197/200)``, or ``-`` before any request."""
+    total = counts["within"] + counts["over"]
+    if not total:
+        return "-"
+    return f"{100.0 * counts['attainment']:.1f}% ({counts['within']}/{total})"
+
+
 def status_document(state: StateDir) -> dict[str, Any]:
     """What ``deepboot status --json`` prints (schema: docs/runtime.md)."""
     from deepboot.runtime.lifecycle import controller_alive
@@ -474,6 +500,7 @@ def status_document(state: StateDir) -> dict[str, Any]:
     for g in gpus:
         if g.state == "lent" and g.holder:
             lent.setdefault(g.holder, []).append(g.gpu)
+    slo = json.loads(store.meta("slo", "{}"))
     endpoint = None
     if state.http_file.exists():
         endpoint = json.loads(state.http_file.read_text()).get("url")
@@ -517,6 +544,7 @@ def status_document(state: StateDir) -> dict[str, Any]:
                 # Unix time before which no new one starts (null: none).
                 "load_failures": r.load_failures,
                 "backoff_until": r.backoff_until,
+                "slo": _slo_entry(r.spec.slo_wait_s, r.spec.slo_target, slo.get(r.spec.name)),
                 "replicas": [
                     {"gpu": g.gpu, "state": g.state, "hits": g.hits}
                     for g in gpus
@@ -588,6 +616,9 @@ def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:
             "in flight / replica",
             "cold start",
             "back-off",
+            "SLO wait (target)",
+            "within SLO, last 5 min",
+            "since start",
         ):
             st.add_column(col)
         now = time.time()
@@ -600,7 +631,12 @@ def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:
                 left = (sv["backoff_until"] or now) - now
                 wait = f"{left:.0f} s left" if left > 0 else "over"
                 backoff = f"{sv['load_failures']} failed loads; {wait}"
-            st.add_row(sv["name"], sv["model"], reps + cap, str(sv["concurrency"]), cold, backoff)
+            slo = sv["slo"]
+            st.add_row(
+                sv["name"], sv["model"], reps + cap, str(sv["concurrency"]), cold, backoff,
+                f"{slo['slo_wait_s']:g} s ({100.0 * slo['slo_target']:g}%)",
+                _attained(slo["recent"]), _attained(slo["total"]),
+            )  # fmt: skip
         out.print(st)
     if doc["caches"]:
         ct = Table(title="model caches (host memory)")

@@ -52,6 +52,7 @@ from deepboot.runtime.settings import (
     check_runnable,
     settings_file,
 )
+from deepboot.runtime.slo import SloTally
 from deepboot.runtime.statedir import StateDir
 from deepboot.runtime.statelock import HeldElsewhereError, StateLock
 from deepboot.runtime.store import JobStore, LogKind
@@ -128,6 +129,8 @@ class Controller(Recovery):
         self.waiting: dict[str, str] = {}  # the arrivals the loop could not place, in order
         # Every request the router accepted and every answer: the services' load.
         self.demand = LoadWindow()
+        self.slo = SloTally()  # each answer within or over its service's slo_wait_s
+        self._slo_logged: dict[str, tuple[int, int, float]] = {}
         self._adopt: list[BoardGpu] = []  # replicas recovered, for the router once it runs
         self._cold_starts: list[tuple[str, float]] = []
         # Crash-loop back-offs to record: service -> (failures in a row, Unix time
@@ -166,6 +169,14 @@ class Controller(Recovery):
         finally:
             if self.router is not None:
                 self.router.stop()
+        # Stopped cleanly: the answers the router gave before it stopped count, and
+        # the event log's last ``slo`` records equal the router's SLO counters. (The
+        # other messages are moot now: a restarted controller recovers from the store.)
+        for msg in self.inbox.drain():
+            if isinstance(msg, rt.Answered):
+                self.slo.record(msg.service, msg.within, self.clock())
+        self.log_slo(every_s=0.0)
+        self.flush()
 
     def start(self, serve: bool = True) -> None:
         """Recover, start (or find) the node-local model caches, start the HTTP

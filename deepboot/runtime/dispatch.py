@@ -53,6 +53,7 @@ from typing import Any
 
 from deepboot.core.service import ServiceSpec
 from deepboot.runtime.messages import (
+    Answered,
     Arrival,
     Backoff,
     Died,
@@ -73,6 +74,7 @@ from deepboot.runtime.routerstate import (
     Replica,
     ServiceQueue,
 )
+from deepboot.runtime.slo import wait_header
 
 log = logging.getLogger("deepboot.router")
 
@@ -111,6 +113,9 @@ class Dispatcher:
                 q.spec = spec
             if q.cold_s is None:
                 q.cold_s = cold.get(name)
+            # Present at 0 from the start: a scrape shows every service's SLO counts.
+            self.metrics.within_slo.labels(name)
+            self.metrics.over_slo.labels(name)
 
     def _restore_backoff(self, service: str, failures: int, seconds_left: float) -> None:
         q = self.services.get(service)
@@ -257,6 +262,7 @@ class Dispatcher:
                 self.inbox.put(Withdraw(p.id))
                 p.posted = False
             rep.inflight += 1
+            p.handed = time.monotonic()  # the end of its wait
             asyncio.ensure_future(self._dispatch(p, rep))
         self.metrics.pending.labels(service).set(len(q.queue))
 
@@ -271,6 +277,7 @@ class Dispatcher:
         answered 503 instead."""
         q = self.services[p.service]
         assert self._loop is not None
+        p.handed = None  # queued (again, after a death): it waits (again)
         now = time.monotonic()
         if now >= p.queue_deadline:
             self._answer_timeout(q, p)
@@ -395,12 +402,29 @@ class Dispatcher:
         if p.timer is not None:
             p.timer.cancel()
         self._ids.discard(p.id)  # an id is in progress until its request is answered
-        spent = time.monotonic() - p.arrived
+        now = time.monotonic()
+        # Never handed to a replica: what it waited is its whole time, to this answer.
+        wait = (now if p.handed is None else p.handed) - p.arrived
         body = {"id": p.id, "service": p.service, **body}
-        p.future.set_result(Answer(status, body, {"X-Request-Id": p.id, **headers}))
-        self.metrics.requests.labels(p.service, str(status)).inc()
+        headers = {"X-Request-Id": p.id, "X-Wait-Ms": wait_header(wait), **headers}
+        p.future.set_result(Answer(status, body, headers))
+        self._count(p.service, status, wait, now - p.arrived, handed=p.handed is not None)
+
+    def _count(self, service: str, status: int, wait: float, spent: float, handed: bool) -> None:
+        """Count an answered request of ``service`` (answered ``status``, ``wait`` and
+        ``spent`` seconds from arrival to hand-off and to answer; ``handed``: it reached
+        a replica) in the metrics, and tell the controller (its SLO attainment). Within
+        the SLO only when handed to a replica within ``slo_wait_s``: a request that
+        never reached one counts as over (:mod:`deepboot.runtime.slo`)."""
+        within = handed and wait <= self.services[service].spec.slo_wait_s
+        m = self.metrics
+        m.requests.labels(service, str(status)).inc()
+        (m.within_slo if within else m.over_slo).labels(service).inc()
+        if handed:
+            m.wait.labels(service).observe(wait)
         if status == 200:
-            self.metrics.latency.labels(p.service).observe(spent)
+            m.latency.labels(service).observe(spent)
+        self.inbox.put(Answered(service, within))
 
 
 def _we_are_cancelled() -> bool:

@@ -38,6 +38,7 @@ class Intake(Nodes):
         events += self.take_cancellations(rows)
         for event in events:
             self.post(event)
+        self.log_slo()
 
     def handle_messages(self) -> None:
         """Act on what the router reported (arrivals, idle and dead replicas)."""
@@ -46,6 +47,8 @@ class Intake(Nodes):
                 self.demand.arrived(msg.service, self.clock())
             elif isinstance(msg, rt.Served):
                 self.demand.ran(msg.service, self.clock(), msg.seconds)
+            elif isinstance(msg, rt.Answered):
+                self.slo.record(msg.service, msg.within, self.clock())
             elif isinstance(msg, rt.Arrival):
                 if msg.task in self.arrived or msg.service not in self.specs:
                     continue

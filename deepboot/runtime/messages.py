@@ -87,7 +87,17 @@ class Served:
     seconds: float
 
 
-Message = Arrival | Withdraw | Idle | Ready | Died | Backoff | Received | Served
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A request of ``service`` was answered; ``within``: it reached a replica within
+    the service's ``slo_wait_s`` (:mod:`deepboot.runtime.slo` says which count where).
+    One per answer, as the router's SLO counters count it."""
+
+    service: str
+    within: bool
+
+
+Message = Arrival | Withdraw | Idle | Ready | Died | Backoff | Received | Served | Answered
 
 
 class Inbox:

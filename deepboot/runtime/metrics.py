@@ -19,7 +19,20 @@ deepboot_replica_host_starts_total              counter    service (from the nod
 deepboot_service_pending_requests               gauge      service (queue length)
 deepboot_inference_requests_total               counter    service, code
 deepboot_inference_request_duration_seconds     histogram  service (arrival to answer)
+deepboot_inference_request_wait_seconds         histogram  service (arrival to replica)
+deepboot_requests_within_slo_total              counter    service (wait <= slo_wait_s)
+deepboot_requests_over_slo_total                counter    service (the other answers)
 ==============================================  =========  ===========================
+
+The SLO counters count every answered request of a service once, as within or over
+its ``slo_wait_s``: within when the router handed it to a ready replica within
+``slo_wait_s`` of its arrival, over otherwise, a request that never reached a replica
+(queue full, timed out in the queue, its handler failing to load, its client gone)
+included (:mod:`deepboot.runtime.slo` has the whole rule). The wait histogram has the
+requests that reached a replica, the duration histogram those answered 200. Both
+histograms have one bucket set for every service (a Prometheus histogram's buckets
+are fixed per metric, not per label): from 5 ms, below any warm wait, to 60 s, above
+the default ``request_timeout_s``.
 
 The GPU, job and resize counters are rebuilt from the event log when a controller
 starts, so they always equal the log's counts (a scrape's counters match
@@ -92,6 +105,21 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.wait = Histogram(
+            "deepboot_inference_request_wait_seconds",
+            "Seconds from a request's arrival to its hand-off to a ready replica",
+            ["service"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.within_slo = Counter(
+            "deepboot_requests_within_slo", "Requests handed to a replica within slo_wait_s",
+            ["service"], registry=r,
+        )  # fmt: skip
+        self.over_slo = Counter(
+            "deepboot_requests_over_slo", "Requests handed to a replica late, or never",
+            ["service"], registry=r,
+        )  # fmt: skip
         for kind in RESIZE_KINDS:
             self.resizes.labels(kind)  # present at 0 from the start
         # The event log's counts, by key ("lent", "reclaimed", "resize:<how>",

@@ -13,6 +13,7 @@ Each part builds on the ones before it, in that order.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 from collections.abc import Callable, Mapping
@@ -24,6 +25,7 @@ from deepboot.core.service import ServiceSpec
 from deepboot.runtime import messages as rt
 from deepboot.runtime.actors import Actors
 from deepboot.runtime.settings import LATENCIES_KEPT, ControllerSettings
+from deepboot.runtime.slo import SloTally
 from deepboot.runtime.statedir import StateDir
 from deepboot.runtime.store import GpuRow, JobStore, LogKind
 from deepboot.runtime.world import JobRec, gpu_name
@@ -32,6 +34,9 @@ from deepboot.scheduler.events import Event
 from deepboot.world.demand import LoadWindow
 from deepboot.world.driver import Driver
 from deepboot.world.gpus import BoardGpu, GpuBoard
+
+SLO_LOG_EVERY_S = 60.0
+"""Least seconds between two ``slo`` event-log records of a service (while it serves)."""
 
 if TYPE_CHECKING:
     from deepboot.runtime.metrics import Metrics
@@ -48,6 +53,8 @@ class ControllerParts:
         waiting: The arrivals the loop could not place, in order.
         demand: Every request the router accepted and every answer: the services'
             load, for the lending reserve.
+        slo: Every answer, within or over its service's ``slo_wait_s``, since this
+            controller started and in the last 5 minutes (``deepboot status``).
         driver: The one driver: its queue holds the ticks and the protect timers.
     """
 
@@ -68,6 +75,9 @@ class ControllerParts:
     arrived: dict[str, str]
     waiting: dict[str, str]
     demand: LoadWindow
+    slo: SloTally
+    # Each service's SLO counts as last written to the event log, and when (Unix).
+    _slo_logged: dict[str, tuple[int, int, float]]
     _gpu_names: frozenset[str]
     _idle_recovered: list[GpuId]
     _adopt: list[BoardGpu]
@@ -97,6 +107,18 @@ class ControllerParts:
     def note(self, kind: LogKind, job: str = "", **detail: Any) -> None:
         self._pending_log.append((kind, job, detail))
         self.metrics.count(kind, detail)
+
+    def log_slo(self, every_s: float = SLO_LOG_EVERY_S) -> None:
+        """Write each service's SLO counts since this controller started to the event
+        log (``slo``: service, within, over) when they changed, at most once per
+        ``every_s`` seconds per service (0: now, as at shutdown): a bounded record
+        that the last one of a run equals the router's counters."""
+        now = self.clock()
+        for service, counts in sorted(self.slo.since_start().items()):
+            within, over, at = self._slo_logged.get(service, (0, 0, -math.inf))
+            if (counts.within, counts.over) != (within, over) and now - at >= every_s:
+                self.note(LogKind.SLO, service=service, within=counts.within, over=counts.over)
+                self._slo_logged[service] = (counts.within, counts.over, now)
 
     def log_gpu(self, gpu: GpuId, op: str, job: str) -> None:
         self.note(LogKind.GPU, job, gpu=gpu_name(gpu), op=op)
@@ -141,6 +163,7 @@ class ControllerParts:
                 self.store.set_meta(db, "host_cache", json.dumps(views))
                 self._caches_changed = False
             self.store.set_meta(db, "counters", json.dumps(self.metrics.counts()))
+            self.store.set_meta(db, "slo", json.dumps(self.slo.view(self.clock())))
             self.store.prune_events(db, self.settings.keep_events)
             self.store.set_meta(db, "heartbeat", repr(self.clock()))
             latencies = self.driver.decision_ms

@@ -6,7 +6,9 @@ dependency of ``ray[default]``, so the runtime adds nothing to install).
 
 Endpoints (all on ``--http-host``, 127.0.0.1 by default)::
 
-    POST /v1/<service>/infer   a request (JSON body; header X-Request-Id, else one is made)
+    POST /v1/<service>/infer   a request (JSON body; header X-Request-Id, else one is made);
+                               every answer once queued, and a full queue's 503, carries
+                               X-Wait-Ms: its wait (:mod:`deepboot.runtime.slo`)
     POST /v1/services          register a service (JSON ServiceSpec)
     POST /v1/jobs              submit a training job (JSON JobSpec, absolute entry)
     GET  /v1/services          services, their replicas, queues and back-offs (JSON)
@@ -59,6 +61,7 @@ from deepboot.runtime.frontdoor import (
 from deepboot.runtime.messages import Inbox, Received
 from deepboot.runtime.metrics import Metrics
 from deepboot.runtime.routerstate import Pending, Replica, ServiceQueue
+from deepboot.runtime.slo import wait_header
 
 log = logging.getLogger("deepboot.router")
 
@@ -248,9 +251,11 @@ class Router(FrontDoor, Dispatcher):
         spec = q.spec
         if self._free_replica(service) is None and len(q.queue) + q.reading >= spec.queue_bound:
             # Before the body is read: a full queue costs a client nothing to learn.
-            self.metrics.requests.labels(service, "503").inc()
+            # Answered at once, never handed to a replica: over the SLO, waited 0.
+            self._count(service, 503, 0.0, 0.0, handed=False)
             retry = str(max(1, round(spec.request_timeout_s / 4)))
-            return error(503, "queue full", rid, **{"Retry-After": retry})
+            headers = {"Retry-After": retry, "X-Wait-Ms": wait_header(0.0)}
+            return error(503, "queue full", rid, **headers)
         self._ids.add(rid)
         try:
             # The body is read with a queue place held (so that slow uploads cannot

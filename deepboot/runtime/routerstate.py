@@ -37,7 +37,9 @@ class Answer:
 class Pending:
     """A request in the system. ``queue_deadline``: when it must have left the queue;
     ``deadline``: when it must be answered (``request_timeout_s`` and
-    ``request_timeout_s + handler_timeout_s`` after arrival)."""
+    ``request_timeout_s + handler_timeout_s`` after arrival); ``handed``: when it was
+    last handed to a ready replica (None while it waits: queued again after a death,
+    it waits again), the end of its measured wait (:mod:`deepboot.runtime.slo`)."""
 
     id: str
     service: str
@@ -50,6 +52,7 @@ class Pending:
     deaths: int = 0
     timer: asyncio.TimerHandle | None = None
     abandoned: bool = False  # its client went away while it ran: never retried
+    handed: float | None = None
 
 
 @dataclass(eq=False)

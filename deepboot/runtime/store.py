@@ -71,6 +71,10 @@ class LogKind(enum.Enum):
               died loading)}
     node: {node, op: left|returned, gpus: [ids]}: a Ray node left the cluster (its
               GPUs DOWN, out of the ledger) or came back (FREE again)
+    slo: {service, within, over}: the service's answers within and over its
+              slo_wait_s since this controller started (as its Prometheus counters
+              count them); written when they changed, at most once a minute per
+              service, and at shutdown
     """
 
     CONTROLLER_STARTED = "controller_started"
@@ -88,6 +92,7 @@ class LogKind(enum.Enum):
     REPLICA = "replica"
     DECISION_REJECTED = "decision_rejected"
     NODE = "node"
+    SLO = "slo"
 
 
 _JOB_COLUMNS = (

@@ -109,6 +109,14 @@ class Load:
 
 
 def post(state: Path, service: str, rid: str, body: Any) -> tuple[int, Any]:
+    code, answer, _ = post_with_headers(state, service, rid, body)
+    return code, answer
+
+
+def post_with_headers(
+    state: Path, service: str, rid: str, body: Any
+) -> tuple[int, Any, dict[str, str]]:
+    """POST one request: its status, JSON answer and headers."""
     url = json.loads((state / "http.json").read_text())["url"]
     token = (state / "http-token").read_text().strip()
     req = urllib.request.Request(
@@ -123,6 +131,6 @@ def post(state: Path, service: str, rid: str, body: Any) -> tuple[int, Any]:
     )
     try:
         with urllib.request.urlopen(req, timeout=300) as r:
-            return r.status, json.loads(r.read())
+            return r.status, json.loads(r.read()), dict(r.headers)
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
+        return e.code, json.loads(e.read() or b"{}"), dict(e.headers)
