@@ -4,14 +4,18 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from deepboot.cli.files import PathArg, check_outputs, require_path, write_bytes
 from deepboot.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from deepboot.runtime.store import EventRow
 
 _EPILOG = """\
 What the picture shows, on one time axis (seconds since the controller started):
@@ -88,7 +92,7 @@ def cmd_timeline(args: argparse.Namespace, out: Console, err: Console) -> int:
             that would overwrite an input.
         MissingDependencyError: matplotlib is missing (checked before reading).
     """
-    from deepboot.report.timeline import align_requests, load_offset, load_timeline, read_requests
+    from deepboot.report.timeline import align_requests, build_timeline, load_offset, read_requests
     from deepboot.report.timeline_figure import require_matplotlib, timeline_figure
 
     state_dir = require_path(args.state_dir, "STATE_DIR")
@@ -104,7 +108,8 @@ def cmd_timeline(args: argparse.Namespace, out: Console, err: Console) -> int:
         inputs.append(PathArg("--requests", require_path(args.requests, "--requests")))
     check_outputs([PathArg("--out", target)], inputs)
     require_matplotlib()  # a missing matplotlib fails before any reading
-    timeline, events = load_timeline(state_dir)
+    events, pools = read_state_dir(state_dir)
+    timeline = build_timeline(events, pools)
     requests = None
     if args.requests is not None:
         metric, rows = read_requests(args.requests)
@@ -115,9 +120,50 @@ def cmd_timeline(args: argparse.Namespace, out: Console, err: Console) -> int:
         requests = align_requests(metric, rows, offset)
     for note in timeline.notes:
         err.print(f"deepboot: warning: {note}", markup=False, highlight=False)
-    png = timeline_figure(
-        timeline, requests, args.slo_wait, title=f"Runtime timeline: {Path(state_dir).resolve()}"
-    )
+    png = timeline_figure(timeline, requests, args.slo_wait, title=f"Runtime timeline: {state_dir}")
     path = write_bytes(target, png)
     out.print(str(path), markup=False, highlight=False, soft_wrap=True)
     return 0
+
+
+def read_state_dir(state_dir: str | Path) -> tuple[list[EventRow], dict[str, str]]:
+    """A state directory's event log and every GPU's pool.
+
+    Pools come from the store's ``gpus`` table (the controller's ledger: every GPU
+    with its pool), else from ``cluster.json``'s nodes (a store no controller has
+    flushed yet; ``down`` removes ``cluster.json`` but leaves the table).
+
+    Returns:
+        (the event log in ``seq`` order, GPU id -> pool).
+
+    Raises:
+        ConfigError: the directory holds no store (``deepboot.db``), or the store
+            is of a newer deepboot.
+    """
+    from deepboot.runtime.statedir import StateDir
+    from deepboot.runtime.store import JobStore
+
+    state = StateDir.at(state_dir)
+    # Checked first: opening a JobStore would create an empty store there.
+    if not state.db.is_file():
+        raise ConfigError(
+            f"no job store in {state.root} (no {state.db.name}): give the state directory "
+            "of a 'deepboot up' run (its --state-dir)"
+        )
+    store = JobStore(state.db)
+    try:
+        events = store.events()
+        pools = {g.gpu: g.pool for g in store.gpus()}
+    finally:
+        store.close()
+    return events, pools or _cluster_pools(state.cluster_file)
+
+
+def _cluster_pools(cluster_file: Path) -> dict[str, str]:
+    """GPU id -> pool from ``cluster.json``'s ``nodes`` ([node, pool, gpus]); {} when
+    the file is missing or unreadable (the timeline then places the GPUs by use)."""
+    try:
+        nodes = json.loads(cluster_file.read_text())["nodes"]
+        return {f"{n}.{i}": str(pool) for n, pool, count in nodes for i in range(int(count))}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}

@@ -1,10 +1,13 @@
 """A runtime run's timeline, rebuilt from its state directory's event log.
 
-Pure reconstruction (no matplotlib): :func:`build_timeline` turns the event log
-(:class:`~deepboot.runtime.store.EventRow` rows) and each GPU's pool into step
-series; :func:`read_requests` and :func:`align_requests` put a ``deepboot load``
-requests CSV on the same clock. :func:`load_timeline` reads a state directory.
-:mod:`deepboot.report.timeline_figure` draws the result.
+Pure reconstruction (no matplotlib, no store): :func:`build_timeline` turns the
+event log (rows shaped as :class:`~deepboot.runtime.store.EventRow`, see
+:class:`EventLike`) and each GPU's pool into step series; :func:`read_requests` and
+:func:`align_requests` put a ``deepboot load`` requests CSV on the same clock.
+``deepboot timeline`` (:mod:`deepboot.cli.timeline`) reads the state directory, and
+:mod:`deepboot.report.timeline_figure` draws the result. (``report`` sits below
+``runtime`` in the package's layers, so the log's kinds are matched by their values
+here; a test checks them against :class:`~deepboot.runtime.store.LogKind`.)
 
 The clock: seconds since the controller started (the log's first
 ``controller_started`` entry). Every series is a step function: value ``i`` holds
@@ -30,15 +33,14 @@ then start from the oldest entry kept, with every GPU idle; a note says so).
 from __future__ import annotations
 
 import csv
-import json
 import math
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from deepboot.core.errors import ConfigError
-from deepboot.runtime.store import EventRow, LogKind
 
 TRAINING_POOL = "training"
 INFERENCE_POOL = "inference"
@@ -52,7 +54,36 @@ GPU_STATES: tuple[str, ...] = (JOB, REPLICA, IDLE, DOWN)
 (on an inference-pool GPU: lent), holding an inference replica, idle, or its node
 left the cluster."""
 
-_ENDED = (LogKind.FINISHED, LogKind.FAILED, LogKind.CANCELLED)
+# The event log's kinds this module reads (values of runtime.store.LogKind).
+CONTROLLER_STARTED = "controller_started"
+SUBMITTED = "submitted"
+STARTED = "started"
+RESIZED = "resized"
+PREEMPTED = "preempted"
+GPU = "gpu"
+REPLICA_KIND = "replica"
+NODE = "node"
+ENDED: tuple[str, ...] = ("finished", "failed", "cancelled")
+
+
+class KindLike(Protocol):
+    """An event's kind: ``LogKind``, read by its value."""
+
+    @property
+    def value(self) -> str: ...
+
+
+class EventLike(Protocol):
+    """One entry of the event log (:class:`~deepboot.runtime.store.EventRow`)."""
+
+    @property
+    def time(self) -> float: ...
+    @property
+    def kind(self) -> KindLike: ...
+    @property
+    def job(self) -> str: ...
+    @property
+    def detail(self) -> Mapping[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,12 +200,12 @@ class _Steps:
             self.values.append(value)
 
 
-def controller_start(events: Sequence[EventRow]) -> float | None:
+def controller_start(events: Sequence[EventLike]) -> float | None:
     """Unix time of the log's first ``controller_started`` entry (None: none kept)."""
-    return next((e.time for e in events if e.kind is LogKind.CONTROLLER_STARTED), None)
+    return next((e.time for e in events if e.kind.value == CONTROLLER_STARTED), None)
 
 
-def build_timeline(events: Sequence[EventRow], pools: Mapping[str, str]) -> Timeline:
+def build_timeline(events: Sequence[EventLike], pools: Mapping[str, str]) -> Timeline:
     """Rebuild a run's timeline from its event log.
 
     Args:
@@ -219,8 +250,9 @@ def build_timeline(events: Sequence[EventRow], pools: Mapping[str, str]) -> Time
         t = max(e.time - start, 0.0)
         end = max(end, t)
         d = e.detail
+        kind = e.kind.value
         touched: list[str] = []
-        if e.kind is LogKind.GPU:
+        if kind == GPU:
             g = gpus[d["gpu"]]
             op = d.get("op")
             if op in ("bind", "lend"):
@@ -230,7 +262,7 @@ def build_timeline(events: Sequence[EventRow], pools: Mapping[str, str]) -> Time
                 if op == "reclaim" and e.job:
                     reclaims.setdefault(e.job, []).append(t)
             touched.append(d["gpu"])
-        elif e.kind is LogKind.REPLICA and d.get("gpu") in gpus:
+        elif kind == REPLICA_KIND and d.get("gpu") in gpus:
             op = d.get("op")
             if op == "start":
                 gpus[d["gpu"]].replica = True
@@ -238,22 +270,20 @@ def build_timeline(events: Sequence[EventRow], pools: Mapping[str, str]) -> Time
             elif op in ("evict", "died"):
                 gpus[d["gpu"]].replica = False
             touched.append(d["gpu"])
-        elif e.kind is LogKind.NODE:
+        elif kind == NODE:
             for name in d.get("gpus", []):
                 if name in gpus:
                     gpus[name] = _Gpu(down=d.get("op") == "left")
                     touched.append(name)
-        elif e.kind is LogKind.SUBMITTED and e.job:
+        elif kind in (SUBMITTED, PREEMPTED) and e.job:
             job_steps(e.job).put(t, (0,))
-        elif e.kind is LogKind.STARTED and e.job:
+        elif kind == STARTED and e.job:
             job_steps(e.job).put(t, (len(d.get("workers", [])),))
-        elif e.kind is LogKind.RESIZED and e.job:
+        elif kind == RESIZED and e.job:
             job_steps(e.job).put(t, (len(d.get("to", [])),))
-        elif e.kind is LogKind.PREEMPTED and e.job:
+        elif kind in ENDED and e.job:
             job_steps(e.job).put(t, (0,))
-        elif e.kind in _ENDED and e.job:
-            job_steps(e.job).put(t, (0,))
-            ended[e.job] = e.kind.value
+            ended[e.job] = kind
         for p in dict.fromkeys(pool_of[name] for name in touched):
             steps[p].put(t, _counts(gpus, pool_of, p))
     return Timeline(
@@ -283,14 +313,15 @@ def build_timeline(events: Sequence[EventRow], pools: Mapping[str, str]) -> Time
     )
 
 
-def _place_unknown(events: Iterable[EventRow], pool_of: dict[str, str]) -> set[str]:
+def _place_unknown(events: Iterable[EventLike], pool_of: dict[str, str]) -> set[str]:
     """Add the GPUs the log names but ``pool_of`` lacks (by first use); their ids."""
     added: set[str] = set()
     for e in events:
-        gpu = e.detail.get("gpu") if e.kind in (LogKind.GPU, LogKind.REPLICA) else None
+        kind = e.kind.value
+        gpu = e.detail.get("gpu") if kind in (GPU, REPLICA_KIND) else None
         if not isinstance(gpu, str) or gpu in pool_of:
             continue
-        lent = e.kind is LogKind.REPLICA or e.detail.get("op") in ("lend", "reclaim")
+        lent = kind == REPLICA_KIND or e.detail.get("op") in ("lend", "reclaim")
         pool_of[gpu] = INFERENCE_POOL if lent else TRAINING_POOL
         added.add(gpu)
     return added
@@ -378,7 +409,7 @@ def read_requests(path: str | Path) -> tuple[str, list[RequestRow]]:
 
 
 def load_offset(
-    events: Sequence[EventRow], start: float, first_send_s: float, after: float | None = None
+    events: Sequence[EventLike], start: float, first_send_s: float, after: float | None = None
 ) -> float:
     """Seconds to add to a load's ``send_s`` to put it on the log's clock.
 
@@ -399,7 +430,7 @@ def load_offset(
         (
             e.time
             for e in events
-            if e.kind is LogKind.REPLICA and e.detail.get("op") == "start" and e.time >= floor
+            if e.kind.value == REPLICA_KIND and e.detail.get("op") == "start" and e.time >= floor
         ),
         start if after is None else after,
     )
@@ -416,50 +447,3 @@ def align_requests(metric: str, rows: Sequence[RequestRow], offset: float) -> Re
         value=tuple(r.value for r in ordered),
         ok=tuple(r.status == 200 for r in ordered),
     )
-
-
-# -- a state directory ---------------------------------------------------------------------
-
-
-def load_timeline(state_dir: str | Path) -> tuple[Timeline, list[EventRow]]:
-    """Read a state directory's event log and GPU pools and rebuild the timeline.
-
-    Pools come from the store's ``gpus`` table (the controller's ledger, every GPU
-    with its pool), else from ``cluster.json``'s nodes.
-
-    Returns:
-        (the timeline, the event log it was built from).
-
-    Raises:
-        ConfigError: the directory holds no store (``deepboot.db``), or the store
-            is of a newer deepboot.
-    """
-    from deepboot.runtime.statedir import StateDir
-    from deepboot.runtime.store import JobStore
-
-    state = StateDir.at(state_dir)
-    # Checked first: opening a JobStore would create an empty store there.
-    if not state.db.is_file():
-        raise ConfigError(
-            f"no job store in {state.root} (no {state.db.name}): give the state directory "
-            "of a 'deepboot up' run (its --state-dir)"
-        )
-    store = JobStore(state.db)
-    try:
-        events = store.events()
-        pools = {g.gpu: g.pool for g in store.gpus()}
-    finally:
-        store.close()
-    if not pools:
-        pools = _cluster_pools(state.cluster_file)
-    return build_timeline(events, pools), events
-
-
-def _cluster_pools(cluster_file: Path) -> dict[str, str]:
-    """GPU id -> pool from ``cluster.json``'s ``nodes`` ([node, pool, gpus]); {} when
-    the file is missing or unreadable (the log then places the GPUs)."""
-    try:
-        nodes = json.loads(cluster_file.read_text())["nodes"]
-        return {f"{n}.{i}": str(pool) for n, pool, count in nodes for i in range(int(count))}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from deepboot.cli.timeline import read_state_dir
 from deepboot.core.errors import ConfigError
+from deepboot.report import timeline as tl
 from deepboot.report.figures import matplotlib_available
 from deepboot.report.timeline import (
     DOWN,
@@ -20,14 +22,14 @@ from deepboot.report.timeline import (
     REPLICA,
     TRAINING_POOL,
     RequestRow,
+    Timeline,
     align_requests,
     build_timeline,
     load_offset,
-    load_timeline,
     read_requests,
 )
 from deepboot.runtime.jobspec import JobSpec
-from deepboot.runtime.store import GpuRow, JobStore, LogKind
+from deepboot.runtime.store import EventRow, GpuRow, JobStore, LogKind
 from tests.cli_helpers import assert_one_line_error, run_cli
 
 T0 = 1_000_000.0
@@ -92,6 +94,11 @@ def write_run(state: Path) -> None:
         store.close()
 
 
+def load_timeline(state: Path) -> tuple[Timeline, list[EventRow]]:
+    events, pools = read_state_dir(state)
+    return build_timeline(events, pools), events
+
+
 @pytest.fixture
 def state(tmp_path: Path) -> Path:
     root = tmp_path / "state"
@@ -152,7 +159,6 @@ def test_workers_per_job_and_reclaims(state: Path) -> None:
 def test_node_loss_and_unknown_gpus() -> None:
     """A node that leaves takes its GPUs (and what they held) down until it returns;
     a GPU of no known pool is placed by its first use, with a note."""
-    from deepboot.runtime.store import EventRow
 
     def ev(seq: int, s: float, kind: LogKind, job: str = "", **d: object) -> EventRow:
         return EventRow(seq, T0 + s, kind, job, dict(d))
@@ -175,8 +181,6 @@ def test_node_loss_and_unknown_gpus() -> None:
 
 
 def test_a_log_without_a_controller_start_counts_from_its_oldest_entry() -> None:
-    from deepboot.runtime.store import EventRow
-
     log = [EventRow(7, T0 + 3, LogKind.GPU, "a", {"gpu": "0.0", "op": "bind"})]
     timeline = build_timeline(log, {"0.0": TRAINING_POOL})
     assert timeline.start == T0 + 3
@@ -197,8 +201,15 @@ def test_pools_come_from_cluster_json_when_the_gpus_table_is_empty(tmp_path: Pat
 
 def test_a_directory_without_a_store_is_refused_and_left_alone(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"no job store in .*deepboot\.db"):
-        load_timeline(tmp_path)
+        read_state_dir(tmp_path)
     assert not (tmp_path / "deepboot.db").exists()
+
+
+def test_the_kinds_read_are_the_logs_own() -> None:
+    """report may not import runtime (the layers): its kind names must be LogKind's."""
+    names = [tl.CONTROLLER_STARTED, tl.SUBMITTED, tl.STARTED, tl.RESIZED, tl.PREEMPTED]
+    names += [tl.GPU, tl.REPLICA_KIND, tl.NODE, *tl.ENDED]
+    assert all(LogKind(n).value == n for n in names)
 
 
 # -- the requests CSV -----------------------------------------------------------------------
