@@ -89,6 +89,7 @@ from deepboot.core.placement import EMPTY, Placement  # noqa: E402
 from deepboot.core.service import ServiceSpec  # noqa: E402
 from deepboot.perf.fit import fit_perf_params  # noqa: E402
 from deepboot.perf.goodput import compute_time, step_time  # noqa: E402
+from deepboot.report.timeline import load_offset  # noqa: E402
 from deepboot.runtime.raycluster import ClusterRecord, cluster_pids, process_alive  # noqa: E402
 from deepboot.runtime.statedir import StateDir  # noqa: E402
 from deepboot.runtime.store import EventRow, JobRow, JobStore, LogKind  # noqa: E402
@@ -355,22 +356,12 @@ def _runtime_result(
     for since in lent_since.values():
         run.lent_gpu_s += max(end - since, 0.0)
     run.decisions.sort()
-    # The load's clock starts when it sends its first request, which starts the
-    # first replica (a cold start, logged): that puts send_s on the common clock.
-    first_replica = next(
-        (
-            e.time
-            for e in log
-            if e.kind is LogKind.REPLICA
-            and e.detail.get("op") == "start"
-            and e.time >= load_started
-        ),
-        load_started,
-    )
     with requests.open() as f:
         sent = [r for r in csv.DictReader(f) if r["send_s"]]
     if sent:
-        offset = first_replica - t0 - min(float(r["send_s"]) for r in sent)
+        # The load's first request starts the first replica after the load began:
+        # that puts send_s on the common clock.
+        offset = load_offset(log, t0, min(float(r["send_s"]) for r in sent), after=load_started)
         run.requests = sorted(float(r["send_s"]) + offset for r in sent)
         warm = sorted(float(r["latency_s"]) for r in sent if r["status"] == "200")
         if warm:

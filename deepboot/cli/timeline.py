@@ -1,0 +1,169 @@
+"""``deepboot timeline STATE_DIR``: draw a runtime run's timeline from its event log
+(see :mod:`deepboot.report.timeline` and :mod:`deepboot.report.timeline_figure`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from deepboot.cli.files import PathArg, check_outputs, require_path, write_bytes
+from deepboot.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from deepboot.runtime.store import EventRow
+
+_EPILOG = """\
+What the picture shows, on one time axis (seconds since the controller started):
+  - each GPU pool's GPUs by state: used by training jobs (on the inference pool:
+    lent to them), holding an inference replica, idle, down;
+  - each training job's workers (a red triangle: a lent GPU of it was reclaimed;
+    every reclaim is also a dotted red line through all panels);
+  - with --requests: each request's wait (the CSV's wait_s column, else its
+    latency_s) against the --slo-wait line; requests not answered 200 are crosses.
+
+The --requests CSV's send_s counts from the load's own start. By default the first
+request is aligned to the log's first replica start (the load's first request
+cold-starts the service's first replica); give --load-offset when that is not so
+(a replica started before the load, or a service registered earlier).
+
+It reads the store only: a running controller's directory may be drawn too (the
+picture ends at the log's newest entry).
+
+examples:
+  deepboot timeline .deepboot
+  deepboot timeline .deepboot --requests requests.csv --slo-wait 0.5 --out run.png
+  deepboot timeline state --requests requests.csv --load-offset 12.5"""
+
+
+def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    """Add ``deepboot timeline`` to the ``deepboot`` parser."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "timeline",
+        help="draw a runtime run's GPUs, jobs and requests over time (PNG)",
+        description="Draw a runtime run's timeline from its state directory's event log "
+        "as one PNG: GPUs by state per pool, training jobs' workers, reclaims, and "
+        "optionally the requests of a 'deepboot load' CSV against an SLO line. Prints "
+        "the PNG's path. Needs matplotlib (pip install 'deepboot[report]').",
+        epilog=_EPILOG,
+        formatter_class=formatter,
+    )
+    p.add_argument(
+        "state_dir",
+        metavar="STATE_DIR",
+        help="the run's state directory (the --state-dir of 'deepboot up'; holds deepboot.db)",
+    )
+    p.add_argument(
+        "--requests", metavar="CSV", help="a 'deepboot load' requests CSV to plot (--out of load)"
+    )
+    p.add_argument(
+        "--slo-wait",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="the requests' SLO in seconds (> 0), drawn as a horizontal line",
+    )
+    p.add_argument(
+        "--load-offset",
+        type=float,
+        default=None,
+        metavar="S",
+        help="the controller's second at which the load's send_s was 0; without it, "
+        "the first request is aligned to the log's first replica start",
+    )
+    p.add_argument(
+        "--out",
+        default="timeline.png",
+        metavar="PNG",
+        help="the picture (written atomically)",
+    )
+    p.set_defaults(func=cmd_timeline)
+
+
+def cmd_timeline(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """Draw the timeline of ``args.state_dir``; print the PNG's path.
+
+    Raises:
+        ConfigError: a bad flag, no store in STATE_DIR, an unreadable CSV, an output
+            that would overwrite an input.
+        MissingDependencyError: matplotlib is missing (checked before reading).
+    """
+    from deepboot.report.timeline import align_requests, build_timeline, load_offset, read_requests
+    from deepboot.report.timeline_figure import require_matplotlib, timeline_figure
+
+    state_dir = require_path(args.state_dir, "STATE_DIR")
+    target = require_path(args.out, "--out")
+    if not (math.isfinite(args.slo_wait) and args.slo_wait > 0):
+        raise ConfigError(f"--slo-wait must be a positive number of seconds, got {args.slo_wait}")
+    if args.load_offset is not None and not math.isfinite(args.load_offset):
+        raise ConfigError(f"--load-offset must be a number of seconds, got {args.load_offset}")
+    if args.load_offset is not None and args.requests is None:
+        raise ConfigError("--load-offset shifts the --requests CSV; add --requests")
+    inputs = [PathArg("STATE_DIR", state_dir)]  # the PNG is never written inside it
+    if args.requests is not None:
+        inputs.append(PathArg("--requests", require_path(args.requests, "--requests")))
+    check_outputs([PathArg("--out", target)], inputs)
+    require_matplotlib()  # a missing matplotlib fails before any reading
+    events, pools = read_state_dir(state_dir)
+    timeline = build_timeline(events, pools)
+    requests = None
+    if args.requests is not None:
+        metric, rows = read_requests(args.requests)
+        offset = args.load_offset
+        if offset is None:
+            first = min((r.send_s for r in rows), default=0.0)
+            offset = load_offset(events, timeline.start, first)
+        requests = align_requests(metric, rows, offset)
+    for note in timeline.notes:
+        err.print(f"deepboot: warning: {note}", markup=False, highlight=False)
+    png = timeline_figure(timeline, requests, args.slo_wait, title=f"Runtime timeline: {state_dir}")
+    path = write_bytes(target, png)
+    out.print(str(path), markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+def read_state_dir(state_dir: str | Path) -> tuple[list[EventRow], dict[str, str]]:
+    """A state directory's event log and every GPU's pool.
+
+    Pools come from the store's ``gpus`` table (the controller's ledger: every GPU
+    with its pool), else from ``cluster.json``'s nodes (a store no controller has
+    flushed yet; ``down`` removes ``cluster.json`` but leaves the table).
+
+    Returns:
+        (the event log in ``seq`` order, GPU id -> pool).
+
+    Raises:
+        ConfigError: the directory holds no store (``deepboot.db``), or the store
+            is of a newer deepboot.
+    """
+    from deepboot.runtime.statedir import StateDir
+    from deepboot.runtime.store import JobStore
+
+    state = StateDir.at(state_dir)
+    # Checked first: opening a JobStore would create an empty store there.
+    if not state.db.is_file():
+        raise ConfigError(
+            f"no job store in {state.root} (no {state.db.name}): give the state directory "
+            "of a 'deepboot up' run (its --state-dir)"
+        )
+    store = JobStore(state.db)
+    try:
+        events = store.events()
+        pools = {g.gpu: g.pool for g in store.gpus()}
+    finally:
+        store.close()
+    return events, pools or _cluster_pools(state.cluster_file)
+
+
+def _cluster_pools(cluster_file: Path) -> dict[str, str]:
+    """GPU id -> pool from ``cluster.json``'s ``nodes`` ([node, pool, gpus]); {} when
+    the file is missing or unreadable (the timeline then places the GPUs by use)."""
+    try:
+        nodes = json.loads(cluster_file.read_text())["nodes"]
+        return {f"{n}.{i}": str(pool) for n, pool, count in nodes for i in range(int(count))}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
