@@ -18,9 +18,10 @@ resizes.
    job's measured (nodes, GPUs, local batch) -> (step, compute) seconds from the
    controller's online model, the pauses of AFE shrinks and grows and of starts
    (``resized.seconds``; first ``bind``/``lend`` -> ``started``), the replicas' cold
-   starts (``replica ready.seconds``), the requests' send times and service time.
+   starts (``replica ready.seconds``), the requests' send times and service times
+   (each request's latency less the wait the router measured, ``X-Wait-Ms``).
 2. **Simulator.** The same jobs (same submit times, same work), the same requests
-   (one inference task per request sent, its duration the measured service time),
+   (one inference task per request sent, its duration that request's service time),
    the same cluster, policy, parameters, interval and protect factor, with
    applications whose step times are the runtime's own measurements (a throughput
    model fitted to them for a configuration the runtime never ran) and whose restart
@@ -142,6 +143,8 @@ class Measured:
     Attributes:
         profile: (nodes, GPUs, local batch) -> [count, compute s sum, step s sum],
             summed over every job (one code, one speed).
+        job_profile: The same, job by job: each job's own measurements, which its
+            throughput fit (and so the policy's view of it) is made of.
         grad: Job -> its last gradient statistics (sqr, var), for the jobs that
             measured them (on 2 GPUs or more: the estimator compares ranks).
         start_s: Pauses of starts: a job's latest GPU op -> its ``started``, and
@@ -150,17 +153,21 @@ class Measured:
         shrink_s: ``seconds`` of each shrink (AFE, or a restart when no worker
             survives the move).
         grow_s: ``seconds`` of each grow (AFE or restart).
+        grow_by_joiners: The same by the workers it added (each joiner is a new
+            process: three take longer to start than one on a small machine).
         move_s: ``seconds`` of each same-size move (a restart: no survivor).
         cold_start_s: Cold starts of the service's replicas (``ready.seconds``).
         service_s: The median answer time of requests that found a warm replica.
     """
 
     profile: dict[tuple[int, int, int], list[float]] = field(default_factory=dict)
+    job_profile: dict[str, dict[tuple[int, int, int], list[float]]] = field(default_factory=dict)
     grad: dict[str, tuple[float, float]] = field(default_factory=dict)
     start_s: list[float] = field(default_factory=list)
     start_by_size: dict[int, list[float]] = field(default_factory=dict)
     shrink_s: list[float] = field(default_factory=list)
     grow_s: list[float] = field(default_factory=list)
+    grow_by_joiners: dict[int, list[float]] = field(default_factory=dict)
     move_s: list[float] = field(default_factory=list)
     cold_start_s: list[float] = field(default_factory=list)
     service_s: float = SERVICE_DELAY
@@ -176,7 +183,10 @@ class WorldRun:
         decisions: (time, job, new size) of every placement change, in time order.
         lent_gpu_s: GPU-seconds inference GPUs spent lent to training.
         reclaims: Lent GPUs taken back by inference.
-        requests: (send time, duration) of every request (runtime only).
+        requests: (send time, service time) of every request, in send order
+            (runtime only): the service time is the request's latency less the wait
+            the router measured (``X-Wait-Ms``), or the run's ``service_s`` for a
+            request without one (no header, or no answer)
         measured: The runtime's measurements (runtime only).
         wall_s: Seconds the run took.
     """
@@ -186,7 +196,7 @@ class WorldRun:
     decisions: list[tuple[float, str, int]] = field(default_factory=list)
     lent_gpu_s: float = 0.0
     reclaims: int = 0
-    requests: list[float] = field(default_factory=list)
+    requests: list[tuple[float, float]] = field(default_factory=list)
     measured: Measured = field(default_factory=Measured)
     wall_s: float = 0.0
 
@@ -313,8 +323,11 @@ def _runtime_result(
         if row.finished is not None:
             run.finish[row.name] = row.finished - t0
         model = json.loads(row.model or "{}")
+        own = m.job_profile.setdefault(row.name, {})
         for p in model.get("profile", []):
-            acc = m.profile.setdefault((int(p[0]), int(p[1]), int(p[2])), [0.0, 0.0, 0.0])
+            key = (int(p[0]), int(p[1]), int(p[2]))
+            own[key] = [float(p[3 + i]) for i in range(3)]
+            acc = m.profile.setdefault(key, [0.0, 0.0, 0.0])
             for i in range(3):
                 acc[i] += float(p[3 + i])
         if model.get("grad"):
@@ -349,6 +362,8 @@ def _runtime_result(
             kind = m.start_s if old == 0 else m.move_s if old == new else None
             kind = kind if kind is not None else m.shrink_s if new < old else m.grow_s
             kind.append(float(d["seconds"]))
+            if 0 < old < new:
+                m.grow_by_joiners.setdefault(new - old, []).append(float(d["seconds"]))
         elif e.kind is LogKind.PREEMPTED and e.job:
             run.decisions.append((t, e.job, 0))
         elif e.kind is LogKind.REPLICA and d.get("op") == "ready" and "seconds" in d:
@@ -362,12 +377,22 @@ def _runtime_result(
         # The load's first request starts the first replica after the load began:
         # that puts send_s on the common clock.
         offset = load_offset(log, t0, min(float(r["send_s"]) for r in sent), after=load_started)
-        run.requests = sorted(float(r["send_s"]) + offset for r in sent)
         warm = sorted(float(r["latency_s"]) for r in sent if r["status"] == "200")
         if warm:
             # The fastest quarter: requests that found an idle warm replica.
             m.service_s = statistics.median(warm[: max(1, len(warm) // 4)])
+        run.requests = sorted(
+            (float(r["send_s"]) + offset, _service_time(r, m.service_s)) for r in sent
+        )
     return run
+
+
+def _service_time(row: dict[str, str], default: float) -> float:
+    """A request's own service time: its latency less the router's measured wait
+    (the ``wait_s`` column, from ``X-Wait-Ms``), else ``default``."""
+    if row["status"] != "200" or not row.get("wait_s") or not row.get("latency_s"):
+        return default
+    return max(float(row["latency_s"]) - float(row["wait_s"]), 0.0)
 
 
 # -- the simulator ---------------------------------------------------------------------
@@ -376,8 +401,10 @@ def _runtime_result(
 class TwinApplication:
     """An :class:`~deepboot.perf.application.Application` of the runtime's measurements.
 
-    ``step_time`` is the runtime's mean (step, step - compute) at a measured (nodes,
-    GPUs, local batch), else the throughput model fitted to every measured point;
+    ``step_time`` is the runtime job's own mean (step, step - compute) at a (nodes,
+    GPUs, local batch) it measured (so the simulated job's throughput fit is made of
+    the same points as its runtime twin's), else every job's mean there, else the
+    throughput model fitted to every measured point;
     ``grad_stats`` the runtime job's last gradient statistics (or another job's: a job
     that never ran on 2 GPUs measured none, and the twin's simulator shows them only
     once it has, ``grad_min_replicas=2``); one epoch is
@@ -391,11 +418,15 @@ class TwinApplication:
         total_steps: int,
         profile: dict[tuple[int, int, int], list[float]],
         grad: tuple[float, float] | None,
+        own: dict[tuple[int, int, int], list[float]] | None = None,
     ) -> None:
         self.name = name
         self.limits = BatchLimits(BATCH, BATCH, MIN_LOCAL, BATCH)
         self.max_epochs = total_steps // STEPS_PER_EPOCH
-        self._table = {k: (v[2] / v[0], (v[2] - v[1]) / v[0]) for k, v in profile.items()}
+        self._table = {
+            k: (v[2] / v[0], (v[2] - v[1]) / v[0])
+            for k, v in [*profile.items(), *(own or {}).items()]  # its own ones win
+        }
         keys = sorted(profile)
         self._fit: PerfParams = fit_perf_params(
             [k[0] for k in keys],
@@ -424,21 +455,24 @@ class TwinApplication:
 class MeasuredRestart:
     """Restart cost (a ``RestartCostModel``): the runtime's mean pause of each kind of
     placement change (start or resume, by the workers started where measured; shrink;
-    grow; same-size move), whatever the runtime did (AFE where a worker survives, else
-    a restart), so the expected cost of a change is the runtime's."""
+    grow, by the workers added where measured; same-size move), whatever the runtime
+    did (AFE where a worker survives, else a restart), so the expected cost of a
+    change is the runtime's."""
 
     start: float
     shrink: float
     grow: float
     move: float
     start_by_size: dict[int, float] = field(default_factory=dict)
+    grow_by_joiners: dict[int, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, m: Measured) -> MeasuredRestart:
         start = _mean(m.start_s, 5.0)
         grow = _mean(m.grow_s, start)
         by_size = {k: _mean(v, start) for k, v in sorted(m.start_by_size.items())}
-        return cls(start, _mean(m.shrink_s, 0.5), grow, _mean(m.move_s, grow), by_size)
+        by_joiners = {k: _mean(v, grow) for k, v in sorted(m.grow_by_joiners.items())}
+        return cls(start, _mean(m.shrink_s, 0.5), grow, _mean(m.move_s, grow), by_size, by_joiners)
 
     def delay(
         self, application: str, old_replicas: int, new_replicas: int, first_start: bool
@@ -447,7 +481,9 @@ class MeasuredRestart:
             return self.start_by_size.get(new_replicas, self.start)
         if new_replicas == old_replicas:
             return self.move
-        return self.shrink if new_replicas < old_replicas else self.grow
+        if new_replicas < old_replicas:
+            return self.shrink
+        return self.grow_by_joiners.get(new_replicas - old_replicas, self.grow)
 
 
 def _mean(values: Sequence[float], default: float) -> float:
@@ -475,7 +511,9 @@ def sim_run(rt: WorldRun, scale: float, reference: bool = False) -> WorldRun:
     steps = {name: _steps(s, scale) for name, _, s in JOBS}
     anyone = next(iter(m.grad.values()), None)
     apps = {
-        name: TwinApplication(name, steps[name], m.profile, m.grad.get(name, anyone))
+        name: TwinApplication(
+            name, steps[name], m.profile, m.grad.get(name, anyone), m.job_profile.get(name)
+        )
         for name in steps
     }
     training = tuple(
@@ -491,8 +529,8 @@ def sim_run(rt: WorldRun, scale: float, reference: bool = False) -> WorldRun:
         cold_start_s=cold,
     )
     inference = tuple(
-        InferenceTaskSpec(f"r{i}", t, "echo", "tiny-mlp", m.service_s, 1)
-        for i, t in enumerate(rt.requests)
+        InferenceTaskSpec(f"r{i}", t, "echo", "tiny-mlp", service_s, 1)
+        for i, (t, service_s) in enumerate(rt.requests)
         if t <= max(rt.finish.values(), default=math.inf)
     )
     workload = Workload("twin", training, inference, (service,))
@@ -638,7 +676,9 @@ def report(runs: list[Trio], console: Console) -> dict[str, Any]:
         console.print(
             f"run {i + 1}: runtime {rt.wall_s:.0f} s; measured means: start {cost.start:.2f} s "
             f"({', '.join(f'{k}: {v:.1f}' for k, v in cost.start_by_size.items())}), "
-            f"shrink {cost.shrink:.2f} s, grow {cost.grow:.2f} s, move {cost.move:.2f} s; "
+            f"shrink {cost.shrink:.2f} s, grow {cost.grow:.2f} s "
+            f"({', '.join(f'+{k}: {v:.1f}' for k, v in cost.grow_by_joiners.items())}), "
+            f"move {cost.move:.2f} s; "
             f"cold start (median) {_fmt(_median(m.cold_start_s, math.nan), 2)} s, service "
             f"{m.service_s:.3f} s; step s by GPUs@nodes: "
             + ", ".join(f"{k[1]}@{k[0]} {v[2] / v[0]:.3f}" for k, v in sorted(m.profile.items()))

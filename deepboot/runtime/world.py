@@ -49,13 +49,22 @@ class Transition:
     steps_before: int = 0
 
 
+REFIT_UNTIL = 64
+"""The online model refits when a configuration's samples reach 2, 4, ... this many
+(past it, a mean moves too little to matter; each refit is an L-BFGS-B fit)."""
+
+
 @dataclass
 class OnlineModel:
     """A job's goodput model, fitted online from its workers' measurements.
 
     ``profile`` maps (num_nodes, num_replicas, local_bsz) to running sums of
     (count, compute_time, step_time); the throughput model is refitted (warm-started)
-    whenever a new configuration is measured, as Pollux does.
+    whenever a new configuration is measured, as Pollux does, and again each time a
+    configuration's count of samples doubles (2, 4, ... :data:`REFIT_UNTIL`): a
+    configuration's first step after a resize is its slowest, and a fit left on it
+    misjudged the job until it ran somewhere new (the twin's simulator, which fits
+    the measured means, then decided otherwise).
     """
 
     profile: dict[tuple[int, int, int], list[float]] = field(default_factory=dict)
@@ -75,6 +84,8 @@ class OnlineModel:
             acc[0] += 1
             acc[1] += m.compute_time
             acc[2] += m.step_time
+            n = int(acc[0])
+            fresh = fresh or (n <= REFIT_UNTIL and n & (n - 1) == 0)  # a power of two
         if fresh or (ms and self.perf is None):
             self.refit()
 

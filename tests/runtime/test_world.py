@@ -35,6 +35,23 @@ def test_the_model_is_fitted_from_measurements_and_round_trips() -> None:
     assert again.profile == model.profile and again.perf == model.perf
 
 
+def test_the_model_is_refitted_as_a_configurations_mean_settles() -> None:
+    """A configuration's first step (after a resize) is slow; the fit follows its
+    mean as samples come (at 2, 4, 8, ... of them), not that first sample alone."""
+    model = OnlineModel()
+    model.add(_timings(1, 1, 8, n=1))
+    slow = (Measurement(2, 4, 16, 0.2, 0.6),)  # its first step: three times the rest
+    model.add(slow)
+    first = model.perf
+    model.add(_timings(2, 4, 16, n=1))  # the second sample: a refit
+    assert model.perf != first
+    second = model.perf
+    model.add(_timings(2, 4, 16, n=1))  # the third: none
+    assert model.perf == second
+    model.add(_timings(2, 4, 16, n=1))  # the fourth: again
+    assert model.perf != second
+
+
 def test_nonsense_timings_are_ignored() -> None:
     model = OnlineModel()
     model.add((Measurement(1, 1, 8, 0.0, 0.1), Measurement(1, 1, 8, 0.2, 0.1)))
