@@ -82,6 +82,15 @@ class Polling(Generations):
         gen = rec.gen
         assert gen is not None
         tr = rec.transition
+        # The group that holds the job's state: the members once formed; while a new
+        # generation forms, its survivors. When every one of them has returned from
+        # the training function, the job is done, whatever is still forming: the
+        # survivors of a resize decided at its last step never join (their function
+        # returned), and the joiners waited for them until the form timeout.
+        holders = members if tr is None else tuple(g for g in tr.old if g in members)
+        if holders and all(_done(rec.reports.get(g)) for g in holders):
+            self._finished(rec, rec.reports[holders[0]])
+            return True
         if tr is not None and self.clock() - tr.started > self.settings.form_timeout:
             stuck = [g for g, r in zip(members, reps, strict=True) if not _formed(r, gen.number)]
             if stuck:
@@ -104,21 +113,20 @@ class Polling(Generations):
             return False
         if rec.transition is not None and all(_formed(r, gen.number) for r in reps):
             self._formed(rec)
-        if rec.transition is None and all(
-            r is not None and r.status is WorkerStatus.DONE for r in reps
-        ):
-            r0 = rec.reports[members[0]]
-            self.note(
-                LogKind.FINISHED,
-                rec.name,
-                step=r0.step,
-                loss=r0.loss,
-                seconds=round(self.clock() - (rec.row.started or rec.row.submitted), 3),
-            )
-            rec.update(step=r0.step, loss=r0.loss)
-            self._end(rec, JobState.FINISHED)
-            return True
         return False
+
+    def _finished(self, rec: JobRec, r0: WorkerReport) -> None:
+        """``rec``'s training function returned on every worker holding its state
+        (``r0``: rank 0's report): record the end, then stop every worker."""
+        self.note(
+            LogKind.FINISHED,
+            rec.name,
+            step=r0.step,
+            loss=r0.loss,
+            seconds=round(self.clock() - (rec.row.started or rec.row.submitted), 3),
+        )
+        rec.update(step=r0.step, loss=r0.loss)
+        self._end(rec, JobState.FINISHED)
 
     def _workers_died(self, rec: JobRec, dead: list[str]) -> None:
         for g in dead:
@@ -170,6 +178,10 @@ class Polling(Generations):
         self.fault("finish.recorded")
         for name in workers:
             self.actors.kill(name)
+
+
+def _done(report: WorkerReport | None) -> bool:
+    return report is not None and report.status is WorkerStatus.DONE
 
 
 def _formed(report: WorkerReport | None, generation: int) -> bool:

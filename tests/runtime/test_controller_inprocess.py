@@ -192,6 +192,25 @@ def test_a_restart_does_not_wait_for_a_checkpoint_its_killed_leaver_never_wrote(
     assert rec.gen is not None and rec.gen.after_generation == 4
 
 
+def test_a_job_done_while_it_grows_finishes_without_waiting_for_its_joiners(
+    tmp_path: Path,
+) -> None:
+    """The grow was decided at its last step: the survivor's function returned (DONE)
+    and never joins, the joiner waits for it; the job has finished all the same."""
+    ctl, fake = controller(tmp_path)
+    rec = submit(ctl)
+    move(ctl, "j", ("0.0",))
+    settle(ctl)
+    fake.work["j"] = fake.progress.get("j", 10)  # its last step is done
+    fake.silent.add("w|j|0.1|2")  # the joiner is still starting
+    move(ctl, "j", ("0.0", "0.1"))
+    assert rec.transition is not None
+    ctl.poll(0.1)
+    assert rec.row.state is JobState.FINISHED  # not after the form timeout
+    assert "w|j|0.1|2" in fake.killed and not ctl.board.held("j")
+    assert len(events(ctl, LogKind.FINISHED)) == 1
+
+
 def test_gpus_moved_without_the_jobs_operation_are_refused(tmp_path: Path) -> None:
     from deepboot.core.errors import InvalidDecisionError
 
