@@ -1,5 +1,5 @@
 """The SLO flags of ``deepboot simulate`` and ``compare`` (issue 20): what they run,
-what they refuse, and the runtime's refusal."""
+what they refuse, and what the runtime takes (``--slo``) and refuses (the references)."""
 
 from __future__ import annotations
 
@@ -76,10 +76,38 @@ def test_compare_runs_take_the_same_flags() -> None:
     assert sim_config(parse_run("deepboot:oracle"), 60.0, 0, 8).slo_reference == "oracle"
 
 
-@pytest.mark.parametrize("flag", ["--slo", "--warm-pool", "--oracle"])
-def test_the_runtime_refuses_them(
+@pytest.mark.parametrize("flag", ["--warm-pool", "--oracle"])
+def test_the_runtime_refuses_the_references(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str
 ) -> None:
     code, _, err = run_cli(capsys, "up", "--state-dir", str(tmp_path / "state"), flag)
     assert code == 2 and "deepboot simulate" in err
     assert not (tmp_path / "state").exists()  # refused before anything started
+
+
+def test_the_runtime_takes_slo_guarded_lending_with_its_knobs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``deepboot up --slo`` reaches the cluster's start with the knobs as the
+    simulator takes them (the start itself is stopped here: no Ray)."""
+    from deepboot.core.errors import ConfigError
+    from deepboot.runtime import lifecycle
+    from deepboot.runtime.settings import build_loop
+
+    seen: list[object] = []
+
+    def no_cluster(state: object, settings: object, *rest: object) -> None:
+        seen.append(settings)
+        raise ConfigError("stopped before the cluster starts")
+
+    monkeypatch.setattr(lifecycle, "up", no_cluster)
+    flags = ["--slo", "--slo-target", "0.95", "--slo-horizon", "300", "--slo-idle", "0.5"]
+    code, _, err = run_cli(capsys, "up", "--state-dir", str(tmp_path / "state"), *flags)
+    assert code == 2 and "stopped before the cluster starts" in err
+    [settings] = seen
+    shared = settings.shared  # type: ignore[attr-defined]
+    assert (shared.slo, shared.slo_target, shared.slo_horizon, shared.slo_idle) == (
+        True, 0.95, 300.0, 0.5,
+    )  # fmt: skip
+    slo = build_loop(settings).settings.slo  # type: ignore[arg-type]
+    assert slo.enabled and slo.target == 0.95 and slo.idle_target == 0.5

@@ -39,10 +39,14 @@ examples:
   # next arrivals will need (fewer reclaims; the simulator's --reserve)
   deepboot up --inference-nodes 2 --reserve --reserve-window 120
 
+  # SLO-guarded lending: forecast each service's requests, hold and pre-warm the
+  # replicas its slo_target needs (guaranteed_replicas are held whatever the flags)
+  deepboot up --inference-nodes 2 --slo --slo-target 0.95
+
 The shared-cluster flags are deepboot simulate's, with the same meaning and checks
 (--afe: keep-alive resizes, on by default here; --no-afe: checkpoint and restart).
---slo, --warm-pool and --oracle are refused: the runtime does not pre-warm replicas
-yet.
+--warm-pool and --oracle are refused: they are simulator references that read the
+whole workload ahead.
 
   # then, from the directory that holds .deepboot (the header file keeps the token
   # off curl's command line, where ps would show it to every user)

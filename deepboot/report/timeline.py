@@ -415,7 +415,8 @@ def load_offset(
 
     The load's clock starts when it begins sending, and its first request starts the
     service's first replica (a cold start, logged): that ``replica start`` entry is
-    taken as the first request's send time.
+    taken as the first request's send time. A replica pre-warmed with no request
+    (``prewarm``, ``--slo``) is not one: its start is skipped.
 
     Args:
         events: The event log.
@@ -430,7 +431,10 @@ def load_offset(
         (
             e.time
             for e in events
-            if e.kind.value == REPLICA_KIND and e.detail.get("op") == "start" and e.time >= floor
+            if e.kind.value == REPLICA_KIND
+            and e.detail.get("op") == "start"
+            and not e.detail.get("prewarm")  # started by no request (--slo)
+            and e.time >= floor
         ),
         start if after is None else after,
     )

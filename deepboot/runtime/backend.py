@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from deepboot.core.errors import InvalidDecisionError
 from deepboot.core.gpu import GpuState
 from deepboot.core.placement import Placement
+from deepboot.policies.forecast import ArrivalHistory
 from deepboot.policies.lending import ServiceLoad
 from deepboot.runtime.store import LogKind
 from deepboot.runtime.world import gpu_name
@@ -36,26 +37,19 @@ if TYPE_CHECKING:
     from deepboot.runtime.controller import Controller
 
 
-_APPLIED = (Bind, Lend, Release, Reclaim, EvictReplica, StartReplica, ProtectReplica,
-            SleepReplica, Start, Resize, Preempt)  # fmt: skip
-"""The operations this world applies (every one but ``WarmReplica``)."""
+_APPLIED = (Bind, Lend, Release, Reclaim, EvictReplica, StartReplica, WarmReplica,
+            ProtectReplica, SleepReplica, Start, Resize, Preempt)  # fmt: skip
+"""The operations this world applies (every one the control loop makes)."""
 
 
 def check_applicable(ops: Sequence[object]) -> None:
-    """Refuse, before any of it is applied, a step with an operation this world cannot
-    carry out: a ``WarmReplica`` (pre-warming is simulator-only for now) or one it does
-    not know at all (a new operation must be added here, not dropped silently).
+    """Refuse, before any of it is applied, a step with an operation this world does
+    not know (a new operation must be added here, not dropped silently).
 
     Raises:
         InvalidDecisionError: naming the operation; nothing of the step was applied.
     """
     for op in ops:
-        if isinstance(op, WarmReplica):
-            raise InvalidDecisionError(
-                f"the runtime cannot apply {op!r}: pre-warming a replica with no "
-                "request (WarmReplica) is simulator-only for now; nothing of the "
-                "step was applied"
-            )
         if not isinstance(op, _APPLIED):
             raise InvalidDecisionError(
                 f"the runtime does not know how to apply {op!r}; nothing of the step was applied"
@@ -77,9 +71,9 @@ class RayBackend:
     ``snapshot`` reports the world as the loop sees it; ``apply`` records the GPU
     operations, starts, wakes and kills replicas, and hands every job whose GPU set
     changed (or, after a training round, that lost a worker) to the controller, which
-    starts its next generation. It refuses a step
-    with a ``WarmReplica`` (pre-warming is simulator-only for now), before applying any
-    of it.
+    starts its next generation. A ``WarmReplica`` starts a replica with no request
+    (:meth:`~deepboot.runtime.replicas.Replicas.warm_replica`). It refuses a step with
+    an operation it does not know, before applying any of it.
     """
 
     def __init__(self, ctl: Controller) -> None:
@@ -96,11 +90,19 @@ class RayBackend:
         waiting = tuple(PendingTask(t, s) for t, s in ctl.waiting.items())
         now = ctl.clock()
         loads: dict[str, ServiceLoad] = {}
+        arrivals: dict[str, ArrivalHistory] = {}
         settings = ctl.loop.settings
-        if event.kind in ROUND_KINDS and settings.lending and settings.reserve.enabled:
+        rounds = event.kind in ROUND_KINDS
+        if rounds and ctl.arrivals is not None:
+            # SLO-guarded lending (it replaces the reserve): the guard's forecast reads
+            # the binned arrivals and the mean run times, as the simulator's does.
+            loads = ctl.arrivals.loads()
+            arrivals = ctl.arrivals.histories(now)
+        elif rounds and settings.lending and settings.reserve.enabled:
             loads = ctl.demand.loads(now, settings.reserve.window_s)
         return Snapshot(
             now, ctl.cluster, jobs, gpus, waiting, MappingProxyType(loads), services=ctl.specs,
+            replicas=ctl.warming_loads(), arrivals=MappingProxyType(arrivals),
             cached=ctl.cached_models(),
         )  # fmt: skip
 
@@ -148,6 +150,9 @@ class RayBackend:
                 continue
             if isinstance(op, StartReplica):
                 ctl.start_replica(op)  # through the ledger, around the actors
+                continue
+            if isinstance(op, WarmReplica):
+                ctl.warm_replica(op)  # likewise, with no request
                 continue
             gpu = ctl.board.get(op.gpu)
             replica, service = gpu.replica, gpu.service

@@ -8,13 +8,15 @@ driver (:mod:`deepboot.world.driver`) on a wall clock. Each turn of its loop:
 
 1. takes what the router reported (:mod:`~deepboot.runtime.intake`): a request that
    found no free replica is an INFERENCE_ARRIVAL, an emptied replica an
-   INFERENCE_DONE, a dead one a REPLICA_LOST; every request and answer counts in the
-   services' load;
+   INFERENCE_DONE (a pre-warmed one that loaded and took no request: a
+   REPLICA_WARM), a dead one a REPLICA_LOST; every request and answer counts in the
+   services' load (and, with ``--slo``, in the SLO guard's arrival history);
 2. when a poll is due, polls every worker (:mod:`~deepboot.runtime.polling`) and
    reads submissions, cancellations and services from the store;
 3. handles every event due, ticks and protect timers included, through the control
    loop and :class:`~deepboot.runtime.backend.RayBackend`, which moves GPUs on the
-   ledger, starts, wakes and kills replicas (:mod:`~deepboot.runtime.replicas`) and
+   ledger, starts (for a request, or pre-warmed with none), wakes and kills replicas
+   (:mod:`~deepboot.runtime.replicas`) and
    hands every job whose GPU set changed its next generation
    (:mod:`~deepboot.runtime.generations`); a step that raises is logged
    (``decision_rejected``) and skipped, and the loop goes on;
@@ -46,6 +48,7 @@ from deepboot.runtime.backend import RayBackend, check_applicable, next_tick
 from deepboot.runtime.faults import die
 from deepboot.runtime.raycluster import ClusterRecord, ray_env
 from deepboot.runtime.recovery import Recovery
+from deepboot.runtime.replicas import Warming
 from deepboot.runtime.settings import (
     ControllerSettings,
     build_loop,
@@ -58,7 +61,7 @@ from deepboot.runtime.statelock import HeldElsewhereError, StateLock
 from deepboot.runtime.store import JobStore, LogKind
 from deepboot.runtime.world import JobRec, gpu_name
 from deepboot.scheduler.events import Event, EventKind
-from deepboot.world.demand import LoadWindow
+from deepboot.world.demand import DemandLedger, LoadWindow
 from deepboot.world.driver import Driver, WallClock
 from deepboot.world.gpus import BoardGpu, GpuBoard
 from deepboot.world.recording import Recorder
@@ -129,6 +132,13 @@ class Controller(Recovery):
         self.waiting: dict[str, str] = {}  # the arrivals the loop could not place, in order
         # Every request the router accepted and every answer: the services' load.
         self.demand = LoadWindow()
+        # With --slo, the same requests binned for the SLO guard's forecast (a bounded
+        # history, as the simulator keeps it); None without.
+        slo = self.loop.settings.slo
+        self.arrivals: DemandLedger | None = (
+            DemandLedger(slo.forecast.bin_s, slo.forecast.history_bins) if slo.enabled else None
+        )
+        self.warming: dict[GpuId, Warming] = {}  # pre-warmed replicas not yet reported
         self.slo = SloTally()  # each answer within or over its service's slo_wait_s
         self._slo_logged: dict[str, tuple[int, int, float]] = {}
         self._adopt: list[BoardGpu] = []  # replicas recovered, for the router once it runs

@@ -185,12 +185,15 @@ class Dispatcher:
             seconds, start = float(loaded["seconds"]), str(loaded["start"])
         else:  # a replica an older deepboot started (detached: it outlives upgrades)
             seconds, start = float(loaded), "cold"
+        waited = time.monotonic() - rep.created
+        self._pump(rep.service)
         if cold:
             if q.cold_s is None and start == "cold":  # a host start is no cold start
                 q.cold_s = seconds
-            waited = time.monotonic() - rep.created
-            self.inbox.put(Ready(rep.gpu, rep.name, waited, seconds, start or "cold"))
-        self._pump(rep.service)
+            # After the pump: what it took at once tells a pre-warmed replica that
+            # requests joined it from one that is idle (the Idle that follows).
+            ready = Ready(rep.gpu, rep.name, waited, seconds, start or "cold", rep.inflight)
+            self.inbox.put(ready)
         self._maybe_idle(rep)
 
     def _load_failed(self, rep: Replica, error: str, broken: bool) -> None:

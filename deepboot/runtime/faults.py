@@ -32,7 +32,8 @@ CRASH_POINTS: Mapping[str, str] = MappingProxyType(
         "evict.exported": "an evicted replica's model is in its node's cache; the actor "
         "lives, nothing flushed",
         "evict.killed": "an evicted replica's actor was killed, nothing flushed",
-        "cold.recorded": "a cold replica's GPU row is durable; no actor exists yet",
+        "cold.recorded": "a new (cold or pre-warmed) replica's GPU row is durable; no "
+        "actor exists yet",
         "recovery.planned": "recovery planned from the store and the actors; acted on nothing",
         "recovery.killed": "recovery killed the strays; nothing restored yet",
         "recovery.replicas": "recovery restored the replicas; the re-forms not offered",

@@ -1,5 +1,6 @@
 """What reaches the controller, as events on the driver's queue: the router's messages
-(arrivals, idle and dead replicas, every request and answer for the load), the
+(arrivals, idle and dead replicas, a pre-warmed replica loaded, every request and
+answer for the load and, with ``--slo``, the guard's arrival history), the
 store (submissions, cancellations, services), the workers' polls, and the HTTP
 endpoint's submissions (which the router's thread writes to the store)."""
 
@@ -18,6 +19,7 @@ from deepboot.runtime.nodes import Nodes
 from deepboot.runtime.store import JobRow, JobState, JobStore, LogKind
 from deepboot.runtime.world import JobRec, gpu_name, parse_gpu
 from deepboot.scheduler.events import Event, EventKind
+from deepboot.world.gpus import BoardGpu
 
 log = logging.getLogger("deepboot.controller")
 
@@ -45,8 +47,12 @@ class Intake(Nodes):
         for msg in self.inbox.drain():
             if isinstance(msg, rt.Received):
                 self.demand.arrived(msg.service, self.clock())
+                if self.arrivals is not None:
+                    self.arrivals.arrived(msg.service, self.clock())
             elif isinstance(msg, rt.Served):
                 self.demand.ran(msg.service, self.clock(), msg.seconds)
+                if self.arrivals is not None:
+                    self.arrivals.ran(msg.service, msg.seconds)
             elif isinstance(msg, rt.Answered):
                 self.slo.record(msg.service, msg.within, self.clock())
             elif isinstance(msg, rt.Arrival):
@@ -63,9 +69,15 @@ class Intake(Nodes):
             elif isinstance(msg, rt.Idle):
                 rec = self.board.get(parse_gpu(msg.gpu))
                 if rec.replica == msg.replica and rec.state is GpuState.RUNNING:
-                    self.post(Event(EventKind.INFERENCE_DONE, gpu=rec.gpu_id))
+                    self.post(self._emptied(rec))
             elif isinstance(msg, rt.Ready):
                 rec = self.board.get(parse_gpu(msg.gpu))
+                warming = self.warming.get(rec.gpu_id)
+                if warming is not None and warming.replica == msg.replica and msg.inflight:
+                    # Requests joined it while it loaded: it serves them, and its
+                    # Idle is then an INFERENCE_DONE (the loop's REPLICA_WARM would
+                    # leave a replica that took a task RUNNING anyway).
+                    del self.warming[rec.gpu_id]
                 if rec.replica == msg.replica and rec.service:
                     if msg.start == "cold":  # the service's cold start, not a host start
                         self._cold_starts.append((rec.service, round(msg.load_seconds, 3)))
@@ -94,6 +106,21 @@ class Intake(Nodes):
                 self.post(Event(EventKind.REPLICA_LOST, gpu=rec.gpu_id))
         if self._pending_log:
             self.flush()
+
+    def _emptied(self, rec: BoardGpu) -> Event:
+        """The event of the RUNNING replica on ``rec`` reported idle: REPLICA_WARM
+        (with its ``WarmReplica``'s ``until``) for a pre-warmed one that loaded and
+        took no request, else INFERENCE_DONE. Posted instead of, never besides, the
+        INFERENCE_DONE: at the same instant the loop handles that first, which would
+        put the replica to sleep before its warm-up's protect time."""
+        warming = self.warming.get(rec.gpu_id)
+        if warming is None or warming.replica != rec.replica:
+            return Event(EventKind.INFERENCE_DONE, gpu=rec.gpu_id)
+        del self.warming[rec.gpu_id]
+        return Event(
+            EventKind.REPLICA_WARM, seq=rec.version, gpu=rec.gpu_id,
+            service=warming.service, until=warming.until,
+        )  # fmt: skip
 
     def take_services(self) -> None:
         """Services registered since the last look (``deepboot serve``, POST /v1/services)."""

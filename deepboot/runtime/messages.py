@@ -38,13 +38,15 @@ class Idle:
 class Ready:
     """The replica on ``gpu`` loaded its model; ``seconds``: from its creation;
     ``load_seconds``: its handler's build; ``start``: "cold" (a full load) or "host"
-    (restored from its node's model cache)."""
+    (restored from its node's model cache); ``inflight``: the queued requests it took
+    at once (a pre-warmed replica that took none is idle, and reported so next)."""
 
     gpu: str
     replica: str
     seconds: float
     load_seconds: float
     start: str = "cold"
+    inflight: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from deepboot.runtime.store import GpuRow, JobStore, LogKind
 from deepboot.runtime.world import JobRec, gpu_name
 from deepboot.scheduler.control import ControlLoop
 from deepboot.scheduler.events import Event
-from deepboot.world.demand import LoadWindow
+from deepboot.world.demand import DemandLedger, LoadWindow
 from deepboot.world.driver import Driver
 from deepboot.world.gpus import BoardGpu, GpuBoard
 
@@ -40,6 +40,7 @@ SLO_LOG_EVERY_S = 60.0
 
 if TYPE_CHECKING:
     from deepboot.runtime.metrics import Metrics
+    from deepboot.runtime.replicas import Warming
     from deepboot.runtime.router import Router
 
 
@@ -53,6 +54,10 @@ class ControllerParts:
         waiting: The arrivals the loop could not place, in order.
         demand: Every request the router accepted and every answer: the services'
             load, for the lending reserve.
+        arrivals: With ``--slo``: the same requests in fixed bins and the mean run
+            times, for the SLO guard's forecast (``Snapshot.arrivals``); else None.
+        warming: The pre-warmed replicas (``WarmReplica``) whose load the router has
+            not reported yet, by GPU (at most one per GPU).
         slo: Every answer, within or over its service's ``slo_wait_s``, since this
             controller started and in the last 5 minutes (``deepboot status``).
         driver: The one driver: its queue holds the ticks and the protect timers.
@@ -75,6 +80,8 @@ class ControllerParts:
     arrived: dict[str, str]
     waiting: dict[str, str]
     demand: LoadWindow
+    arrivals: DemandLedger | None
+    warming: dict[GpuId, Warming]
     slo: SloTally
     # Each service's SLO counts as last written to the event log, and when (Unix).
     _slo_logged: dict[str, tuple[int, int, float]]

@@ -1,7 +1,8 @@
 """Inference replicas as the controller runs them: a task's replica woken warm or
-started new (an actor per replica, named by service, GPU and incarnation), evicted
-ones exported into their node's model cache (``--host-cache-gb``) and killed; the
-ledger has the GPU's state, the router the replica's requests.
+started new (an actor per replica, named by service, GPU and incarnation), a replica
+pre-warmed with no task (``WarmReplica``, ``--slo``), evicted ones exported into their
+node's model cache (``--host-cache-gb``) and killed; the ledger has the GPU's state,
+the router the replica's requests.
 
 The node-local model caches (:mod:`deepboot.runtime.modelcache`) are started (or
 found, after a controller's restart) here too, and their contents mirrored for the
@@ -14,23 +15,45 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from deepboot.core.cluster import Pool
-from deepboot.core.gpu import GpuId
+from deepboot.core.gpu import GpuId, GpuState
 from deepboot.runtime.polling import Polling
 from deepboot.runtime.replica import replica_name
 from deepboot.runtime.store import LogKind
 from deepboot.runtime.world import gpu_name
-from deepboot.scheduler.operations import StartReplica
+from deepboot.scheduler.control import ReplicaLoad
+from deepboot.scheduler.operations import StartReplica, WarmReplica
 from deepboot.world.gpus import apply_gpu_op
 
 log = logging.getLogger("deepboot.controller")
 
+_NO_REPLICAS: Mapping[GpuId, ReplicaLoad] = MappingProxyType({})
+
 CACHE_CALL_TIMEOUT_S = 10.0
 """Longest wait for a model cache to start or to say what it holds (then the
 controller goes on without it: starts are cold there until it answers)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Warming:
+    """A replica pre-warmed by ``WarmReplica`` whose load the router has not reported.
+
+    Attributes:
+        replica: Its actor's name (the GPU's replica, while it is this one).
+        service: Its service.
+        until: The operation's ``until``: the REPLICA_WARM posted once it loaded
+            with no request protects it until then.
+        started: When it was started (Unix time).
+    """
+
+    replica: str
+    service: str
+    until: float
+    started: float
 
 
 class Replicas(Polling):
@@ -58,20 +81,61 @@ class Replicas(Polling):
                 )
             # A warm reuse is not logged: in a lull it happens at every request.
             return
-        spec = self.specs[op.service]
-        name = replica_name(op.service, gpu, self._next_incarnation(f"replica:{op.service}"))
+        self._new_replica(op.gpu, op.service, op.task)
+
+    def warm_replica(self, op: WarmReplica) -> None:
+        """Pre-warm a replica of ``op.service`` on ``op.gpu`` (FREE: the ledger checks
+        it) with no request: a new actor, logged as a replica ``start`` with
+        ``prewarm: true``. The router queues the service's next requests on it while
+        it loads; once it has loaded and taken none, the controller posts REPLICA_WARM
+        with ``op.until`` (:mod:`~deepboot.runtime.intake`).
+
+        Raises:
+            InvalidDecisionError: the GPU is not FREE (nothing was started).
+        """
+        apply_gpu_op(self.board, op)
+        name = self._new_replica(op.gpu, op.service, task="")
+        self.warming[op.gpu] = Warming(name, op.service, op.until, self.clock())
+
+    def _new_replica(self, gpu_id: GpuId, service: str, task: str) -> str:
+        """Start a new replica actor of ``service`` on ``gpu_id`` (already RUNNING on
+        the ledger) for request ``task`` ("": pre-warmed, none) and tell the router;
+        returns the actor's name. The log row is durable before the actor exists: a
+        controller that dies in between finds a row naming a replica that is not
+        there (the GPU comes back FREE), never a live replica no row names."""
+        rec = self.board.get(gpu_id)
+        gpu = gpu_name(gpu_id)
+        spec = self.specs[service]
+        name = replica_name(service, gpu, self._next_incarnation(f"replica:{service}"))
         rec.replica = name
-        self.note(LogKind.REPLICA, gpu=gpu, service=op.service, op="start", cold=True)
-        # Durable before the actor exists: a controller that dies in between finds a
-        # row naming a replica that is not there (the GPU comes back FREE), never a
-        # live replica no row names.
+        extra: dict[str, Any] = {} if task else {"prewarm": True}
+        self.note(LogKind.REPLICA, gpu=gpu, service=service, op="start", cold=True, **extra)
         self.flush()
         self.fault("cold.recorded")
         handle = self.actors.create_replica(
-            name, spec.to_json(), gpu, str(self.state.logs / f"service-{op.service}.log")
+            name, spec.to_json(), gpu, str(self.state.logs / f"service-{service}.log")
         )
         if self.router is not None:
-            self.router.start_replica(gpu, op.service, name, handle, cold=True, task=op.task)
+            self.router.start_replica(gpu, service, name, handle, cold=True, task=task)
+        return name
+
+    def warming_loads(self) -> Mapping[GpuId, ReplicaLoad]:
+        """The snapshot's ``replicas``: each pre-warmed replica still loading, as full
+        (``in_flight`` = its service's ``concurrency``). The router, not the loop,
+        fills its slots: a request of its service that arrives while it loads queues
+        on it, and only one it has no room for reaches the loop as an arrival, which
+        must then not join it. ``ready_at`` is an estimate (its start plus the
+        service's ``cold_start_s``): the loop reads it only for a replica with room."""
+        if not self.warming:
+            return _NO_REPLICAS
+        out: dict[GpuId, ReplicaLoad] = {}
+        for gpu_id, w in sorted(self.warming.items()):
+            rec = self.board.get(gpu_id)
+            spec = self.specs.get(w.service)
+            if rec.replica != w.replica or rec.state is not GpuState.RUNNING or spec is None:
+                continue  # gone since (died, evicted): not loading any more
+            out[gpu_id] = ReplicaLoad(spec.concurrency, w.started + (spec.cold_start_s or 0.0))
+        return MappingProxyType(out)
 
     def replica_gone(self, gpu: GpuId, replica: str | None, service: str | None) -> None:
         """The replica ``replica`` that was on ``gpu`` is evicted: export its model

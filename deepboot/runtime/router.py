@@ -227,7 +227,9 @@ class Router(FrontDoor, Dispatcher):
         self, gpu: str, service: str, name: str, handle: Any, cold: bool, task: str = ""
     ) -> None:
         """The controller placed arrival ``task`` of ``service`` on ``gpu``: a new replica
-        (``cold``; ``handle`` is its new actor) or a warm reuse of the one there."""
+        (``cold``; ``handle`` is its new actor) or a warm reuse of the one there. A new
+        replica with no ``task`` is pre-warmed (``WarmReplica``): the service's
+        requests queue on it while it loads, as on any replica starting."""
         self.call(self._start_replica, gpu, service, name, handle, cold, task)
 
     def adopt_replica(self, gpu: str, service: str, name: str, handle: Any) -> None:

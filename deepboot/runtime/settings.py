@@ -119,7 +119,6 @@ class ControllerSettings:
 
 
 RUNTIME_REFUSED = {
-    "slo": "SLO-guarded lending pre-warms replicas, which the runtime does not do yet",
     "warm_pool": "the warm-pool reference is a simulator reference for --slo",
     "oracle": "the oracle reference reads the requests still to come",
     "host_gbps": "the runtime's host starts are measured (a real copy from its node's "
@@ -127,7 +126,9 @@ RUNTIME_REFUSED = {
     "host_init_s": "the runtime's host starts are measured, not modelled by a fixed part",
 }
 """Shared-cluster knobs the runtime refuses, and why (``--host-cache-gb`` runs: the
-node-local model cache, :mod:`deepboot.runtime.modelcache`)."""
+node-local model cache, :mod:`deepboot.runtime.modelcache`; so does ``--slo``, with its
+``--slo-target``, ``--slo-horizon`` and ``--slo-idle``: the router's arrivals feed the
+guard's forecast, and a ``WarmReplica`` starts a replica with no request)."""
 
 
 def build_loop(settings: ControllerSettings) -> ControlLoop:
@@ -151,7 +152,7 @@ def check_runnable(shared: SharedCluster) -> None:
     """Refuse, with the reason, the shared-cluster knobs this world cannot run.
 
     Raises:
-        ConfigError: ``--slo``, ``--warm-pool``, ``--oracle``, ``--host-gbps`` or
+        ConfigError: ``--warm-pool``, ``--oracle``, ``--host-gbps`` or
             ``--host-init-s``.
     """
     for name, why in RUNTIME_REFUSED.items():

@@ -35,8 +35,8 @@ the simulator and the runtime alike:
   next tick), then a retry.
 * **JOB_SUBMITTED**: nothing until the next tick.
 
-No handler makes a ``WarmReplica`` yet (a forecasting policy will); every step's
-``WarmReplica`` operations are checked against the snapshot
+The SLO guard of a tick (:mod:`deepboot.scheduler.guard`) makes the ``WarmReplica``
+operations; every step's ``WarmReplica`` operations are checked against the snapshot
 (:func:`validate_warm_replicas`) before the step is returned.
 
 A retry tries the queued tasks in arrival order, one placement per :class:`Step`: the
@@ -163,7 +163,11 @@ class Snapshot:
             counts their tasks. A RUNNING replica missing here takes no other task,
             and serves nothing more once an INFERENCE_DONE or REPLICA_WARM names it
             (the simulator with ``concurrency = 1``; the runtime, whose router fills
-            free slots itself and reports a replica only once it is idle).
+            free slots itself and reports a replica only once it is idle). The
+            runtime lists its pre-warmed replicas still loading as full (its router
+            queues a request on one while it has room, and only one it has no room
+            for becomes an arrival), and posts REPLICA_WARM only for one that loaded
+            and took no request.
         arrivals: Each service's arrival counts in fixed bins up to now, for the SLO
             guard's forecast (TICK only, and only when SLO-guarded lending is on).
         cached: The models each node's host memory holds (``deepboot.world.hostcache``):

@@ -22,6 +22,9 @@ from deepboot.policies.lending import ServiceLoad
 class DemandLedger:
     """Binned arrival counts and mean run times per service (mutable; a world's own).
 
+    Both worlds feed it with ``--slo``: the simulator each task's arrival, the runtime
+    every request its router accepts (warm-served or not, as :class:`LoadWindow`).
+
     Args:
         bin_s: Bin width, seconds (> 0).
         keep: Most complete bins handed out (>= 1): the forecast's history length.
@@ -37,9 +40,11 @@ class DemandLedger:
         self._runs: dict[str, tuple[float, int]] = {}
 
     def arrived(self, service: str, now: float) -> None:
-        """One arrival of ``service`` at ``now`` (times never go back)."""
+        """One arrival of ``service`` at ``now``. Times should never go back; one
+        that does (a wall clock stepped back) counts in the service's latest bin."""
         b = int(now // self.bin_s)
         last, counts = self._bins.get(service, (b, deque(maxlen=self.keep + 1)))
+        b = max(b, last)
         counts.extend([0] * (b - last))
         if not counts:
             counts.append(0)

@@ -16,6 +16,8 @@ from deepboot.runtime.store import EventRow, JobStore, LogKind
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_CODE = REPO / "examples" / "runtime" / "regression.py"
+ONE_AND_ONE = ("--training-nodes", "1", "--inference-nodes", "1", "--gpus-per-node", "1")
+"""``deepboot up`` flags of the smallest shared cluster: one GPU per pool."""
 
 
 def cli(

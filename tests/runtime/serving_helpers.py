@@ -19,7 +19,11 @@ ECHO = REPO / "examples" / "runtime" / "echo_service.py"
 THRESHOLD = 0.004
 
 
-def service_file(directory: Path, name: str, delay: float, max_replicas: int) -> Path:
+def service_file(
+    directory: Path, name: str, delay: float, max_replicas: int, extra: tuple[str, ...] = ()
+) -> Path:
+    """The echo service ``name`` (``delay`` s per request) on file; ``extra``: more
+    top-level ``key = value`` lines."""
     path = directory / f"{name}.toml"
     path.write_text(
         "\n".join(
@@ -31,6 +35,7 @@ def service_file(directory: Path, name: str, delay: float, max_replicas: int) ->
                 f"max_replicas = {max_replicas}",
                 "queue_bound = 1000",
                 "request_timeout_s = 120",
+                *extra,
                 "[args]",
                 f"delay_s = {delay}",
             ]

@@ -67,7 +67,7 @@ def test_without_the_reserve_the_snapshot_carries_no_load(tmp_path: Path) -> Non
     assert ctl.loop.settings.reserve.enabled is False
 
 
-@pytest.mark.parametrize("flag", ["slo", "warm_pool", "oracle"])
+@pytest.mark.parametrize("flag", ["warm_pool", "oracle"])  # --slo runs: test_prewarm.py
 def test_what_the_runtime_cannot_run_is_refused_with_the_reason(tmp_path: Path, flag: str) -> None:
     from deepboot.core.errors import ConfigError
 

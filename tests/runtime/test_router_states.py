@@ -439,3 +439,37 @@ def test_healthz_turns_unhealthy_when_the_controllers_loop_stops_turning(
     assert "has not turned" in body["error"]
     router.beat()  # it turns again
     assert health()[0] == 200
+
+
+def test_a_replica_pre_warmed_with_no_request_reports_ready_then_idle(
+    router: rt.Router,
+) -> None:
+    """``--slo``'s pre-warm: a new replica with no task. Loaded with nothing queued, it
+    took nothing (``Ready.inflight`` 0) and is idle next (the controller's
+    REPLICA_WARM); a request that arrives while it loads queues on it (no arrival for
+    the controller) and is what it takes once loaded."""
+    serve(router, request_timeout_s=60)
+    inbox = Inbox(router)
+    idle = FakeReplica()
+    router.start_replica("2.0", "svc", "r|svc|2.0|1", idle, cold=True)
+    idle.settle_start()
+    wait_until("idle", lambda: msg.Idle("2.0", "r|svc|2.0|1") in inbox.all())
+    kinds = [type(m).__name__ for m in inbox.all()]
+    assert kinds == ["Ready", "Idle"]
+    assert [m.inflight for m in inbox.all() if isinstance(m, msg.Ready)] == [0]
+
+    loading = FakeReplica(hold_load=True)
+    router.start_replica("2.1", "svc", "r|svc|2.1|2", loading, cold=True)
+    loading.settle_start()
+    wait_until("load asked", lambda: bool(loading.loads))
+    out: dict[str, tuple[int, Any]] = {}
+    post(router, "r1", out)
+    wait_until("r1 queued", lambda: queued(router) == ["r1"])
+    assert not [m for m in inbox.all() if isinstance(m, msg.Arrival)]  # it covers r1
+    loading.loads[0].set_result({"seconds": 0.5, "start": "cold"})
+    wait_until("r1 running", lambda: len(loading.infers) == 1)
+    ready = [m for m in inbox.all() if isinstance(m, msg.Ready) and m.gpu == "2.1"]
+    assert [m.inflight for m in ready] == [1]
+    loading.infers[0].set_result({"y": 1})
+    wait_until("r1 answered", lambda: "r1" in out)
+    assert out["r1"][0] == 200

@@ -21,7 +21,14 @@ pytest.importorskip("torch")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from deepboot.runtime.store import LogKind  # noqa: E402
-from tests.runtime.cluster_helpers import cli, events, local_cluster, status, wait_for  # noqa: E402
+from tests.runtime.cluster_helpers import (  # noqa: E402
+    ONE_AND_ONE,
+    cli,
+    events,
+    local_cluster,
+    status,
+    wait_for,
+)
 from tests.runtime.serving_helpers import ECHO, post_with_headers  # noqa: E402
 
 pytestmark = pytest.mark.runtime
@@ -31,8 +38,7 @@ REQUESTS = 4
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Path]:
-    flags = ("--training-nodes", "1", "--inference-nodes", "1", "--gpus-per-node", "1")
-    with local_cluster(tmp_path / "state", *flags, "--protect-factor", "0.05") as state:
+    with local_cluster(tmp_path / "state", *ONE_AND_ONE, "--protect-factor", "0.05") as state:
         yield state
 
 

@@ -2,16 +2,15 @@
 
 The loop validates every ``WarmReplica`` of a step, answers ``REPLICA_WARM`` (a
 pre-warmed replica is loaded) as it answers an emptied replica, and lets a task join
-a pre-warmed replica still loading, whatever its service's concurrency. The runtime
-refuses the operation (pre-warming is simulator-only for now). The simulator's side
-is ``tests/sim/test_prewarm.py``.
+a pre-warmed replica still loading, whatever its service's concurrency. The simulator's
+side is ``tests/sim/test_prewarm.py``, the runtime's ``tests/runtime/test_prewarm.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pytest
@@ -226,19 +225,3 @@ def test_the_loop_validates_the_warm_replicas_of_every_step() -> None:
     assert Handwritten((W,)).step(tick, world("F", "F F", services=specs()), RNG).ops == (W,)
     with pytest.raises(InvalidDecisionError, match="LENT, not FREE"):
         Handwritten((W,)).step(tick, s, RNG)
-
-
-# -- the runtime refuses it --------------------------------------------------------------
-
-
-def test_the_runtime_refuses_a_warm_replica_before_applying_anything() -> None:
-    from deepboot.runtime.controller import RayBackend
-
-    class Untouchable:
-        def __getattr__(self, name: str) -> Any:
-            raise AssertionError(f"the backend touched the controller ({name})")
-
-    backend = RayBackend(cast(Any, Untouchable()))
-    step = Step(ops=(Bind((0, 1), "a"), W))
-    with pytest.raises(InvalidDecisionError, match="WarmReplica.*simulator-only"):
-        backend.apply(step)
