@@ -710,6 +710,10 @@ def _seq(run: WorldRun) -> str:
 def _as_dict(run: WorldRun) -> dict[str, Any]:
     out = dataclasses.asdict(run)
     out["measured"]["profile"] = [[*k, *v] for k, v in sorted(run.measured.profile.items())]
+    out["measured"]["job_profile"] = {
+        job: [[*k, *v] for k, v in sorted(own.items())]
+        for job, own in run.measured.job_profile.items()
+    }
     out["requests"] = len(run.requests)
     return out
 
