@@ -13,7 +13,7 @@ DEMO_CLUSTER         := 4x4
 DEMO_INFERENCE_NODES := 2
 DEMO_OUT             := out/demo
 
-.PHONY: demo test test-slow test-determinism test-runtime runtime-install lint clean-venv
+.PHONY: demo demo-runtime test test-slow test-determinism test-runtime runtime-install lint clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,16 @@ demo: $(VENV)/.installed
 		--run deepboot=deepboot --run pollux-only=pollux:no-lending,no-afe \
 		--baseline pollux-only --out $(DEMO_OUT) --no-figures
 	@echo "HTML report: $(DEMO_OUT)/report.html"
+
+# The runtime demo (after `make runtime-install`; no GPU needed): a local Ray cluster
+# with --slo, a service whose replicas take ~15 s to start, an elastic job that can
+# use twice the training pool, and a load with a lull, a ramp and a spike. It prints
+# the job's size over time, the GPUs lent and reclaimed, the SLO attainment, draws
+# the timeline from the event log, and stops the cluster. About 3 minutes.
+DEMO_RUNTIME_OUT := out/demo-runtime
+
+demo-runtime: $(VENV)/.installed-runtime
+	$(BIN)/python examples/runtime/demo.py --out $(DEMO_RUNTIME_OUT)
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q

@@ -26,10 +26,12 @@ What the picture shows, on one time axis (seconds since the controller started):
   - with --requests: each request's wait (the CSV's wait_s column, else its
     latency_s) against the --slo-wait line; requests not answered 200 are crosses.
 
-The --requests CSV's send_s counts from the load's own start. By default the first
-request is aligned to the log's first replica start (the load's first request
-cold-starts the service's first replica); give --load-offset when that is not so
-(a replica started before the load, or a service registered earlier).
+The --requests CSV's send_s counts from the load's own start; its sent_at column
+(each request's Unix send time) puts it on the log's clock. A CSV without sent_at
+(an older deepboot load's) is aligned by its first request to the log's first
+replica start (the load's first request cold-starts the service's first replica);
+give --load-offset when that is not so (a replica started before the load, or a
+service registered earlier).
 
 It reads the store only: a running controller's directory may be drawn too (the
 picture ends at the log's newest entry).
@@ -73,7 +75,8 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         default=None,
         metavar="S",
         help="the controller's second at which the load's send_s was 0; without it, "
-        "the first request is aligned to the log's first replica start",
+        "the CSV's sent_at column says, else the first request is aligned to the "
+        "log's first replica start",
     )
     p.add_argument(
         "--out",
@@ -92,7 +95,13 @@ def cmd_timeline(args: argparse.Namespace, out: Console, err: Console) -> int:
             that would overwrite an input.
         MissingDependencyError: matplotlib is missing (checked before reading).
     """
-    from deepboot.report.timeline import align_requests, build_timeline, load_offset, read_requests
+    from deepboot.report.timeline import (
+        align_requests,
+        build_timeline,
+        load_offset,
+        read_requests,
+        sent_offset,
+    )
     from deepboot.report.timeline_figure import require_matplotlib, timeline_figure
 
     state_dir = require_path(args.state_dir, "STATE_DIR")
@@ -115,6 +124,8 @@ def cmd_timeline(args: argparse.Namespace, out: Console, err: Console) -> int:
         metric, rows = read_requests(args.requests)
         offset = args.load_offset
         if offset is None:
+            offset = sent_offset(rows, timeline.start)
+        if offset is None:  # a CSV without sent_at: guess from the log
             first = min((r.send_s for r in rows), default=0.0)
             offset = load_offset(events, timeline.start, first)
         requests = align_requests(metric, rows, offset)

@@ -34,6 +34,7 @@ the arrival histories and the measured durations.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
@@ -155,6 +156,34 @@ class SloConfig:
                 name,
                 f"must be in [0, {MAX_DELAY_S:g}] seconds; got {value}",
             )
+
+
+def paced(config: SloConfig, interval: float) -> SloConfig:
+    """``config`` with its forecast at the pace of a loop ticking every ``interval``
+    seconds.
+
+    :data:`SLO_FORECAST` is made for 60 s ticks: bins of one interval, a half-life of
+    five. A loop that ticks faster (the runtime's tests and demo tick every few
+    seconds, on traces compressed as much) gets the same shape in its own time: bins
+    of one interval and a half-life of five, so that a ramp shows in the forecast
+    within a few ticks rather than minutes; the season (a day) and its smoothing
+    window are kept, rounded down to whole bins. At 60 s, and for any forecast other than
+    :data:`SLO_FORECAST` (set on purpose), ``config`` is returned as it is.
+    """
+    fc = config.forecast
+    if fc != SLO_FORECAST or interval == fc.bin_s:
+        return config
+    scale = interval / fc.bin_s
+    season_bins = max(3, int(fc.season_s // interval))
+    smooth_bins = min(round(fc.smooth_s / interval), (season_bins - 1) // 2)
+    paced_fc = dataclasses.replace(
+        fc,
+        bin_s=interval,
+        halflife_s=fc.halflife_s * scale,
+        season_s=season_bins * interval,
+        smooth_s=smooth_bins * interval,
+    )
+    return dataclasses.replace(config, forecast=paced_fc)
 
 
 @dataclass(frozen=True, slots=True)

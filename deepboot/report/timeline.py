@@ -122,6 +122,8 @@ class JobSeries:
             it, so a resize shows when the job resumed, not when it was decided), 0
             when preempted or ended.
         reclaims: Times its lent GPUs were reclaimed for inference.
+        ahead: Those of ``reclaims`` that were proactive (the SLO guard's, ahead
+            of demand: the log's ``proactive``).
         ended: ``"finished"``, ``"failed"``, ``"cancelled"``, or ``""`` (still
             running, or queued, when the log ends).
     """
@@ -131,6 +133,7 @@ class JobSeries:
     workers: tuple[int, ...]
     reclaims: tuple[float, ...] = ()
     ended: str = ""
+    ahead: tuple[float, ...] = ()
 
     def at(self, t: float) -> int:
         """Workers at time ``t`` (0 before its submission)."""
@@ -236,6 +239,7 @@ def build_timeline(events: Sequence[EventLike], pools: Mapping[str, str]) -> Tim
     steps = {p: _Steps() for p in order}
     jobs: dict[str, _Steps] = {}
     reclaims: dict[str, list[float]] = {}
+    ahead: dict[str, list[float]] = {}
     ended: dict[str, str] = {}
     replica_starts: list[float] = []
 
@@ -261,6 +265,8 @@ def build_timeline(events: Sequence[EventLike], pools: Mapping[str, str]) -> Tim
                 g.job = ""
                 if op == "reclaim" and e.job:
                     reclaims.setdefault(e.job, []).append(t)
+                    if d.get("proactive"):
+                        ahead.setdefault(e.job, []).append(t)
             touched.append(d["gpu"])
         elif kind == REPLICA_KIND and d.get("gpu") in gpus:
             op = d.get("op")
@@ -304,6 +310,7 @@ def build_timeline(events: Sequence[EventLike], pools: Mapping[str, str]) -> Tim
                 times=tuple(s.times),
                 workers=tuple(v[0] for v in s.values),
                 reclaims=tuple(reclaims.get(name, ())),
+                ahead=tuple(ahead.get(name, ())),
                 ended=ended.get(name, ""),
             )
             for name, s in jobs.items()
@@ -364,11 +371,13 @@ class Requests:
 @dataclass(frozen=True, slots=True)
 class RequestRow:
     """One sent request of the CSV: ``send_s`` (load clock), metric value (NaN when
-    unknown), HTTP status (0: none)."""
+    unknown), HTTP status (0: none), and the Unix time it was sent (None: a CSV
+    from before ``sent_at``)."""
 
     send_s: float
     value: float
     status: int
+    sent_at: float | None = None
 
 
 def read_requests(path: str | Path) -> tuple[str, list[RequestRow]]:
@@ -400,12 +409,26 @@ def read_requests(path: str | Path) -> tuple[str, list[RequestRow]]:
                     continue
                 try:
                     value = float(r[metric]) if r[metric] else math.nan
-                    rows.append(RequestRow(float(r["send_s"]), value, int(r["status"] or 0)))
+                    sent_at = float(r["sent_at"]) if r.get("sent_at") else None
+                    rows.append(
+                        RequestRow(float(r["send_s"]), value, int(r["status"] or 0), sent_at)
+                    )
                 except ValueError:
                     raise ConfigError(f"{path}, line {n}: not a number in {r!r}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read requests CSV {path}: {exc.strerror or exc}") from None
     return metric, rows
+
+
+def sent_offset(rows: Sequence[RequestRow], start: float) -> float | None:
+    """Seconds to add to a load's ``send_s`` to put it on the log's clock (second 0
+    at Unix time ``start``), from the rows' own Unix send times (``sent_at``, in
+    every CSV of a recent ``deepboot load``); None when the CSV has none.
+
+    A request's ``sent_at - send_s`` is the Unix time of the load's second 0; the
+    smallest is taken (a row whose Unix time was read a little late only adds)."""
+    zeros = [r.sent_at - r.send_s for r in rows if r.sent_at is not None]
+    return min(zeros) - start if zeros else None
 
 
 def load_offset(

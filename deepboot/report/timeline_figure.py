@@ -5,7 +5,7 @@ Panels on one time axis (seconds since the controller started), top to bottom:
 * one per GPU pool: its GPUs stacked by state (:data:`~deepboot.report.timeline.GPU_STATES`;
   on the inference pool a job's GPU is a lent one);
 * the training jobs' worker counts (step lines; a triangle where a lent GPU of the
-  job was reclaimed);
+  job was reclaimed: red for a waiting request, green ahead of demand, ``--slo``);
 * with a requests CSV: each request's wait (or latency) against the SLO line.
 
 Every reclaim is also a dotted vertical line through all panels, so its cause
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 _COLORS = {JOB: "#1f5fa8", REPLICA: "#d9452b", IDLE: "#e6e6e6", DOWN: "#555555"}
 _LENT_COLOR = "#6fb3e8"  # as figures.USAGE_LAYERS: training on lent inference GPUs
 _RECLAIM_COLOR = "#b2182b"
+_AHEAD_COLOR = "#1b7837"  # a proactive reclaim (--slo): taken back ahead of demand
 
 
 def require_matplotlib() -> None:
@@ -96,6 +97,7 @@ def timeline_figure(
         raise ValueError(f"slo_wait_s must be a positive number of seconds; got {slo_wait_s}")
     end = max(timeline.end, max(requests.send, default=0.0) if requests else 0.0, 1.0)
     reclaims = sorted(t for j in timeline.jobs for t in j.reclaims)
+    ahead = {t for j in timeline.jobs for t in j.ahead}
     heights = [2.2] * len(timeline.pools) + [2.6] + ([2.8] if requests is not None else [])
     with _styled() as figure_cls:
         fig = figure_cls(figsize=(13, sum(heights) + 1.0), layout="constrained")
@@ -108,7 +110,8 @@ def timeline_figure(
             _requests_panel(flat[-1], requests, slo_wait_s)
         for ax in flat:
             for t in reclaims:
-                ax.axvline(t, color=_RECLAIM_COLOR, linestyle=":", linewidth=1.0, alpha=0.7)
+                color = _AHEAD_COLOR if t in ahead else _RECLAIM_COLOR
+                ax.axvline(t, color=color, linestyle=":", linewidth=1.0, alpha=0.7)
         flat[-1].set_xlim(0, end * 1.01)
         flat[-1].set_xlabel("seconds since the controller started")
         fig.suptitle(title)
@@ -178,23 +181,27 @@ def _jobs_panel(ax: Axes, timeline: Timeline, end: float) -> None:
         if job.reclaims:
             # The worker count just before the reclaim: the marker sits on the line
             # the reclaim cut short.
-            before = [job.at(t - 1e-9) + dy for t in job.reclaims]
-            ax.plot(job.reclaims, before, "v", color=_RECLAIM_COLOR, markersize=9, zorder=5)
+            early = set(job.ahead)
+            for times, color in (
+                ([t for t in job.reclaims if t not in early], _RECLAIM_COLOR),
+                ([t for t in job.reclaims if t in early], _AHEAD_COLOR),
+            ):
+                before = [job.at(t - 1e-9) + dy for t in times]
+                ax.plot(times, before, "v", color=color, markersize=9, zorder=5)
     ax.set_ylim(-0.3, top + 0.5)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     handles, _ = ax.get_legend_handles_labels()
-    if any(j.reclaims for j in timeline.jobs):
-        handles.append(
-            Line2D(
-                [],
-                [],
-                color=_RECLAIM_COLOR,
-                marker="v",
-                linestyle=":",
-                markersize=9,
-                label="lent GPU reclaimed",
+    kinds = (
+        (any(set(j.reclaims) - set(j.ahead) for j in timeline.jobs), _RECLAIM_COLOR,
+         "lent GPU reclaimed (for a waiting request)"),
+        (any(j.ahead for j in timeline.jobs), _AHEAD_COLOR,
+         "lent GPU reclaimed ahead of demand (--slo)"),
+    )  # fmt: skip
+    for present, color, label in kinds:
+        if present:
+            handles.append(
+                Line2D([], [], color=color, marker="v", linestyle=":", markersize=9, label=label)
             )
-        )
     _legend(ax, handles)
 
 

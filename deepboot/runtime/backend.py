@@ -100,10 +100,16 @@ class RayBackend:
             arrivals = ctl.arrivals.histories(now)
         elif rounds and settings.lending and settings.reserve.enabled:
             loads = ctl.demand.loads(now, settings.reserve.window_s)
+        loading = frozenset(
+            g.gpu_id
+            for g in gpus
+            if g.state is GpuState.RUNNING
+            and ctl.ready.get(g.gpu_id) != ctl.board.get(g.gpu_id).replica
+        )
         return Snapshot(
             now, ctl.cluster, jobs, gpus, waiting, MappingProxyType(loads), services=ctl.specs,
             replicas=ctl.warming_loads(), arrivals=MappingProxyType(arrivals),
-            cached=ctl.cached_models(),
+            cached=ctl.cached_models(), loading=loading,
         )  # fmt: skip
 
     def record(self, now: float, event: Event) -> bool:
@@ -159,7 +165,8 @@ class RayBackend:
             apply_gpu_op(ctl.board, op)  # every GPU change: the ledger checks it
             if isinstance(op, Bind | Lend | Release | Reclaim):
                 touched.append(op.job)
-                ctl.log_gpu(op.gpu, type(op).__name__.lower(), op.job)
+                ahead = isinstance(op, Reclaim) and op.proactive
+                ctl.log_gpu(op.gpu, type(op).__name__.lower(), op.job, proactive=ahead)
                 if isinstance(op, Reclaim):
                     ctl.fault("reclaim.applied")
             elif isinstance(op, EvictReplica):
@@ -169,7 +176,9 @@ class RayBackend:
                 # becomes lendable, is. Its expiry is on the one queue.
                 expiry = Event(EventKind.PROTECT_EXPIRED, seq=gpu.version, gpu=op.gpu)
                 ctl.post(expiry, at=op.until)
-            elif isinstance(op, SleepReplica):
+            elif isinstance(op, SleepReplica) and replica and ctl.slept.get(op.gpu) != replica:
+                # Once per replica: its next sleeps follow warm reuses, not logged.
+                ctl.slept[op.gpu] = replica
                 ctl.note(LogKind.REPLICA, gpu=gpu_name(op.gpu), service=service, op="sleep")
         for u in step.unplaced:
             if u.inference and u.name in ctl.arrived:

@@ -143,6 +143,8 @@ class Controller(Recovery):
         self._slo_logged: dict[str, tuple[int, int, float]] = {}
         self._adopt: list[BoardGpu] = []  # replicas recovered, for the router once it runs
         self._cold_starts: list[tuple[str, float]] = []
+        self.slept: dict[GpuId, str] = {}  # the replica whose sleep was last logged
+        self.ready: dict[GpuId, str] = {}  # the replica that last reported Ready
         # Crash-loop back-offs to record: service -> (failures in a row, Unix time
         # before which no replica starts, or None once it ended).
         self._backoffs: dict[str, tuple[int, float | None]] = {}

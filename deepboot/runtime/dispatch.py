@@ -137,6 +137,7 @@ class Dispatcher:
         rep = self.replicas.get(gpu)
         if cold or rep is None or rep.name != name:
             rep = Replica(gpu, service, name, handle, q.spec.concurrency, time.monotonic())
+            rep.prewarmed = cold and not task
             self.replicas[gpu] = rep
             asyncio.ensure_future(self._load(rep, cold))
             return
@@ -352,7 +353,10 @@ class Dispatcher:
             else:  # the replica died with the request in flight
                 self._died_serving(p, rep, f"{type(exc).__name__}: {exc}")
         else:
-            self._answer(p, 200, {"result": result, "replica": rep.gpu})
+            answer = {"result": result, "replica": rep.gpu, "prewarmed": rep.prewarmed}
+            self._answer(p, 200, answer)
+            if rep.prewarmed:
+                self.metrics.prewarmed.labels(p.service).inc()
             self.inbox.put(Served(p.service, time.monotonic() - began))
             self._reset_backoff(q)
         finally:

@@ -7,6 +7,7 @@ endpoint's submissions (which the router's thread writes to the store)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from deepboot.core.cluster import Pool
 from deepboot.core.gpu import GpuState
 from deepboot.core.modes import JobMode
+from deepboot.core.service import ServiceSpec
 from deepboot.runtime import messages as rt
 from deepboot.runtime.nodes import Nodes
 from deepboot.runtime.store import JobRow, JobState, JobStore, LogKind
@@ -79,8 +81,10 @@ class Intake(Nodes):
                     # leave a replica that took a task RUNNING anyway).
                     del self.warming[rec.gpu_id]
                 if rec.replica == msg.replica and rec.service:
+                    self.ready[rec.gpu_id] = msg.replica
                     if msg.start == "cold":  # the service's cold start, not a host start
                         self._cold_starts.append((rec.service, round(msg.load_seconds, 3)))
+                        self._learn_cold_start(rec.service, msg.seconds)
                     else:
                         self.cache_used(rec.node_id, rec.service)
                     self.note(
@@ -125,13 +129,26 @@ class Intake(Nodes):
     def take_services(self) -> None:
         """Services registered since the last look (``deepboot serve``, POST /v1/services)."""
         fresh = {
-            r.spec.name: r.spec for r in self.store.services() if r.spec.name not in self.specs
+            r.spec.name: _planned(r.spec, r.cold_start)
+            for r in self.store.services()
+            if r.spec.name not in self.specs
         }
         if not fresh:
             return
         self.specs = {**self.specs, **fresh}
         if self.router is not None:
             self.router.set_services(self.specs, self._measured_cold_starts())
+
+    def _learn_cold_start(self, service: str, seconds: float) -> None:
+        """Plan ``service``'s new replicas with a cold start just measured, from the
+        replica's start to ready (what a request that waits for it waits), when its
+        file gives no ``cold_start_s``. Without it the policies would see none (0 s)
+        and take the SLO guard's relaxed regime (a cold start meets any SLO) for a
+        service whose cold start is far above its ``slo_wait_s``."""
+        spec = self.specs.get(service)
+        if spec is None or spec.cold_start_s is not None:
+            return
+        self.specs = {**self.specs, service: _planned(spec, round(seconds, 3))}
 
     def _measured_cold_starts(self) -> dict[str, float]:
         """The first cold start measured of each service (the store's), for the
@@ -264,3 +281,12 @@ class Intake(Nodes):
             store.close()
         self.inbox.wake.set()
         return spec.name
+
+
+def _planned(spec: ServiceSpec, measured_s: float | None) -> ServiceSpec:
+    """``spec`` as the policies plan with it: its file's ``cold_start_s``, else the
+    cold start measured (``measured_s``: a restarted controller's is the store's,
+    the handler's load alone, until its next replica measures start to ready)."""
+    if spec.cold_start_s is not None or not measured_s:
+        return spec
+    return dataclasses.replace(spec, cold_start_s=measured_s)

@@ -25,6 +25,7 @@ import csv
 import io
 import json
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,13 +45,19 @@ CSV_COLUMNS: tuple[str, ...] = (
     "service",
     "wait_s",
     "exec_s",
+    "replica",
+    "prewarmed",
+    "sent_at",
 )
 """Columns of the requests CSV: the request id, when it was sent and answered (seconds
 since the run's start), the HTTP status (0: no HTTP answer, see ``error``: "timeout",
 "cancelled" or the connection error), ``answer_s - send_s``, the error, the service
 it went to, the router's wait (``X-Wait-Ms`` in seconds; empty when the answer had no
-such header) and the execution time the request asked for (empty when it asked for
-none: rate-profile runs)."""
+such header), the execution time the request asked for (empty when it asked for
+none: rate-profile runs), and, for a 200, the GPU of the replica that served it and
+whether that replica was pre-warmed ahead of demand (1) or started for a request (0)
+(the router's answer says both; empty otherwise), and the Unix time it was sent
+(to line requests up with the runtime's event log, whose times are Unix times)."""
 
 WAIT_HEADER = "X-Wait-Ms"
 """The router's response header: milliseconds from the request's arrival at the
@@ -90,6 +97,9 @@ class RequestRecord:
     status: int = 0
     error: str = ""
     wait_s: float = math.nan  # the router's X-Wait-Ms, in seconds; nan: no header
+    replica: str = ""  # a 200's serving replica (its GPU), from the answer
+    prewarmed: bool | None = None  # whether that replica was pre-warmed; None: unknown
+    sent_at: float = math.nan  # Unix time of the send
 
     @property
     def latency_s(self) -> float:
@@ -270,6 +280,7 @@ async def run_requests(
             plain if rec.exec_s is None else json.dumps({**body, EXEC_KEY: rec.exec_s}).encode()
         )
         rec.send_s = loop.time() - start
+        rec.sent_at = time.time()
         counts[0] += 1
         try:
             async with session.post(
@@ -278,9 +289,11 @@ async def run_requests(
                 headers={**headers, "X-Request-Id": rec.id},
                 allow_redirects=False,  # a redirect is an answer, and keeps the token
             ) as resp:
-                await resp.read()
+                raw = await resp.read()
                 rec.status = resp.status
                 rec.wait_s = parse_wait_ms(resp.headers.get(WAIT_HEADER))
+                if rec.status == 200:
+                    rec.replica, rec.prewarmed = served_by(raw)
         except TimeoutError:
             rec.error = "timeout"
         except aiohttp.ClientError as exc:
@@ -316,6 +329,24 @@ async def run_requests(
         raise
     save(_csv_text(records))
     return _summarize(records, slo_wait_s or {})
+
+
+def served_by(body: bytes) -> tuple[str, bool | None]:
+    """(the serving replica's GPU, whether it was pre-warmed) from a 200's JSON answer
+    (the router's ``replica`` and ``prewarmed`` keys); ("", None) when the answer is
+    not JSON or lacks them (another server in front, or an older router)."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return "", None
+    if not isinstance(answer, dict):
+        return "", None
+    replica = answer.get("replica")
+    prewarmed = answer.get("prewarmed")
+    return (
+        replica if isinstance(replica, str) else "",
+        prewarmed if isinstance(prewarmed, bool) else None,
+    )
 
 
 def parse_wait_ms(value: str | None) -> float:
@@ -363,6 +394,9 @@ def _csv_text(records: Sequence[RequestRecord]) -> str:
                 rec.service,
                 _fmt(rec.wait_s),
                 _fmt(rec.exec_s),
+                rec.replica,
+                "" if rec.prewarmed is None else int(rec.prewarmed),
+                _fmt(rec.sent_at),
             ]
         )
     return buf.getvalue()

@@ -11,6 +11,7 @@ deepboot_gpus                                   gauge      pool, state
 deepboot_borrowed_gpus                          gauge      job (lent GPUs it holds)
 deepboot_gpus_lent_total                        counter    (GPU lends to training)
 deepboot_gpus_reclaimed_total                   counter    (lent GPUs taken back)
+deepboot_gpus_reclaimed_ahead_total             counter    (of those, proactive ones)
 deepboot_job_resizes_total                      counter    kind: afe|restart|failure
 deepboot_jobs                                   gauge      state
 deepboot_service_replicas                       gauge      service, state
@@ -22,6 +23,8 @@ deepboot_inference_request_duration_seconds     histogram  service (arrival to a
 deepboot_inference_request_wait_seconds         histogram  service (arrival to replica)
 deepboot_requests_within_slo_total              counter    service (wait <= slo_wait_s)
 deepboot_requests_over_slo_total                counter    service (the other answers)
+deepboot_requests_prewarmed_total               counter    service (served by a replica
+                                                           pre-warmed by --slo)
 ==============================================  =========  ===========================
 
 The SLO counters count every answered request of a service once, as within or over
@@ -74,6 +77,11 @@ class Metrics:
         self.reclaimed = Counter(
             "deepboot_gpus_reclaimed", "Lent GPUs taken back by inference", registry=r
         )
+        self.reclaimed_ahead = Counter(
+            "deepboot_gpus_reclaimed_ahead",
+            "Lent GPUs the SLO guard took back ahead of demand (--slo)",
+            registry=r,
+        )
         self.resizes = Counter(
             "deepboot_job_resizes", "Training-job resizes by kind", ["kind"], registry=r
         )
@@ -120,10 +128,16 @@ class Metrics:
             "deepboot_requests_over_slo", "Requests handed to a replica late, or never",
             ["service"], registry=r,
         )  # fmt: skip
+        self.prewarmed = Counter(
+            "deepboot_requests_prewarmed",
+            "Requests served by a replica pre-warmed ahead of demand (--slo)",
+            ["service"], registry=r,
+        )  # fmt: skip
         for kind in RESIZE_KINDS:
             self.resizes.labels(kind)  # present at 0 from the start
-        # The event log's counts, by key ("lent", "reclaimed", "resize:<how>",
-        # "cold:<service>", "host:<service>"): saved with each flush, restored at start.
+        # The event log's counts, by key ("lent", "reclaimed", "ahead": the proactive
+        # reclaims, "resize:<how>", "cold:<service>", "host:<service>"): saved with
+        # each flush, restored at start.
         self._counted: _Tally[str] = _Tally()
 
     def replay(self, events: Iterable[EventRow]) -> None:
@@ -150,6 +164,8 @@ class Metrics:
                 self._add("lent")
             elif detail.get("op") == "reclaim":
                 self._add("reclaimed")
+                if detail.get("proactive"):
+                    self._add("ahead")
         elif kind is LogKind.RESIZED:
             self._add(f"resize:{detail.get('how')}")
         elif kind is LogKind.REPLICA and detail.get("op") == "ready":
@@ -164,6 +180,8 @@ class Metrics:
             self.lent.inc(n)
         elif what == "reclaimed":
             self.reclaimed.inc(n)
+        elif what == "ahead":
+            self.reclaimed_ahead.inc(n)
         elif what == "resize":
             self.resizes.labels(label).inc(n)
         elif what == "cold":

@@ -89,6 +89,13 @@ class ControllerParts:
     _idle_recovered: list[GpuId]
     _adopt: list[BoardGpu]
     _cold_starts: list[tuple[str, float]]
+    # The replica whose ``sleep`` was last logged, per GPU: logged once per replica
+    # (with --slo a replica sleeps after every request, and warm reuses are not
+    # logged, so a second ``sleep`` of the same replica would say nothing new).
+    slept: dict[GpuId, str]
+    # The replica that last reported Ready, per GPU: a RUNNING GPU whose replica is
+    # not this one is still loading (``Snapshot.loading``).
+    ready: dict[GpuId, str]
     # Crash-loop back-offs to record: service -> (failures in a row, Unix time before
     # which no replica starts, or None once it ended).
     _backoffs: dict[str, tuple[int, float | None]]
@@ -127,8 +134,12 @@ class ControllerParts:
                 self.note(LogKind.SLO, service=service, within=counts.within, over=counts.over)
                 self._slo_logged[service] = (counts.within, counts.over, now)
 
-    def log_gpu(self, gpu: GpuId, op: str, job: str) -> None:
-        self.note(LogKind.GPU, job, gpu=gpu_name(gpu), op=op)
+    def log_gpu(self, gpu: GpuId, op: str, job: str, proactive: bool = False) -> None:
+        """Log a GPU operation of ``job``; a reclaim says whether it was taken ahead
+        of demand (``proactive``: the SLO guard's, for a pre-warm or the idle pool)
+        or for a request that was waiting (reactive)."""
+        extra = {"proactive": proactive} if op == "reclaim" else {}
+        self.note(LogKind.GPU, job, gpu=gpu_name(gpu), op=op, **extra)
 
     def post(self, event: Event, at: float | None = None) -> None:
         """Schedule ``event`` on the driver's queue at ``at`` (None: now)."""

@@ -68,6 +68,7 @@ class Replica:
     dead: bool = False
     inflight: int = 0
     killed: bool = False  # the router restarted it (a call past its deadline)
+    prewarmed: bool = False  # started ahead of demand (``WarmReplica``: no task)
 
 
 @dataclass

@@ -53,7 +53,9 @@ class LogKind(enum.Enum):
               accum, digests: {gpu id: [before, after]}, steps_lost, seconds}
     worker_failed: {worker, generation, step}
     preempted: {generation, workers: [ids]}
-    gpu: {gpu, op: bind|lend|release|reclaim, job}
+    gpu: {gpu, op: bind|lend|release|reclaim, job, proactive (reclaim: true when the
+              SLO guard took it back ahead of demand, false when a waiting request
+              did)}
     finished: {step, loss, seconds}
     failed: {error}
     cancelled: {}
@@ -63,7 +65,9 @@ class LogKind(enum.Enum):
               controller skipped the event and kept running
     replica: {gpu, service, op: start|ready|sleep|evict|died, cold (start: always
               true, a new replica; warm reuses and PROTECT are not logged, they
-              happen at every request of a lull), seconds, load_seconds and start
+              happen at every request of a lull, and sleep is logged once per
+              replica, its first), prewarm (start: true when the SLO guard started
+              it ahead of demand), seconds, load_seconds and start
               (ready: cold, a full load, or host, restored from the node's model
               cache), cache (evict, with --host-cache-gb: exported|held|none|
               not-kept|failed), error, phase (load|serve) and backoff_s (died:

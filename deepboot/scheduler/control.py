@@ -175,6 +175,10 @@ class Snapshot:
         host_start_s: Seconds a new replica of each service takes on a node whose
             cache holds its model (a *host start*, instead of its cold start); empty
             without a host cache.
+        loading: The RUNNING GPUs whose replica is still loading (a cold or host
+            start in progress; TICK only): the SLO guard does not count them among
+            the loaded replicas it holds, so that it never lets a loaded replica be
+            lent while a new one loads (a request now would wait for the load).
     """
 
     now: float
@@ -188,6 +192,7 @@ class Snapshot:
     arrivals: Mapping[str, ArrivalHistory] = field(default_factory=_no_arrivals)
     cached: Mapping[int, frozenset[str]] = field(default_factory=_no_cache)
     host_start_s: Mapping[str, float] = field(default_factory=_no_host_starts)
+    loading: frozenset[GpuId] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,7 +376,7 @@ class ControlLoop:
         idle = idle_need(snap.services, snap.arrivals, snap.loads, s.interval, s.slo, starts)
         return guard(
             needs, snap.gpus, snap.jobs, snap.services, snap.cluster, snap.now, s.interval, idle,
-            snap.cached,
+            snap.cached, snap.loading,
         )  # fmt: skip
 
     def _round(self, snap: Snapshot, rng: np.random.Generator) -> Step:

@@ -5,8 +5,10 @@ replicas to keep loaded, ``hold`` GPUs to keep from lending), the guard decides,
 the inference pool only and in sorted service order:
 
 1. **Held** (left out of the training round's capacity): each service's idle SLEEP
-   replicas, in GPU order, up to ``hold`` minus its RUNNING and PROTECT replicas
-   (those are not lendable anyway); then, for the relaxed regime's ``hold`` above
+   replicas, in GPU order, up to ``hold`` minus its loaded RUNNING and PROTECT
+   replicas (those are not lendable anyway; one still loading does not count: a
+   request now would wait for its load, and lending the loaded one meanwhile made
+   a runtime ramp wait 10 s); then, for the relaxed regime's ``hold`` above
    what is loaded, FREE GPUs in GPU order. A held replica stays SLEEP: between
    ticks another service's cold start may still evict it when no GPU is FREE
    (protecting it instead left such requests queued behind a full pool, and made
@@ -70,6 +72,7 @@ def guard(
     interval: float,
     idle: int = 0,
     cached: Mapping[int, frozenset[str]] | None = None,
+    loading: frozenset[GpuId] = frozenset(),
 ) -> Guard:
     """The ops and the held GPUs of ``needs`` and ``idle`` (see the module docstring).
 
@@ -87,16 +90,22 @@ def guard(
             pool keeps the SLEEP and FREE GPUs of the nodes that hold the most first,
             so that a request served from it starts from host memory (None or empty:
             GPU order, as without a cache).
+        loading: RUNNING GPUs whose replica is still loading: they count as loading
+            (no second pre-warm for them), not as loaded (the SLEEP replicas held
+            do not count on them).
     """
     if not needs and idle <= 0:
         return Guard()
     pool = [g for g in gpus if g.pool is Pool.INFERENCE]
     busy: Counter[str] = Counter()
+    starting: Counter[str] = Counter()
     sleeping: dict[str, list[GpuView]] = {}
     for g in pool:
         if g.service is None:
             continue
-        if g.state in (GpuState.RUNNING, GpuState.PROTECT):
+        if g.state is GpuState.RUNNING and g.gpu_id in loading:
+            starting[g.service] += 1
+        elif g.state in (GpuState.RUNNING, GpuState.PROTECT):
             busy[g.service] += 1
         elif g.state is GpuState.SLEEP:
             sleeping.setdefault(g.service, []).append(g)
@@ -105,9 +114,11 @@ def guard(
     keep_free = 0
     for name, need in needs.items():
         mine = sleeping.get(name, [])
+        # A replica still loading is no warm one: the loaded SLEEP ones are held
+        # as if it were not there (a request now would wait for its load).
         keep = max(need.hold - busy[name], 0)
         held.extend(g.gpu_id for g in mine[:keep])
-        loaded = busy[name] + len(mine)
+        loaded = busy[name] + starting[name] + len(mine)
         if need.warm > loaded:
             missing.append((name, need.warm - loaded))
         keep_free += max(need.hold - max(loaded, need.warm), 0)

@@ -277,9 +277,6 @@ class Simulation:
             if config.host_cache.enabled:
                 pool = [n.node_id for n in cluster.nodes if n.pool is Pool.INFERENCE]
                 self.serving.cache_models(HostCache(config.host_cache, pool), config.model_gb)
-            if slo.enabled and self._lending:
-                fc = slo.forecast
-                self.serving.demand = DemandLedger(fc.bin_s, fc.history_bins)
         loop = ControlLoop(
             scheduler,
             inference,
@@ -291,6 +288,11 @@ class Simulation:
                 slo=slo,
             ),
         )
+        guarded = loop.settings.slo
+        if self.serving is not None and guarded.enabled:
+            # Binned as the loop's forecast reads them (paced to the interval).
+            fc = guarded.forecast
+            self.serving.demand = DemandLedger(fc.bin_s, fc.history_bins)
         # The one driver (its queue, its virtual clock, the decision timer).
         self.driver = Driver(loop, self, self._rng, VirtualClock(), time.perf_counter)
         self._queue = self.driver.queue
@@ -574,6 +576,7 @@ class Simulation:
                 MappingProxyType(loads),
                 self._services,
                 arrivals=arrivals,
+                loading=frozenset() if serving is None else serving.loading(now),
             )
         else:
             jobs = self._job_views() if serving is not None else ()

@@ -130,6 +130,9 @@ class Serving:
         :meth:`replica_loads` says what each serves)."""
         self._replicas: dict[GpuId, ReplicaLoad] = {}
         self._replica_view: Mapping[GpuId, ReplicaLoad] | None = None
+        # When each new replica finishes loading (a cold or host start, for a task
+        # or a pre-warm), by GPU; entries past are dropped as :meth:`loading` reads.
+        self._loaded_at: dict[GpuId, float] = {}
         self.tasks: dict[str, SimTask] = {t.name: SimTask(t) for t in tasks}
         self._order = [self.tasks[t.name] for t in tasks]
         self._waiting: dict[str, SimTask] = {}
@@ -261,6 +264,7 @@ class Serving:
         if cold:
             seconds, task.host = self._new_replica_s(gpu, spec)
             start = now + seconds
+            self._loaded_at[gpu] = start
         elif joined:
             start = max(now, self._replicas[gpu].ready_at)
         task.gpu = gpu
@@ -283,8 +287,16 @@ class Serving:
         Until then a task of the service may join it (:meth:`started`)."""
         ready = now + self._new_replica_s(gpu, self.services[service])[0]
         self._replicas[gpu] = ReplicaLoad(0, ready)
+        self._loaded_at[gpu] = ready
         self._replica_view = None
         return ready
+
+    def loading(self, now: float) -> frozenset[GpuId]:
+        """The GPUs whose new replica is still loading at ``now`` (``Snapshot.loading``)."""
+        done = [g for g, t in self._loaded_at.items() if t <= now]
+        for g in done:
+            del self._loaded_at[g]
+        return frozenset(self._loaded_at)
 
     def warmed(self, gpu: GpuId) -> None:
         """The pre-warmed replica on ``gpu`` is ready: if no task joined it, it no

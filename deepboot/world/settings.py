@@ -20,7 +20,7 @@ from deepboot.core.errors import ConfigError
 from deepboot.perf.restart import AfeRestartCost, FlatRestartCost
 from deepboot.policies.lending import LendReserveConfig
 from deepboot.policies.lifecycle import LifecycleConfig
-from deepboot.policies.slo import SloConfig
+from deepboot.policies.slo import SloConfig, paced
 from deepboot.scheduler.control import LoopSettings
 from deepboot.world.hostcache import HostCacheConfig
 
@@ -247,14 +247,15 @@ def loop_settings(
     """The control loop's settings, in both worlds (the one place they are made).
 
     The SLO guard runs only where training may borrow: without lending its
-    configuration is dropped (there is nothing to guard).
+    configuration is dropped (there is nothing to guard). Its forecast ticks at the
+    loop's pace (:func:`deepboot.policies.slo.paced`).
     """
     return LoopSettings(
         interval=interval,
         lending=lending,
         lifecycle=lifecycle,
         reserve=reserve,
-        slo=slo if lending else SloConfig(),
+        slo=paced(slo, interval) if lending else SloConfig(),
     )
 
 

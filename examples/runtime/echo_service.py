@@ -26,7 +26,7 @@ mistake, refused with an error rather than holding the replica)."""
 
 
 def load(
-    device: str, hidden: int = 64, delay_s: float = 0.0, **_: Any
+    device: str, hidden: int = 64, delay_s: float = 0.0, load_s: float = 0.0, **_: Any
 ) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """Build the model on ``device``; return the request handler.
 
@@ -36,6 +36,12 @@ def load(
         delay_s: Seconds each request sleeps before the forward pass (simulated GPU
             time, to make a tiny model as slow as a real one), unless the request
             names its own.
+        load_s: Seconds the load sleeps before building the model: an artificial
+            cold start, as long as a real model's weights take to fetch (the SLO
+            test and ``make demo-runtime`` use 10-12 s: a 15-20 s cold start with
+            the replica process's own start). A restore from the node's
+            model cache (:func:`from_weights`) skips it, as a real one skips the
+            fetch.
 
     Returns:
         A handler: ``{"x": [floats], "exec_s": seconds}`` -> ``{"y": [WIDTH floats],
@@ -46,6 +52,8 @@ def load(
     """
     import torch  # only where a replica runs: the simulator never needs torch
 
+    if load_s > 0:
+        time.sleep(float(load_s))
     torch.manual_seed(0)
     return _handler(_model(int(hidden)).to(device), device, float(delay_s))
 

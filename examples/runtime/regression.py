@@ -1,5 +1,6 @@
 """A small elastic training job: a two-layer network regresses a fixed random
-function on synthetic data, until its loss falls below ``loss_threshold``.
+function on synthetic data, until its loss falls below ``loss_threshold`` (and it has
+trained ``min_steps`` steps, when given).
 
 Runs on CPU (gloo) or GPU unchanged; deepboot resizes it while it trains.
 """
@@ -36,6 +37,9 @@ def train(ctx: ElasticContext) -> None:
     # Simulated GPU time per sample: a step then takes longer with a larger local
     # batch, as on a real GPU, so more workers make steps faster.
     sample_delay = float(args.get("sample_delay", 0.0))
+    # Train at least this many steps (then on until the loss is low enough): a job
+    # that lasts long enough to be grown and shrunk (examples/runtime/finetune.toml).
+    min_steps = int(args.get("min_steps", 0))
     while True:
         idx = ctx.next_batch(len(x))
         loss = torch.nn.functional.mse_loss(model(x[idx]), y[idx])
@@ -49,5 +53,5 @@ def train(ctx: ElasticContext) -> None:
             print(
                 f"step {ctx.steps} loss {mean:.5f} workers {ctx.world_size} batch {ctx.batch_size}"
             )
-        if mean < threshold:
+        if mean < threshold and ctx.steps >= min_steps:
             return

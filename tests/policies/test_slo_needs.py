@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from deepboot.core.errors import ConfigError
 from deepboot.core.service import ServiceSpec
-from deepboot.policies.forecast import ArrivalHistory, replicas_for
+from deepboot.policies.forecast import ArrivalHistory, ForecastConfig, replicas_for
 from deepboot.policies.lending import ServiceLoad
 from deepboot.policies.slo import (
     DemandSchedule,
@@ -19,6 +19,7 @@ from deepboot.policies.slo import (
     horizon,
     host_starts,
     idle_need,
+    paced,
     service_needs,
 )
 
@@ -201,3 +202,20 @@ def test_a_host_start_within_the_slo_turns_a_prewarm_service_relaxed() -> None:
     # A host start that still misses the SLO (2 s > 1 s) keeps it pre-warmed.
     slow = service_needs(services, hist, loads, 7200.0, 60.0, ON, starts={"s": 2.0})
     assert slow["s"].warm == cold["s"].warm
+
+
+def test_the_forecast_is_paced_to_the_loops_interval() -> None:
+    # At the simulator's 60 s ticks nothing changes (its results stay as they were).
+    assert paced(ON, 60.0) is ON
+    # At the runtime's 5 s ticks: bins of one interval, a half-life of five; the
+    # season stays a day (whole bins), its smoothing window half an hour.
+    fast = paced(ON, 5.0).forecast
+    assert (fast.bin_s, fast.halflife_s) == (5.0, 25.0)
+    assert (fast.season_s, fast.smooth_s) == (86_400.0, 1800.0)
+    assert fast.level_bins == ON.forecast.level_bins  # the same shape, in ticks
+    # An interval that does not divide the day still gives a valid forecast.
+    odd = paced(ON, 7.0).forecast
+    assert odd.bin_s == 7.0 and odd.season_s % 7.0 == 0 and odd.smooth_s % 7.0 == 0
+    # A forecast set on purpose is left alone.
+    mine = SloConfig(enabled=True, forecast=ForecastConfig(bin_s=30.0, halflife_s=90.0))
+    assert paced(mine, 5.0) is mine

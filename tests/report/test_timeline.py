@@ -27,6 +27,7 @@ from deepboot.report.timeline import (
     build_timeline,
     load_offset,
     read_requests,
+    sent_offset,
 )
 from deepboot.runtime.jobspec import JobSpec
 from deepboot.runtime.store import EventRow, GpuRow, JobStore, LogKind
@@ -150,7 +151,7 @@ def test_workers_per_job_and_reclaims(state: Path) -> None:
     timeline, _ = load_timeline(state)
     j1, j2 = timeline.jobs
     assert (j1.name, j1.times, j1.workers) == ("j1", (1.0, 8.0, 12.0, 22.0, 30.0), (0, 4, 3, 2, 0))
-    assert (j1.reclaims, j1.ended) == ((20.0,), "finished")
+    assert (j1.reclaims, j1.ended, j1.ahead) == ((20.0,), "finished", ())
     assert (j2.name, j2.times, j2.workers) == ("j2", (5.0, 13.0, 31.0, 38.0, 50.0), (0, 2, 0, 1, 0))
     assert (j2.reclaims, j2.ended) == ((), "finished")
     assert [j1.at(t) for t in (0, 8, 19, 21, 22, 31)] == [0, 4, 3, 3, 2, 0]
@@ -257,6 +258,31 @@ def test_the_first_request_is_aligned_to_the_first_replica_start(state: Path) ->
         "latency_s", [RequestRow(2.0, 0.3, 200), RequestRow(0.5, 6.0, 503)], 1.5
     )
     assert (aligned.send, aligned.value, aligned.ok) == ((2.0, 3.5), (6.0, 0.3), (False, True))
+
+
+def test_proactive_reclaims_are_told_apart(tmp_path: Path) -> None:
+    write_run(tmp_path)
+    store = JobStore(tmp_path / "deepboot.db")
+    try:
+        store.append(LogKind.GPU, "j1", now=T0 + 29, gpu="2.1", op="lend")
+        store.append(LogKind.GPU, "j1", now=T0 + 29.5, gpu="2.1", op="reclaim", proactive=True)
+    finally:
+        store.close()
+    j1 = load_timeline(tmp_path)[0].jobs[0]
+    assert (j1.reclaims, j1.ahead) == ((20.0, 29.5), (29.5,))
+
+
+def test_requests_with_sent_at_are_placed_by_it(tmp_path: Path) -> None:
+    csv_path = tmp_path / "r.csv"
+    csv_path.write_text(
+        "id,send_s,answer_s,status,latency_s,error,service,wait_s,exec_s,replica,prewarmed,sent_at\n"
+        f"0,0.5,0.7,200,0.2,,echo,0.1,,2.0,0,{T0 + 12.5}\n"
+        f"1,1.5,1.7,200,0.2,,echo,0.1,,2.0,1,{T0 + 13.6}\n"
+    )
+    _, rows = read_requests(csv_path)
+    # The load's second 0 is the smallest sent_at - send_s: T0 + 12 (a late read adds).
+    assert sent_offset(rows, T0) == pytest.approx(12.0)
+    assert sent_offset([RequestRow(1.0, 0.4, 200)], T0) is None  # an older CSV
 
 
 # -- the CLI and the picture ---------------------------------------------------------------

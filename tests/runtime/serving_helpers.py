@@ -98,9 +98,9 @@ class Load:
     Each run numbers its request ids from 0, so ids are unique within a run.
     """
 
-    def __init__(self, state: Path, service: str, profile: Path, out: Path) -> None:
+    def __init__(self, state: Path, service: str, profile: Path, out: Path, *flags: str) -> None:
         self.out = out
-        args = (service, "--rate-profile", str(profile), "--out", str(out), "-q")
+        args = (service, "--rate-profile", str(profile), "--out", str(out), "-q", *flags)
         self.thread = threading.Thread(
             target=lambda: cli(state, "load", *args, timeout=600), daemon=True
         )
@@ -139,3 +139,19 @@ def post_with_headers(
             return r.status, json.loads(r.read()), dict(r.headers)
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"{}"), dict(e.headers)
+
+
+def scrape(state: Path, service: str, names: dict[str, str]) -> dict[str, int]:
+    """The counters ``names`` (metric sample name -> key) of ``service`` as the
+    controller's ``/metrics`` shows them now (0 for one not shown)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    url = json.loads((state / "http.json").read_text())["url"]
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    out = dict.fromkeys(names.values(), 0)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in names and sample.labels.get("service") == service:
+                out[names[sample.name]] = int(sample.value)
+    return out

@@ -74,7 +74,7 @@ class LedgerOnly:
         self.retargeted: list[str] = []
         self.arrived: dict[str, str] = {}
 
-    def log_gpu(self, *_: Any) -> None:
+    def log_gpu(self, *_: Any, **__: Any) -> None:
         pass
 
     def fault(self, point: str) -> None:

@@ -21,6 +21,7 @@ from deepboot.policies.forecast import ArrivalHistory  # noqa: E402
 from deepboot.policies.lending import ServiceLoad  # noqa: E402
 from deepboot.runtime import messages as rt  # noqa: E402
 from deepboot.runtime.controller import Controller  # noqa: E402
+from deepboot.runtime.intake import _planned  # noqa: E402
 from deepboot.runtime.replay import replay_state  # noqa: E402
 from deepboot.runtime.settings import ControllerSettings  # noqa: E402
 from deepboot.runtime.statedir import StateDir  # noqa: E402
@@ -256,3 +257,30 @@ def test_a_run_with_pre_warms_and_arrivals_replays_with_no_divergence(tmp_path: 
     ctl.recorder.close()
     result = replay_state(StateDir.at(tmp_path / "state"))
     assert result.divergence is None and result.steps >= 5
+
+
+def test_a_service_with_no_cold_start_on_file_is_planned_with_the_measured_one(
+    tmp_path: Path,
+) -> None:
+    """Without it the guard saw a 0 s cold start and took the relaxed regime: it
+    reclaimed GPUs ahead of demand but never pre-warmed on them."""
+    ctl, _, _ = controller(tmp_path, cold_start_s=None, slo_wait_s=3.0)
+    assert ctl.specs["svc"].cold_start_s is None
+    name = warm(ctl)
+    # Ready: 17.5 s from start to ready, 12 s of it the handler's load.
+    ctl.inbox.put(rt.Ready("1.0", name, 17.5, 12.0, "cold", inflight=0))
+    ctl.handle_messages()
+    assert ctl.specs["svc"].cold_start_s == 17.5  # what a request would have waited
+    ctl.flush()
+    # A restarted controller plans with the store's measurement (the load alone)
+    # until its own next replica measures start to ready.
+    row = next(r for r in ctl.store.services() if r.spec.name == "svc")
+    assert row.cold_start == 12.0
+    assert _planned(row.spec, row.cold_start).cold_start_s == 12.0
+    assert _planned(row.spec, None).cold_start_s is None  # nothing measured yet
+    # A cold start on file is never replaced.
+    fixed, _, _ = controller(tmp_path / "fixed", cold_start_s=5.0)
+    fixed_name = warm(fixed)
+    fixed.inbox.put(rt.Ready("1.0", fixed_name, 17.5, 12.0, "cold", inflight=0))
+    fixed.handle_messages()
+    assert fixed.specs["svc"].cold_start_s == 5.0

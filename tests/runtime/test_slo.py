@@ -267,3 +267,14 @@ def test_the_controller_tallies_answers_and_logs_them_boundedly(tmp_path: Path) 
     assert logged() == [(2, 1), (3, 1), (3, 2)]
     view = json.loads(ctl.store.meta("slo"))["svc"]
     assert view["total"] == {"within": 3, "over": 2, "attainment": 0.6}
+
+
+def test_proactive_reclaims_are_counted_apart_and_rebuilt_from_the_log() -> None:
+    m = Metrics()
+    m.count(LogKind.GPU, {"op": "reclaim", "gpu": "1.0", "proactive": True})
+    m.count(LogKind.GPU, {"op": "reclaim", "gpu": "1.1", "proactive": False})
+    m.count(LogKind.GPU, {"op": "reclaim", "gpu": "1.1"})  # a log from before the flag
+    assert (m.reclaimed._value.get(), m.reclaimed_ahead._value.get()) == (3, 1)
+    again = Metrics()
+    again.restore(m.counts())  # a restarted controller goes on from the saved counts
+    assert again.counts() == m.counts() == {"reclaimed": 3, "ahead": 1}

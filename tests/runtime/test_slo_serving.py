@@ -7,8 +7,6 @@ SLO depends on the machine, their sum and the agreement between the three do not
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +15,6 @@ import pytest
 
 pytest.importorskip("ray")
 pytest.importorskip("torch")
-
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from deepboot.runtime.store import LogKind  # noqa: E402
 from tests.runtime.cluster_helpers import (  # noqa: E402
@@ -29,7 +25,7 @@ from tests.runtime.cluster_helpers import (  # noqa: E402
     status,
     wait_for,
 )
-from tests.runtime.serving_helpers import ECHO, post_with_headers  # noqa: E402
+from tests.runtime.serving_helpers import ECHO, post_with_headers, scrape  # noqa: E402
 
 pytestmark = pytest.mark.runtime
 
@@ -59,18 +55,11 @@ def _service(directory: Path) -> Path:
 
 def _scraped(state: Path) -> tuple[int, int]:
     """``timed``'s within/over counters as ``/metrics`` shows them."""
-    url = json.loads((state / "http.json").read_text())["url"]
-    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
-        text = r.read().decode()
-    counts = {"within": 0, "over": 0}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.labels.get("service") != "timed":
-                continue
-            if s.name == "deepboot_requests_within_slo_total":
-                counts["within"] = int(s.value)
-            elif s.name == "deepboot_requests_over_slo_total":
-                counts["over"] = int(s.value)
+    names = {
+        "deepboot_requests_within_slo_total": "within",
+        "deepboot_requests_over_slo_total": "over",
+    }
+    counts = scrape(state, "timed", names)
     return counts["within"], counts["over"]
 
 

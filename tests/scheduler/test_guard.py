@@ -109,6 +109,19 @@ def test_loading_replicas_count_as_loaded() -> None:
     assert run({"a": ServiceNeed(1, 1)}, gpus).ops == ()
 
 
+def test_a_replica_still_loading_does_not_stand_in_for_a_loaded_one() -> None:
+    # A request found the loaded replica busy and started another (a cold start on
+    # a reclaimed GPU); until that one has loaded, the loaded replica is held, not
+    # lent (the runtime lent it, and a ramp's next requests waited for the load).
+    gpus = [inf(1, 0, GpuState.SLEEP, "a"), inf(1, 1, GpuState.RUNNING, "a")]
+    need = {"a": ServiceNeed(warm=1, hold=1)}
+    starting = guard(
+        need, gpus, (), SERVICES, CLUSTER, now=100.0, interval=60.0, loading=frozenset({(1, 1)})
+    )
+    assert starting.held == {(1, 0)} and starting.ops == ()  # and no second pre-warm
+    assert run(need, gpus).held == frozenset()  # once loaded, it is the one held
+
+
 def test_the_idle_pool_keeps_sleeping_replicas_then_free_gpus_then_reclaims() -> None:
     """The relaxed services' shared idle GPUs: an unheld sleeping replica first (a
     request of its service reuses it), then FREE GPUs, then lent GPUs taken back at

@@ -11,7 +11,7 @@ from deepboot.core.errors import ConfigError
 from deepboot.matrix import parse_run, sim_config
 from deepboot.policies.lending import LendReserveConfig
 from deepboot.policies.lifecycle import LifecycleConfig
-from deepboot.policies.slo import SloConfig
+from deepboot.policies.slo import SloConfig, paced
 from deepboot.scheduler.control import LoopSettings
 from deepboot.world.settings import SharedCluster, loop_settings, shared_loop_settings
 
@@ -85,7 +85,7 @@ def test_one_function_makes_the_loop_settings_of_both_worlds() -> None:
         lending=True,
         lifecycle=LifecycleConfig(factor=3.0),
         reserve=LendReserveConfig(enabled=True, target=0.6),
-        slo=SloConfig(),
+        slo=paced(SloConfig(), 5.0),
     )
     # Without lending there is nothing for the SLO guard to guard.
     off = loop_settings(
