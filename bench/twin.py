@@ -70,7 +70,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -87,13 +87,16 @@ from deepboot.core.gpu import GpuState  # noqa: E402
 from deepboot.core.jobs import InferenceTaskSpec, TrainingJobSpec, Workload  # noqa: E402
 from deepboot.core.params import BatchLimits, PerfParams  # noqa: E402
 from deepboot.core.placement import EMPTY, Placement  # noqa: E402
-from deepboot.core.service import ServiceSpec  # noqa: E402
+from deepboot.core.service import DEFAULT_SLO_WAIT_S, ServiceSpec  # noqa: E402
 from deepboot.perf.fit import fit_perf_params  # noqa: E402
 from deepboot.perf.goodput import compute_time, step_time  # noqa: E402
 from deepboot.report.timeline import load_offset  # noqa: E402
 from deepboot.runtime.raycluster import ClusterRecord, cluster_pids, process_alive  # noqa: E402
 from deepboot.runtime.statedir import StateDir  # noqa: E402
 from deepboot.runtime.store import EventRow, JobRow, JobStore, LogKind  # noqa: E402
+
+if TYPE_CHECKING:
+    from deepboot.sim.engine import Simulation
 
 # -- the workload ----------------------------------------------------------------------
 
@@ -124,6 +127,63 @@ INTERVAL = 2.0
 PROTECT_FACTOR = 0.05
 POLICY = "deepboot"
 POLICY_PARAMS = {"restart_delay": 2}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What both worlds run, besides the load: the jobs, the cluster, the policy and
+    the shared-cluster switches. The defaults are the twin's (the constants above);
+    ``bench/runtime_headline.py`` runs other ones through the same functions.
+
+    Attributes:
+        jobs: (name, submit offset s from the load's start, total steps at scale 1)
+            of each job (``bench/twin_job.py``, the fixed batch above).
+        training_nodes, inference_nodes, gpus_per_node: The cluster.
+        interval: Seconds between rounds.
+        protect_factor: The protect times' factor.
+        policy, policy_params: The training policy.
+        lending: Lend idle inference GPUs (False: ``deepboot up --no-lending``).
+        slo: SLO-guarded lending (``deepboot up --slo``).
+        service: The service's name (and each simulated request's).
+        slo_wait_s: The service's request SLO (the simulator's ``ServiceSpec``; the
+            runtime's is in its service file).
+        requests_until_done: The simulator replays only the requests sent before the
+            last job finished (the twin, whose load is stopped then); False: all.
+    """
+
+    jobs: tuple[tuple[str, float, int], ...] = JOBS
+    training_nodes: int = TRAINING_NODES
+    inference_nodes: int = INFERENCE_NODES
+    gpus_per_node: int = GPUS_PER_NODE
+    interval: float = INTERVAL
+    protect_factor: float = PROTECT_FACTOR
+    policy: str = POLICY
+    policy_params: tuple[tuple[str, object], ...] = tuple(POLICY_PARAMS.items())
+    lending: bool = True
+    slo: bool = False
+    service: str = "echo"
+    slo_wait_s: float = DEFAULT_SLO_WAIT_S
+    requests_until_done: bool = True
+
+    @property
+    def max_replicas(self) -> int:
+        """The service's replica cap: the inference pool's GPUs."""
+        return self.inference_nodes * self.gpus_per_node
+
+    def up_args(self) -> list[str]:
+        """``deepboot up``'s arguments for this setup (``--state-dir`` aside)."""
+        return [
+            "--training-nodes", str(self.training_nodes), "--inference-nodes",
+            str(self.inference_nodes), "--gpus-per-node", str(self.gpus_per_node),
+            "--interval", str(self.interval), "--poll", "0.3", "--protect-factor",
+            str(self.protect_factor), "--http-port", "0", "--collective-timeout", "15",
+            "--policy", self.policy, *(f"--param={k}={v}" for k, v in self.policy_params),
+            *([] if self.lending else ["--no-lending"]), *(["--slo"] if self.slo else []),
+        ]  # fmt: skip
+
+
+TWIN = Setup()
+"""The twin's setup."""
 
 # -- the runtime -----------------------------------------------------------------------
 
@@ -214,8 +274,18 @@ def _write_inputs(work: Path, scale: float) -> tuple[Path, list[Path], Path]:
         f"concurrency = 1\nmax_replicas = {INFERENCE_NODES * GPUS_PER_NODE}\n"
         f"queue_bound = 1000\nrequest_timeout_s = 300\n[args]\ndelay_s = {SERVICE_DELAY}\n"
     )
+    jobs = write_jobs(work, TWIN, scale)
+    profile = work / "rate.csv"
+    profile.write_text("time_s,rps\n" + "".join(f"{t},{r}\n" for t, r in RATE_PROFILE))
+    return service, jobs, profile
+
+
+def write_jobs(work: Path, setup: Setup, scale: float) -> list[Path]:
+    """The job files of ``setup``'s jobs in ``work`` (``bench/twin_job.py``, each with
+    its steps at ``scale``), in ``setup.jobs``'s order."""
+    work.mkdir(parents=True, exist_ok=True)
     jobs = []
-    for name, _, steps in JOBS:
+    for name, _, steps in setup.jobs:
         path = work / f"{name}.toml"
         path.write_text(
             f'name = "{name}"\nentry = "{BENCH / "twin_job.py"}:train"\n'
@@ -226,9 +296,7 @@ def _write_inputs(work: Path, scale: float) -> tuple[Path, list[Path], Path]:
             f"[args]\ntotal_steps = {_steps(steps, scale)}\nsample_delay = {SAMPLE_DELAY}\n"
         )
         jobs.append(path)
-    profile = work / "rate.csv"
-    profile.write_text("time_s,rps\n" + "".join(f"{t},{r}\n" for t, r in RATE_PROFILE))
-    return service, jobs, profile
+    return jobs
 
 
 def _steps(steps: int, scale: float) -> int:
@@ -246,30 +314,66 @@ def _interruptible() -> None:
 
 def runtime_run(work: Path, scale: float, console: Console) -> WorldRun:
     """One run of the workload on a real local cluster (see the module docstring)."""
-    state = work / "state"
     service, jobs, profile = _write_inputs(work, scale)
+    return runtime_session(
+        work, TWIN, service, jobs, ["echo", "--rate-profile", str(profile)], console
+    )
+
+
+def runtime_session(
+    work: Path,
+    setup: Setup,
+    service: Path,
+    jobs: Sequence[Path],
+    load_args: Sequence[str],
+    console: Console,
+    *,
+    stop_load: bool = True,
+    timeout: float = 1800,
+    exact_offset: bool = False,
+    warmup: Sequence[str] = (),
+) -> WorldRun:
+    """One run on a real local cluster: ``deepboot up`` (``setup.up_args()``), serve
+    ``service``, start ``deepboot load LOAD_ARGS`` (its requests CSV:
+    ``work/requests.csv``; its start time: ``work/load_started``), submit ``jobs`` at
+    their offsets from the load's start, wait for every job to finish, then (with
+    ``stop_load``) stop the load with SIGINT, or (without) wait for it to end by
+    itself; read the run back and ``deepboot down``, whatever happened.
+
+    Args:
+        timeout: Most seconds to wait for the jobs, and then for the load.
+        warmup: ``deepboot load`` arguments of a load run to its end before the
+            load and the jobs start (its CSV: ``work/warmup.csv``); none if empty.
+        exact_offset: Put the requests on the run's clock by their ``sent_at``
+            (:func:`_runtime_result`).
+
+    Raises:
+        RuntimeError: a command or a job failed, or the load wrote no CSV.
+        TimeoutError: the jobs or the load did not end within ``timeout``.
+    """
+    state = work / "state"
     started = time.monotonic()
-    cli(
-        state, "up", "--training-nodes", str(TRAINING_NODES), "--inference-nodes",
-        str(INFERENCE_NODES), "--gpus-per-node", str(GPUS_PER_NODE), "--interval",
-        str(INTERVAL), "--poll", "0.3", "--protect-factor", str(PROTECT_FACTOR),
-        "--http-port", "0", "--collective-timeout", "15", "--policy", POLICY,
-        *(f"--param={k}={v}" for k, v in POLICY_PARAMS.items()),
-    )  # fmt: skip
-    record = ClusterRecord.load(StateDir.at(state))
+    record: ClusterRecord | None = None
     load: subprocess.Popen[str] | None = None
     out = work / "requests.csv"
     try:
+        cli(state, "up", *setup.up_args())
+        record = ClusterRecord.load(StateDir.at(state))
         cli(state, "serve", str(service))
+        if warmup:
+            console.print("  warming up the service")
+            cli(state, "load", *warmup, "--out", str(work / "warmup.csv"), "-q", timeout=timeout)
         load_started = time.time()
         (work / "load_started").write_text(repr(load_started))
-        load = subprocess.Popen(
-            [sys.executable, "-m", "deepboot.cli.main", "load", "echo", "--rate-profile",
-             str(profile), "--out", str(out), "-q", "--state-dir", str(state)],
-            cwd=REPO, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            preexec_fn=_interruptible,
-        )  # fmt: skip
-        for path, (name, offset, _) in zip(jobs, JOBS, strict=True):
+        with (work / "load.err").open("w") as err:
+            load = subprocess.Popen(
+                [sys.executable, "-m", "deepboot.cli.main", "load", *load_args, "--out",
+                 str(out), "-q", "--state-dir", str(state)],
+                cwd=REPO, env=cli_env(), stdout=subprocess.DEVNULL, stderr=err, text=True,
+                preexec_fn=_interruptible,
+            )  # fmt: skip
+        running = load
+        for path, (name, offset, _) in zip(jobs, setup.jobs, strict=True):
             delay = load_started + offset - time.time()
             if delay > 0:
                 time.sleep(delay)
@@ -277,28 +381,45 @@ def runtime_run(work: Path, scale: float, console: Console) -> WorldRun:
             console.print(f"  submitted {name} at +{time.time() - load_started:.1f} s")
 
         def done() -> bool:
+            if running.poll() not in (None, 0):
+                err_text = (work / "load.err").read_text(errors="replace")
+                raise RuntimeError(
+                    f"'deepboot load' failed (exit {running.returncode}): {err_text}"
+                )
             rows, _ = _read(state)
             bad = [r for r in rows if r.state.value in ("failed", "cancelled")]
             if bad:
                 raise RuntimeError(f"job {bad[0].name} {bad[0].state.value}: {bad[0].message}")
-            return len(rows) == len(JOBS) and all(r.state.value == "finished" for r in rows)
+            return len(rows) == len(setup.jobs) and all(r.state.value == "finished" for r in rows)
 
-        wait_for("every job to finish", done, timeout=1800, every=2.0)
-        load.send_signal(signal.SIGINT)
-        try:
-            load.wait(60)
-        except subprocess.TimeoutExpired:
-            load.kill()
-            load.wait(10)
+        wait_for("every job to finish", done, timeout=timeout, every=2.0)
+        if stop_load:
+            load.send_signal(signal.SIGINT)
+            try:
+                load.wait(60)
+            except subprocess.TimeoutExpired:
+                load.kill()
+                load.wait(10)
+        else:
+            console.print(
+                f"  jobs done at +{time.time() - load_started:.0f} s; waiting for the load"
+            )
+            wait_for("the load to end", lambda: running.poll() is not None, timeout, every=1.0)
         if not out.exists():
-            err = load.stderr.read() if load.stderr else ""
-            raise RuntimeError(f"'deepboot load' wrote no {out} (exit {load.returncode}): {err}")
+            err_text = (work / "load.err").read_text(errors="replace")
+            raise RuntimeError(
+                f"'deepboot load' wrote no {out} (exit {load.returncode}): {err_text}"
+            )
         rows, log = _read(state)
-        return _runtime_result(rows, log, out, load_started, time.monotonic() - started)
+        return _runtime_result(
+            rows, log, out, load_started, time.monotonic() - started, exact_offset=exact_offset
+        )
     finally:
         if load is not None and load.poll() is None:
             load.kill()
             load.wait(10)
+        if record is None and (state / "cluster.json").exists():
+            record = ClusterRecord.load(StateDir.at(state))  # 'up' started, then failed
         subprocess.run(
             [sys.executable, "-m", "deepboot.cli.main", "down", "--state-dir", str(state)],
             capture_output=True,
@@ -306,15 +427,27 @@ def runtime_run(work: Path, scale: float, console: Console) -> WorldRun:
             env=cli_env(),
             timeout=300,
         )
-        left = {p for p in cluster_pids(record) if process_alive(p)}
+        left = set() if record is None else {p for p in cluster_pids(record) if process_alive(p)}
         if left:
             console.print(f"[red]'deepboot down' left processes running: {sorted(left)}[/red]")
 
 
 def _runtime_result(
-    rows: list[JobRow], log: list[EventRow], requests: Path, load_started: float, wall_s: float
+    rows: list[JobRow],
+    log: list[EventRow],
+    requests: Path,
+    load_started: float,
+    wall_s: float,
+    *,
+    exact_offset: bool = False,
 ) -> WorldRun:
-    """Turn a finished run's store and request log into a :class:`WorldRun`."""
+    """Turn a finished run's store and request log into a :class:`WorldRun`.
+
+    The requests are put on the run's clock by the load's first replica start
+    (:func:`~deepboot.report.timeline.load_offset`), or with ``exact_offset`` by
+    their Unix send times (``sent_at``, where the CSV has them): with ``--slo`` a
+    pre-warmed replica may take the first request, which then starts none.
+    """
     t0 = next(e.time for e in log if e.kind is LogKind.CONTROLLER_STARTED)
     run = WorldRun(wall_s=wall_s)
     m = run.measured
@@ -377,6 +510,8 @@ def _runtime_result(
         # The load's first request starts the first replica after the load began:
         # that puts send_s on the common clock.
         offset = load_offset(log, t0, min(float(r["send_s"]) for r in sent), after=load_started)
+        if exact_offset:
+            offset = _sent_at_offset(sent, t0, offset)
         warm = sorted(float(r["latency_s"]) for r in sent if r["status"] == "200")
         if warm:
             # The fastest quarter: requests that found an idle warm replica.
@@ -385,6 +520,18 @@ def _runtime_result(
             (float(r["send_s"]) + offset, _service_time(r, m.service_s)) for r in sent
         )
     return run
+
+
+def _sent_at_offset(sent: Sequence[dict[str, str]], t0: float, default: float) -> float:
+    """Seconds to add to ``send_s`` to put it on the clock whose second 0 is Unix time
+    ``t0``: the median of ``sent_at - send_s - t0`` over the rows that have a
+    ``sent_at``, else ``default``."""
+    got = [
+        float(r["sent_at"]) - float(r["send_s"]) - t0
+        for r in sent
+        if r.get("sent_at") and r["sent_at"] != "nan"
+    ]
+    return statistics.median(got) if got else default
 
 
 def _service_time(row: dict[str, str], default: float) -> float:
@@ -500,6 +647,14 @@ def sim_run(rt: WorldRun, scale: float, reference: bool = False) -> WorldRun:
     gradient statistics seen once they ran on 2 GPUs, as the runtime's estimator
     needs), or with ``reference`` the ablation with the reference simulator's rules
     (its sizing; statistics known from the first step)."""
+    return simulate(rt, TWIN, scale, reference)[0]
+
+
+def simulate(
+    rt: WorldRun, setup: Setup, scale: float, reference: bool = False
+) -> tuple[WorldRun, Simulation]:
+    """:func:`sim_run` for any ``setup``: the run, and the simulation it came from
+    (its serving side has each request's record and the reclaims)."""
     from deepboot.policies import registry
     from deepboot.scheduler import Scheduler
     from deepboot.sim.config import SimConfig
@@ -508,7 +663,7 @@ def sim_run(rt: WorldRun, scale: float, reference: bool = False) -> WorldRun:
 
     m = rt.measured
     started = time.perf_counter()
-    steps = {name: _steps(s, scale) for name, _, s in JOBS}
+    steps = {name: _steps(s, scale) for name, _, s in setup.jobs}
     anyone = next(iter(m.grad.values()), None)
     apps = {
         name: TwinApplication(
@@ -522,32 +677,37 @@ def sim_run(rt: WorldRun, scale: float, reference: bool = False) -> WorldRun:
     )
     cold = _median(m.cold_start_s, 2.0)
     service = ServiceSpec(
-        name="echo",
+        name=setup.service,
         model="tiny-mlp",
         concurrency=1,
-        max_replicas=INFERENCE_NODES * GPUS_PER_NODE,
+        max_replicas=setup.max_replicas,
         cold_start_s=cold,
+        slo_wait_s=setup.slo_wait_s,
     )
+    until = max(rt.finish.values(), default=math.inf) if setup.requests_until_done else math.inf
     inference = tuple(
-        InferenceTaskSpec(f"r{i}", t, "echo", "tiny-mlp", service_s, 1)
+        InferenceTaskSpec(f"r{i}", t, setup.service, "tiny-mlp", service_s, 1)
         for i, (t, service_s) in enumerate(rt.requests)
-        if t <= max(rt.finish.values(), default=math.inf)
+        if t <= until
     )
     workload = Workload("twin", training, inference, (service,))
-    cluster = ClusterSpec.parse(f"{TRAINING_NODES + INFERENCE_NODES}x{GPUS_PER_NODE}", 1)
-    settings = SharedCluster(protect_factor=PROTECT_FACTOR, afe=True).sim_kwargs(
-        inference_nodes=INFERENCE_NODES, policy=POLICY
+    cluster = ClusterSpec.parse(
+        f"{setup.training_nodes + setup.inference_nodes}x{setup.gpus_per_node}",
+        setup.inference_nodes,
     )
+    settings = SharedCluster(
+        lending=setup.lending, protect_factor=setup.protect_factor, afe=True, slo=setup.slo
+    ).sim_kwargs(inference_nodes=setup.inference_nodes, policy=setup.policy)
     settings["restart"] = MeasuredRestart.of(m)
     config = SimConfig(
-        interval=INTERVAL,
+        interval=setup.interval,
         app_max_replicas=dict.fromkeys(steps, MAX_WORKERS),
         cold_start={"tiny-mlp": cold},
         job_bounds="reference" if reference else "runtime",
         grad_min_replicas=1 if reference else 2,
         **settings,
     )
-    policy = registry.create(POLICY, **POLICY_PARAMS)
+    policy = registry.create(setup.policy, **dict(setup.policy_params))
     sim = Simulation(workload, cluster, Scheduler(policy), apps, config)
     out = WorldRun(submit={j.name: j.submit_time for j in training})
     last: dict[str, Placement] = {}
@@ -567,7 +727,7 @@ def sim_run(rt: WorldRun, scale: float, reference: bool = False) -> WorldRun:
     out.lent_gpu_s = float(sum(sim.board.gpu_seconds(p).get(GpuState.LENT, 0.0) for p in Pool))
     out.reclaims = 0 if sim.serving is None else len(sim.serving.reclaim_times)
     out.wall_s = time.perf_counter() - started
-    return out
+    return out, sim
 
 
 # -- comparing ---------------------------------------------------------------------------
@@ -718,11 +878,13 @@ def _as_dict(run: WorldRun) -> dict[str, Any]:
     return out
 
 
-def _resim(root: Path) -> WorldRun:
+def _resim(root: Path, exact_offset: bool = False) -> WorldRun:
     """A kept runtime run (``--keep``) read back from its directory."""
     rows, log = _read(root / "state")
     started = float((root / "load_started").read_text())
-    return _runtime_result(rows, log, root / "requests.csv", started, 0.0)
+    return _runtime_result(
+        rows, log, root / "requests.csv", started, 0.0, exact_offset=exact_offset
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
