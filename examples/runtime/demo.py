@@ -98,13 +98,10 @@ def _run(state: Path, out: Path, began: float) -> int:
          str(PROFILE), "--out", str(requests), "-q", "--state-dir", str(state)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    last: tuple[int, int] | None = None
+    sizes = _Sizes(state, began)
     try:
         while load.poll() is None:
-            size = _job_size(state)
-            if size != last:
-                last = size
-                _say(began, f"finetune: {size[0] + size[1]} workers ({size[1]} on lent GPUs)")
+            sizes.show()
             time.sleep(1.0)
         if load.returncode != 0:
             print(load.stdout.read() if load.stdout else "", file=sys.stderr)
@@ -114,7 +111,10 @@ def _run(state: Path, out: Path, began: float) -> int:
             load.kill()
             load.wait(30)
     _say(began, "load done; waiting for the job to finish")
-    _wait(lambda: _job_state(state) != "running", JOB_GRACE_S, "", fail=False)
+    deadline = time.monotonic() + JOB_GRACE_S
+    while _job_state(state) == "running" and time.monotonic() < deadline:
+        sizes.show()
+        time.sleep(1.0)
     _report(state, requests)
     picture = out / "timeline.png"
     drawn = _deepboot(
@@ -191,6 +191,20 @@ def _p99(values: list[float]) -> float:
         return math.nan
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
+
+
+class _Sizes:
+    """Prints the job's size whenever it changed since the last look."""
+
+    def __init__(self, state: Path, began: float) -> None:
+        self.state, self.began = state, began
+        self.last: tuple[int, int] | None = None
+
+    def show(self) -> None:
+        size = _job_size(self.state)
+        if size != self.last:
+            self.last = size
+            _say(self.began, f"finetune: {size[0] + size[1]} workers ({size[1]} on lent GPUs)")
 
 
 def _job_size(state: Path) -> tuple[int, int]:
