@@ -450,7 +450,19 @@ def read_trace(path: str | Path, services: ServicesFile | None = None) -> Worklo
         services = dataclasses.replace(services, specs=MappingProxyType(specs))
     # The catalog's models: what DeepBoot's infer-<model>-<k> rows (and the training
     # rows, checked and then ignored) may name.
-    workload = load_workload(path, load_apps().keys(), services=services)
+    try:
+        workload = load_workload(path, load_apps().keys(), services=services)
+    except InputError as exc:
+        if services is None and exc.field == "application" and "infer-" in exc.message:
+            # A trace whose services are named in a services file (the GenAI and
+            # Azure conversions write one beside it): --service-map renames where
+            # requests go, but the reader needs the file to know the rows.
+            raise InputError(
+                exc.path, exc.line, exc.field,
+                f"{exc.message} (rows infer-<name> name services of a services file: "
+                "give it with --services, e.g. the .toml written beside the trace)",
+            ) from None  # fmt: skip
+        raise
     if not workload.inference:
         raise InputError(
             str(path),

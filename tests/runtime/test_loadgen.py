@@ -579,6 +579,8 @@ def test_trace_rows_naming_a_services_file_and_their_slos(tmp_path: Path) -> Non
         ("i0,1,infer-ncf-2,1,1,6,1\ni1,2,infer-nope-1,1,1,6,1\n", 3, "application", "nope"),
         ("i0,1,infer-ncf-2,1,1,6\n", 2, "num_task", "missing"),
         ("t0,0,cifar10,1,128,-1,0\n", 0, "application", "no inference rows"),
+        # A services file's row without the file: the error says to give it.
+        ("i0,1,infer-sd,1,1,6,1\n", 2, "application", "give it with --services"),
     ],
 )
 def test_bad_traces_name_file_line_and_field(
