@@ -34,7 +34,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -226,13 +226,12 @@ def _status(state: Path) -> dict[str, Any]:
     return json.loads(_cli(state, "status", "--json").stdout)  # type: ignore[no-any-return]
 
 
-def _wait(ok: Any, timeout: float, what: str, fail: bool = True) -> None:
+def _wait(ok: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``ok`` every second; give up (exit) after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not ok():
         if time.monotonic() > deadline:
-            if fail:
-                raise SystemExit(f"gave up after {timeout:g} s waiting for {what}")
-            return
+            raise SystemExit(f"gave up after {timeout:g} s waiting for {what}")
         time.sleep(1.0)
 
 
