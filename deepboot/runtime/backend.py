@@ -100,10 +100,12 @@ class RayBackend:
             arrivals = ctl.arrivals.histories(now)
         elif rounds and settings.lending and settings.reserve.enabled:
             loads = ctl.demand.loads(now, settings.reserve.window_s)
+        # Only a round's guard reads it (Snapshot.loading: TICK only, as the simulator).
         loading = frozenset(
             g.gpu_id
             for g in gpus
-            if g.state is GpuState.RUNNING
+            if rounds
+            and g.state is GpuState.RUNNING
             and ctl.ready.get(g.gpu_id) != ctl.board.get(g.gpu_id).replica
         )
         return Snapshot(
