@@ -20,6 +20,7 @@ from deepboot.cli.params import add_shared_cluster_flags
 from deepboot.core.cluster import ClusterSpec
 from deepboot.core.errors import ConfigError
 from deepboot.runtime.statedir import StateDir
+from deepboot.runtime.statusdoc import status_document
 
 _UP_EPILOG = """\
 examples:
@@ -455,138 +456,12 @@ def cmd_cancel(args: argparse.Namespace, out: Console, err: Console) -> int:
     return 0
 
 
-def _float_or_none(text: str) -> float | None:
-    return round(float(text), 3) if text else None
-
-
-def _slo_entry(wait_s: float, target: float, counted: dict[str, Any] | None) -> dict[str, Any]:
-    """A service's SLO and its attainment as the controller last wrote it (its
-    ``slo`` meta, :meth:`deepboot.runtime.slo.SloTally.view`): ``recent`` over the
-    ``window_s`` before that write, ``total`` since the controller started; zeros
-    (attainment null) before the service's first answer."""
-    from deepboot.runtime.slo import WINDOW_S, Attainment
-
-    none = Attainment().to_json()
-    counted = counted or {}
-    return {
-        "slo_wait_s": wait_s,
-        "slo_target": target,
-        "window_s": counted.get("window_s", WINDOW_S),
-        "recent": counted.get("recent", none),
-        "total": counted.get("total", none),
-    }
-
-
 def _attained(counts: dict[str, Any]) -> str:
     """``98.5% (197/200)``, or ``-`` before any request."""
     total = counts["within"] + counts["over"]
     if not total:
         return "-"
     return f"{100.0 * counts['attainment']:.1f}% ({counts['within']}/{total})"
-
-
-def status_document(state: StateDir) -> dict[str, Any]:
-    """What ``deepboot status --json`` prints (schema: docs/runtime.md)."""
-    from deepboot.runtime.lifecycle import controller_alive
-    from deepboot.runtime.raycluster import ClusterRecord, RuntimeNotUpError
-    from deepboot.runtime.store import JobStore
-
-    try:
-        record: ClusterRecord | None = ClusterRecord.load(state)
-    except RuntimeNotUpError:
-        record = None
-    if record is None and not state.db.exists():
-        raise ConfigError(f"no deepboot state in {state.root} (run 'deepboot up' first)")
-    store = JobStore(state.db)
-    heartbeat = store.meta("heartbeat")
-    gpus = store.gpus()
-    lent: dict[str, list[str]] = {}
-    for g in gpus:
-        if g.state == "lent" and g.holder:
-            lent.setdefault(g.holder, []).append(g.gpu)
-    slo = json.loads(store.meta("slo", "{}"))
-    endpoint = None
-    if state.http_file.exists():
-        endpoint = json.loads(state.http_file.read_text()).get("url")
-    doc: dict[str, Any] = {
-        "cluster": {
-            "up": record is not None,
-            "mode": record.mode if record else None,
-            "address": record.address if record else None,
-            "controller_pid": controller_alive(state),
-            "heartbeat_age_s": round(time.time() - float(heartbeat), 3) if heartbeat else None,
-            "endpoint": endpoint,
-        },
-        # The control loop's training rounds, and the latency of the latest (up to
-        # 1,000) decisions, as the simulator's summary reports them.
-        "scheduler": {
-            "rounds": int(store.meta("rounds", "0")),
-            "decision_ms_median": _float_or_none(store.meta("decision_ms_median")),
-            "decision_ms_max": _float_or_none(store.meta("decision_ms_max")),
-        },
-        "gpus": [
-            {
-                "gpu": g.gpu,
-                "node": g.node,
-                "index": g.idx,
-                "pool": g.pool,
-                "state": g.state,
-                "holder": g.holder or None,
-                "service": g.service or None,
-            }
-            for g in gpus
-        ],
-        "services": [
-            {
-                "name": r.spec.name,
-                "model": r.spec.model,
-                "concurrency": r.spec.concurrency,
-                "max_replicas": r.spec.max_replicas,
-                "queue_bound": r.spec.queue_bound,
-                "cold_start_s": r.cold_start,
-                # Crash-loop back-off: replicas that died loading in a row, and the
-                # Unix time before which no new one starts (null: none).
-                "load_failures": r.load_failures,
-                "backoff_until": r.backoff_until,
-                "slo": _slo_entry(r.spec.slo_wait_s, r.spec.slo_target, slo.get(r.spec.name)),
-                "replicas": [
-                    {"gpu": g.gpu, "state": g.state, "hits": g.hits}
-                    for g in gpus
-                    if g.service == r.spec.name
-                ],
-            }
-            for r in store.services()
-        ],
-        # The node-local model caches (--host-cache-gb), as the controller last heard
-        # from them: node, models (least recently used first), used_bytes, bound_bytes.
-        "caches": json.loads(store.meta("host_cache", "[]")),
-        "jobs": [
-            {
-                "name": r.name,
-                "state": r.state.value,
-                "workers": list(r.workers),
-                "num_workers": len(r.workers),
-                "lent_gpus": sorted(lent.get(r.name, [])),
-                "min_workers": r.spec.min_workers,
-                "max_workers": r.spec.max_workers,
-                "batch_size": r.local_bsz * r.accum * len(r.workers) if r.workers else None,
-                "local_batch_size": r.local_bsz or None,
-                "accumulation_steps": r.accum,
-                "generation": r.generation,
-                "step": r.step,
-                "loss": r.loss,
-                "restarts": r.restarts,
-                "steps_lost": r.steps_lost,
-                "submitted": r.submitted,
-                "started": r.started,
-                "finished": r.finished,
-                "message": r.message,
-            }
-            for r in store.jobs()
-        ],
-    }
-    store.close()
-    return doc
 
 
 def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:

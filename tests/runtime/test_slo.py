@@ -16,7 +16,7 @@ pytest.importorskip("prometheus_client")
 
 from rich.console import Console  # noqa: E402
 
-from deepboot.cli.runtime import _attained, _slo_entry, cmd_status, status_document  # noqa: E402
+from deepboot.cli.runtime import _attained, cmd_status, status_document  # noqa: E402
 from deepboot.core.service import ServiceSpec  # noqa: E402
 from deepboot.runtime.dispatch import Dispatcher  # noqa: E402
 from deepboot.runtime.messages import Answered, Inbox  # noqa: E402
@@ -24,6 +24,7 @@ from deepboot.runtime.metrics import Metrics  # noqa: E402
 from deepboot.runtime.routerstate import Answer, Pending, ServiceQueue  # noqa: E402
 from deepboot.runtime.slo import Attainment, SloTally, wait_header  # noqa: E402
 from deepboot.runtime.statedir import StateDir  # noqa: E402
+from deepboot.runtime.statusdoc import _slo_entry  # noqa: E402
 from deepboot.runtime.store import JobStore, LogKind  # noqa: E402
 from tests.runtime.test_controller_inprocess import Clock, controller  # noqa: E402
 
