@@ -186,7 +186,7 @@ class Controller(Recovery):
         # other messages are moot now: a restarted controller recovers from the store.)
         for msg in self.inbox.drain():
             if isinstance(msg, rt.Answered):
-                self.slo.record(msg.service, msg.within, self.clock())
+                self.slo.record(msg.service, msg.within, self.clock(), msg.wait)
         self.log_slo(every_s=0.0)
         self.flush()
 

@@ -431,7 +431,7 @@ class Dispatcher:
             m.wait.labels(service).observe(wait)
         if status == 200:
             m.latency.labels(service).observe(spent)
-        self.inbox.put(Answered(service, within))
+        self.inbox.put(Answered(service, within, wait))
 
 
 def _we_are_cancelled() -> bool:

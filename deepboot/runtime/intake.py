@@ -56,7 +56,7 @@ class Intake(Nodes):
                 if self.arrivals is not None:
                     self.arrivals.ran(msg.service, msg.seconds)
             elif isinstance(msg, rt.Answered):
-                self.slo.record(msg.service, msg.within, self.clock())
+                self.slo.record(msg.service, msg.within, self.clock(), msg.wait)
             elif isinstance(msg, rt.Arrival):
                 if msg.task in self.arrived or msg.service not in self.specs:
                     continue

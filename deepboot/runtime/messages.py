@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +93,12 @@ class Served:
 class Answered:
     """A request of ``service`` was answered; ``within``: it reached a replica within
     the service's ``slo_wait_s`` (:mod:`deepboot.runtime.slo` says which count where).
-    One per answer, as the router's SLO counters count it."""
+    One per answer, as the router's SLO counters count it. ``wait``: seconds from
+    its arrival to its hand-off (to its answer when never handed); not compared."""
 
     service: str
     within: bool
+    wait: float | None = field(default=None, compare=False)
 
 
 Message = Arrival | Withdraw | Idle | Ready | Died | Backoff | Received | Served | Answered

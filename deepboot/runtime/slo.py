@@ -30,6 +30,28 @@ WINDOW_S = 300.0
 """The recent window of ``deepboot status``: the last 5 minutes."""
 BUCKET_S = 10.0
 """The window's resolution: counts are kept in buckets this wide, aligned to time 0."""
+WAIT_BINS_PER_DECADE = 20
+"""Resolution of the recent p99 wait: waits are counted in geometric bins, 20 to a
+decade (each 12% wider than the last), from :data:`WAIT_FLOOR_S` up; the p99 is the
+upper edge of its bin, so it errs high by at most 12%."""
+WAIT_FLOOR_S = 1e-3
+"""Waits below a millisecond count in the first bin."""
+_WAIT_BINS = 6 * WAIT_BINS_PER_DECADE + 1  # 1 ms .. 1000 s, and one bin for the rest
+
+
+def wait_bin(seconds: float) -> int:
+    """The bin of a wait (see :data:`WAIT_BINS_PER_DECADE`)."""
+    if not seconds > WAIT_FLOOR_S:  # NaN, negative and tiny waits alike
+        return 0
+    k = math.ceil(math.log10(seconds / WAIT_FLOOR_S) * WAIT_BINS_PER_DECADE - 1e-9)
+    return min(max(k, 0), _WAIT_BINS - 1)
+
+
+def bin_upper(k: int) -> float:
+    """The upper edge of wait bin ``k`` (seconds; the last bin's is infinite)."""
+    if k >= _WAIT_BINS - 1:
+        return math.inf
+    return float(WAIT_FLOOR_S * 10.0 ** (k / WAIT_BINS_PER_DECADE))
 
 
 def wait_header(seconds: float) -> str:
@@ -89,19 +111,24 @@ class SloTally:
         self.bucket_s = bucket_s
         self.buckets = math.ceil(window_s / bucket_s)  # buckets the window spans
         self._total: dict[str, Attainment] = {}
-        # service -> [bucket index, within, over], oldest first, at most `buckets`
+        # service -> [bucket index, within, over, *wait bins], oldest first, at most
+        # `buckets` of them
         self._recent: dict[str, deque[list[int]]] = {}
 
-    def record(self, service: str, within: bool, now: float) -> None:
-        """One answered request of ``service`` at ``now``. A time before the newest
-        bucket's (a wall clock stepped back) counts in the newest bucket."""
+    def record(self, service: str, within: bool, now: float, wait: float | None = None) -> None:
+        """One answered request of ``service`` at ``now`` that waited ``wait`` seconds
+        (None: not measured; it counts in the attainment, not in the p99 wait). A time
+        before the newest bucket's (a wall clock stepped back) counts in the newest
+        bucket."""
         one = Attainment(1, 0) if within else Attainment(0, 1)
         self._total[service] = self._total.get(service, Attainment()) + one
         index = int(now // self.bucket_s)
         buckets = self._recent.setdefault(service, deque(maxlen=self.buckets))
         if not buckets or index > buckets[-1][0]:
-            buckets.append([index, 0, 0])
+            buckets.append([index, 0, 0, *([0] * _WAIT_BINS)])
         buckets[-1][1 if within else 2] += 1
+        if wait is not None:
+            buckets[-1][3 + wait_bin(wait)] += 1
 
     def since_start(self) -> dict[str, Attainment]:
         """Every service's counts since the tally began."""
@@ -118,15 +145,41 @@ class SloTally:
             out[service] = Attainment(sum(b[1] for b in buckets), sum(b[2] for b in buckets))
         return out
 
+    def recent_p99_wait(self, now: float) -> dict[str, float | None]:
+        """Every service's 99th-percentile wait in the window that ends at ``now``
+        (seconds, the upper edge of its bin; None with no measured wait in it)."""
+        self.recent(now)  # forget the buckets older than the window
+        out: dict[str, float | None] = {}
+        for service, buckets in self._recent.items():
+            counts = [sum(b[3 + k] for b in buckets) for k in range(_WAIT_BINS)]
+            n = sum(counts)
+            out[service] = None
+            if n:
+                rank, seen = math.ceil(0.99 * n), 0
+                for k, c in enumerate(counts):
+                    seen += c
+                    if seen >= rank:
+                        out[service] = bin_upper(k)
+                        break
+        return out
+
     def view(self, now: float) -> dict[str, dict[str, Any]]:
         """What the store keeps and ``deepboot status --json`` shows, per service:
-        ``{"window_s", "recent": {within, over, attainment}, "total": {...}}``."""
+        ``{"window_s", "recent": {within, over, attainment}, "total": {...},
+        "p99_wait_s"}`` (the recent window's, :meth:`recent_p99_wait`; null with no
+        wait in it, and for an unbounded one)."""
         recent = self.recent(now)
+        p99 = self.recent_p99_wait(now)
         return {
             service: {
                 "window_s": self.window_s,
                 "recent": recent.get(service, Attainment()).to_json(),
                 "total": total.to_json(),
+                "p99_wait_s": _finite(p99.get(service)),
             }
             for service, total in sorted(self._total.items())
         }
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, 6)

@@ -34,6 +34,7 @@ def _slo_entry(wait_s: float, target: float, counted: dict[str, Any] | None) -> 
         "window_s": counted.get("window_s", WINDOW_S),
         "recent": counted.get("recent", none),
         "total": counted.get("total", none),
+        "p99_wait_s": counted.get("p99_wait_s"),
     }
 
 

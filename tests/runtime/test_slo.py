@@ -81,13 +81,33 @@ def test_attainment_and_view() -> None:
             "window_s": 300,
             "recent": {"within": 0, "over": 0, "attainment": None},
             "total": {"within": 0, "over": 1, "attainment": 0.0},
+            "p99_wait_s": None,
         },
         "b": {
             "window_s": 300,
             "recent": {"within": 0, "over": 0, "attainment": None},
             "total": {"within": 1, "over": 0, "attainment": 1.0},
+            "p99_wait_s": None,
         },
     }
+
+
+def test_recent_p99_wait_errs_high_by_at_most_a_bin() -> None:
+    t = SloTally(window_s=60, bucket_s=10)
+    waits = [0.01 * (i + 1) for i in range(200)]  # 10 ms .. 2 s; exact p99 = 1.98 s
+    for i, w in enumerate(waits):
+        t.record("s", w <= 1.0, 5.0 + i * 0.1, w)
+    t.record("s", False, 30.0)  # unmeasured: counted, no wait
+    p99 = t.recent_p99_wait(30.0)["s"]
+    assert p99 is not None and 1.98 <= p99 <= 1.98 * 1.13
+    assert t.view(30.0)["s"]["p99_wait_s"] == round(p99, 6)
+    # Beyond the window: forgotten.
+    assert t.recent_p99_wait(200.0)["s"] is None
+    # Tiny and huge waits land in the end bins; an unbounded p99 reads null.
+    t.record("s", False, 300.0, 1e6)
+    assert t.view(300.0)["s"]["p99_wait_s"] is None
+    t.record("z", True, 300.0, 0.0)
+    assert t.recent_p99_wait(300.0)["z"] == 0.001
 
 
 @pytest.mark.parametrize(
