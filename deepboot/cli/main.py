@@ -18,7 +18,7 @@ from typing import NoReturn
 from rich.console import Console
 
 from deepboot import __version__
-from deepboot.cli import commands, compare, limits, load, runtime, timeline, traces
+from deepboot.cli import commands, compare, dashboard, limits, load, runtime, timeline, traces
 from deepboot.cli.params import add_interval_and_seed, add_shared_cluster_flags
 from deepboot.cli.services import SERVICES_EPILOG, add_services_flag
 from deepboot.core.errors import DeepbootError
@@ -251,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     compare.add_parser(sub)
     runtime.add_parsers(sub, _Formatter)
+    dashboard.add_parser(sub, _Formatter)
     load.add_parser(sub, _Formatter)
     timeline.add_parser(sub, _Formatter)
     return parser

@@ -77,6 +77,7 @@ def timeline_figure(
     requests: Requests | None = None,
     slo_wait_s: float = 1.0,
     title: str = "Runtime timeline",
+    since: float | None = None,
 ) -> bytes:
     """Draw ``timeline`` (and ``requests``, when given) as one PNG.
 
@@ -85,6 +86,8 @@ def timeline_figure(
         requests: Requests on the timeline's clock, or None for no request panel.
         slo_wait_s: The SLO line of the request panel (s, > 0).
         title: Figure title.
+        since: Where the time axis starts (seconds on the timeline's clock; None:
+            0). The dashboard draws the last hour this way.
 
     Returns:
         The PNG bytes.
@@ -112,7 +115,8 @@ def timeline_figure(
             for t in reclaims:
                 color = _AHEAD_COLOR if t in ahead else _RECLAIM_COLOR
                 ax.axvline(t, color=color, linestyle=":", linewidth=1.0, alpha=0.7)
-        flat[-1].set_xlim(0, end * 1.01)
+        start = 0.0 if since is None else min(max(since, 0.0), end)
+        flat[-1].set_xlim(start, end + (end - start) * 0.01)
         flat[-1].set_xlabel("seconds since the controller started")
         fig.suptitle(title)
         if timeline.notes:

@@ -98,6 +98,18 @@ class Endpoint:
         with _OPENER.open(req, timeout=timeout) as r:
             return json.loads(r.read(_MAX_BODY))
 
+    def post_json(self, path: str, body: Any, timeout: float = HEALTH_TIMEOUT_S) -> Any:
+        """``POST {url}{path}`` of ``body`` as JSON, with the token; the decoded answer.
+
+        Raises:
+            urllib.error.URLError, OSError, ValueError: as :meth:`get_json`.
+        """
+        headers = {**self.headers, "Content-Type": "application/json"}
+        data = json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, headers=headers, method="POST")
+        with _OPENER.open(req, timeout=timeout) as r:
+            return json.loads(r.read(_MAX_BODY))
+
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """A redirect is an error: never follow one (with or without the token)."""

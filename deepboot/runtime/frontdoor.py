@@ -11,6 +11,9 @@ The checks, in this order (:meth:`FrontDoor._front_door`, the aiohttp middleware
   own); bound elsewhere they need the token too. ``/healthz`` is always open: it says
   only that this endpoint lives and which instance it is, which clients check before
   they send the token anywhere.
+- The dashboard's pages (``/dashboard``, :mod:`deepboot.runtime.dashboard`) need
+  its session cookie or the token, on loopback too, and refuse a
+  ``Sec-Fetch-Site`` that is not ``same-origin`` or ``none``.
 - No cross-site requests: a request whose ``Origin`` is not the endpoint's own is
   refused (403), and a POST whose ``Content-Type`` is not ``application/json`` too
   (415): a web page can make a browser send a ``text/plain`` POST to 127.0.0.1
@@ -37,9 +40,12 @@ import logging
 import re
 import secrets
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+
+if TYPE_CHECKING:
+    from deepboot.runtime.dashboard import Dashboard
 
 log = logging.getLogger("deepboot.router")
 
@@ -102,12 +108,15 @@ class FrontDoor:
     Attributes:
         host, port: Where the endpoint listens.
         open_reads: Whether the reads are open without the token (a loopback endpoint).
+        dashboard: The dashboard, whose pages need its session cookie or the token,
+            on loopback too, and refuse cross-site requests (None: not served).
         _token_bytes: The bearer token, as bytes.
     """
 
     host: str
     port: int
     open_reads: bool
+    dashboard: Dashboard | None
     _token_bytes: bytes
 
     @property
@@ -159,7 +168,17 @@ class FrontDoor:
                 raise Refused(
                     403, "cross-origin requests are refused (Origin is not this endpoint)"
                 )
-            if self._needs_token(request) and not self._token_ok(request):
+            dash = self.dashboard
+            if dash is not None and dash.covers(request.path):
+                if dash.cross_site(request):
+                    raise Refused(403, "cross-site requests are refused (Sec-Fetch-Site)")
+                if not (dash.allowed(request) or self._token_ok(request)):
+                    raise Refused(
+                        401,
+                        "log in with the one-time link 'deepboot dashboard' prints, or send "
+                        "the bearer token",
+                    )
+            elif self._needs_token(request) and not self._token_ok(request):
                 raise Refused(
                     401,
                     "missing or wrong bearer token (STATE_DIR/http-token)",

@@ -228,6 +228,7 @@ class Intake(Nodes):
             router = Router(
                 self.inbox, self.metrics, s.http_host, on, token,
                 submit=self._http_submit, register=self._http_register,
+                state=self.state,
             )  # fmt: skip
             router.start()
             return router

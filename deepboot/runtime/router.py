@@ -42,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -63,6 +63,10 @@ from deepboot.runtime.metrics import Metrics
 from deepboot.runtime.routerstate import Pending, Replica, ServiceQueue
 from deepboot.runtime.slo import wait_header
 
+if TYPE_CHECKING:
+    from deepboot.runtime.dashboard import Dashboard
+    from deepboot.runtime.statedir import StateDir
+
 log = logging.getLogger("deepboot.router")
 
 
@@ -82,6 +86,8 @@ class Router(FrontDoor, Dispatcher):
         instance: The id ``/healthz`` echoes (random when empty).
         stall_s: ``/healthz`` answers 503 once the controller's loop has not beaten
             (:meth:`beat`) for this many seconds.
+        state: The controller's state directory: the dashboard
+            (:mod:`deepboot.runtime.dashboard`) is served when given.
 
     Raises:
         ConfigError: no token.
@@ -98,6 +104,7 @@ class Router(FrontDoor, Dispatcher):
         register: Callable[[dict[str, Any]], str] | None = None,
         instance: str = "",
         stall_s: float = 120.0,
+        state: StateDir | None = None,
     ) -> None:
         if not token:
             raise ConfigError("the HTTP endpoint needs a bearer token")
@@ -119,6 +126,11 @@ class Router(FrontDoor, Dispatcher):
         self._error: BaseException | None = None
         self.stall_s = stall_s
         self._beat = time.monotonic()
+        self.dashboard: Dashboard | None = None
+        if state is not None:
+            from deepboot.runtime.dashboard import Dashboard
+
+            self.dashboard = Dashboard(state, port, self._live)
 
     def beat(self) -> None:
         """The controller's loop completed a turn (``/healthz`` reports its age)."""
@@ -191,6 +203,8 @@ class Router(FrontDoor, Dispatcher):
         app.router.add_post("/v1/jobs", self._post_job)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._health)
+        if self.dashboard is not None:
+            self.dashboard.add_routes(app)
         # handler_cancellation: a client that disconnects cancels its handler, so a
         # request still queued is withdrawn (aiohttp's default lets it run on).
         self._runner = web.AppRunner(
@@ -204,6 +218,8 @@ class Router(FrontDoor, Dispatcher):
         server = site._server
         assert server is not None
         self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        if self.dashboard is not None:
+            self.dashboard.port = self.port  # names its cookie
 
     def call(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the router's loop (from any thread)."""
@@ -301,6 +317,17 @@ class Router(FrontDoor, Dispatcher):
                 p.abandoned = True
             raise
         return web.json_response(answer.body, status=answer.status, headers=answer.headers)
+
+    def _live(self) -> dict[str, dict[str, int]]:
+        """Each service's requests queued and in flight now (on the loop)."""
+        inflight: dict[str, int] = {}
+        for r in self.replicas.values():
+            if not r.dead:
+                inflight[r.service] = inflight.get(r.service, 0) + r.inflight
+        return {
+            name: {"queued": len(q.queue), "in_flight": inflight.get(name, 0)}
+            for name, q in self.services.items()
+        }
 
     async def _list_services(self, request: web.Request) -> web.Response:
         out = []

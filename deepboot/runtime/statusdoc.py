@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from deepboot.core.errors import ConfigError
 from deepboot.runtime.statedir import StateDir
+
+if TYPE_CHECKING:
+    from deepboot.runtime.store import EventRow
 
 
 def _float_or_none(text: str) -> float | None:
@@ -140,3 +144,45 @@ def status_document(state: StateDir) -> dict[str, Any]:
     }
     store.close()
     return doc
+
+
+def read_state_dir(state_dir: str | Path) -> tuple[list[EventRow], dict[str, str]]:
+    """A state directory's event log and every GPU's pool.
+
+    Pools come from the store's ``gpus`` table (the controller's ledger: every GPU
+    with its pool), else from ``cluster.json``'s nodes (a store no controller has
+    flushed yet; ``down`` removes ``cluster.json`` but leaves the table).
+
+    Returns:
+        (the event log in ``seq`` order, GPU id -> pool).
+
+    Raises:
+        ConfigError: the directory holds no store (``deepboot.db``), or the store
+            is of a newer deepboot.
+    """
+    from deepboot.runtime.store import JobStore
+
+    state = StateDir.at(state_dir)
+    # Checked first: opening a JobStore would create an empty store there.
+    if not state.db.is_file():
+        raise ConfigError(
+            f"no job store in {state.root} (no {state.db.name}): give the state directory "
+            "of a 'deepboot up' run (its --state-dir)"
+        )
+    store = JobStore(state.db)
+    try:
+        events = store.events()
+        pools = {g.gpu: g.pool for g in store.gpus()}
+    finally:
+        store.close()
+    return events, pools or _cluster_pools(state.cluster_file)
+
+
+def _cluster_pools(cluster_file: Path) -> dict[str, str]:
+    """GPU id -> pool from ``cluster.json``'s ``nodes`` ([node, pool, gpus]); {} when
+    the file is missing or unreadable (the timeline then places the GPUs by use)."""
+    try:
+        nodes = json.loads(cluster_file.read_text())["nodes"]
+        return {f"{n}.{i}": str(pool) for n, pool, count in nodes for i in range(int(count))}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}

@@ -1,0 +1,238 @@
+"""The live dashboard the controller serves (``deepboot dashboard``; docs/runtime.md,
+"Dashboard").
+
+One page, ``/dashboard``, and the routes it reads, all on the controller's endpoint:
+
+- ``POST /v1/dashboard/login`` (the bearer token, as every POST) mints a one-time
+  login code, good for :data:`~deepboot.runtime.sessions.LOGIN_TTL_S`; ``deepboot
+  dashboard`` prints (and opens) ``/dashboard/login?code=CODE``.
+- ``GET /dashboard/login?code=CODE`` spends the code: it sets a session cookie
+  (``HttpOnly; SameSite=Strict; Path=/dashboard``, named after the port, since
+  cookies do not tell ports apart) and redirects to ``/dashboard``, so the code
+  leaves the address bar. A spent, expired or unknown code is a 401.
+- Every other ``/dashboard`` route (the page, its script and style, ``api/status``,
+  ``api/timeline.png``) needs that cookie or the bearer token; with neither, 401.
+  They are refused to cross-site requests: a foreign ``Origin`` (the front door's
+  rule) and a ``Sec-Fetch-Site`` other than ``same-origin`` or ``none`` (a page on
+  another port of this host is *same-site*, and would carry a strict cookie).
+
+The page is static HTML, CSS and a small script (``deepboot/runtime/dashboard_static``,
+nothing loaded from elsewhere; a Content-Security-Policy of ``'self'`` says so to the
+browser). The script polls ``api/status`` every :data:`REFRESH_S` seconds: the status
+document (:func:`~deepboot.runtime.statusdoc.status_document`) plus the router's live
+queues, and the last hour's reclaims from the event log; the timeline image, drawn by
+matplotlib here (:func:`~deepboot.report.timeline_figure.timeline_figure`), is
+redrawn at most every :data:`TIMELINE_EVERY_S`.
+
+Sessions live in the controller's memory: a restarted controller forgets them, and
+``deepboot dashboard`` logs in again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from deepboot.runtime.sessions import Sessions
+from deepboot.runtime.statedir import StateDir
+
+REFRESH_S = 3.0
+"""How often the page asks for the status."""
+TIMELINE_EVERY_S = 10.0
+"""The timeline image is redrawn at most this often (drawing takes ~0.5 s)."""
+TIMELINE_SPAN_S = 3600.0
+"""The timeline shows the last hour."""
+LOGIN_PATH = "/dashboard/login"
+LOGIN_API = "/v1/dashboard/login"
+
+_STATIC = {
+    "/dashboard": ("index.html", "text/html"),
+    "/dashboard/app.js": ("app.js", "text/javascript"),
+    "/dashboard/style.css": ("style.css", "text/css"),
+}
+_HEADERS = {
+    # Nothing from elsewhere, no inline script, never framed, the code in the login
+    # URL never sent on as a Referer.
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+@dataclass
+class _Drawn:
+    """The timeline image last drawn, and the reclaims it showed."""
+
+    at: float
+    png: bytes
+    reclaims: list[dict[str, Any]]
+
+
+class Dashboard:
+    """The dashboard's routes, on the router's aiohttp application.
+
+    Args:
+        state: The controller's state directory (the store and its event log).
+        port: The endpoint's port (names the cookie).
+        live: Called on the router's loop: each service's ``queued`` and
+            ``in_flight`` requests now.
+        clock: Monotonic seconds (injected; the sessions' and the image's).
+    """
+
+    def __init__(
+        self,
+        state: StateDir,
+        port: int,
+        live: Callable[[], Mapping[str, Mapping[str, int]]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.state = state
+        self.port = port
+        self.live = live
+        self.clock = clock
+        self.sessions = Sessions(clock)
+        self._drawn: _Drawn | None = None
+        self._drawing: asyncio.Lock | None = None
+
+    @property
+    def cookie(self) -> str:
+        """The session cookie's name (one per port: cookies ignore ports)."""
+        return f"deepboot_dashboard_{self.port}"
+
+    # -- access (the front door asks) --------------------------------------------------
+
+    @staticmethod
+    def covers(path: str) -> bool:
+        """``path`` is one of the dashboard's pages (not its login API)."""
+        return path == "/dashboard" or path.startswith("/dashboard/")
+
+    def cross_site(self, request: web.Request) -> bool:
+        """A request another site (another port of this host included) made."""
+        return request.headers.get("Sec-Fetch-Site", "none") not in ("same-origin", "none")
+
+    def allowed(self, request: web.Request) -> bool:
+        """The login route (its code is the credential), or a live session cookie."""
+        if request.path == LOGIN_PATH:
+            return True
+        session = request.cookies.get(self.cookie)
+        return session is not None and self.sessions.valid(session)
+
+    # -- routes ----------------------------------------------------------------------------
+
+    def add_routes(self, app: web.Application) -> None:
+        """Add the dashboard's routes to ``app``."""
+        app.router.add_post(LOGIN_API, self._mint)
+        app.router.add_get(LOGIN_PATH, self._login)
+        for path in _STATIC:
+            app.router.add_get(path, self._static)
+        app.router.add_get("/dashboard/api/status", self._status)
+        app.router.add_get("/dashboard/api/timeline.png", self._timeline)
+
+    async def _mint(self, request: web.Request) -> web.Response:
+        code = self.sessions.mint()
+        return web.json_response(
+            {"login": f"{LOGIN_PATH}?code={code}", "expires_in_s": self.sessions.login_ttl_s},
+            headers={"Cache-Control": "no-store"},
+        )
+
+    async def _login(self, request: web.Request) -> web.Response:
+        session = self.sessions.redeem(request.query.get("code", ""))
+        if session is None:
+            return web.Response(
+                status=401,
+                text="This login link is spent or expired: run 'deepboot dashboard' for a "
+                "new one.\n",
+                headers=_HEADERS,
+            )
+        response = web.Response(status=303, headers={**_HEADERS, "Location": "/dashboard"})
+        response.set_cookie(
+            self.cookie,
+            session,
+            path="/dashboard",
+            httponly=True,
+            samesite="Strict",
+            max_age=int(self.sessions.session_ttl_s),
+        )
+        return response
+
+    async def _static(self, request: web.Request) -> web.Response:
+        name, kind = _STATIC[request.path]
+        body = resources.files("deepboot.runtime").joinpath("dashboard_static", name).read_bytes()
+        return web.Response(body=body, content_type=kind, headers=_HEADERS)
+
+    async def _status(self, request: web.Request) -> web.Response:
+        live = self.live()  # on the loop: the router's own state
+        loop = asyncio.get_running_loop()
+        doc = await loop.run_in_executor(None, self._document)
+        for service in doc["services"]:
+            service["live"] = dict(live.get(service["name"], {}))
+        drawn = self._drawn
+        doc["reclaims_last_hour"] = [] if drawn is None else drawn.reclaims
+        doc["refresh_s"] = REFRESH_S
+        return web.json_response(doc, headers=_HEADERS)
+
+    def _document(self) -> dict[str, Any]:
+        from deepboot.runtime.statusdoc import status_document
+
+        return status_document(self.state)
+
+    async def _timeline(self, request: web.Request) -> web.Response:
+        if self._drawing is None:
+            self._drawing = asyncio.Lock()
+        async with self._drawing:  # one drawing at a time; the others reuse it
+            drawn = self._drawn
+            if drawn is None or self.clock() - drawn.at >= TIMELINE_EVERY_S:
+                loop = asyncio.get_running_loop()
+                png, reclaims = await loop.run_in_executor(
+                    None, draw_timeline, self.state.root, time.time()
+                )
+                drawn = self._drawn = _Drawn(self.clock(), png, reclaims)
+        return web.Response(body=drawn.png, content_type="image/png", headers=_HEADERS)
+
+
+def draw_timeline(
+    state_dir: str | Path, now: float, span_s: float = TIMELINE_SPAN_S
+) -> tuple[bytes, list[dict[str, Any]]]:
+    """The event log's timeline over the ``span_s`` before ``now`` (Unix seconds) as
+    a PNG, and its reclaims (``{"t", "ago_s", "job", "proactive"}``, newest first).
+
+    Raises:
+        ConfigError: no store in ``state_dir``.
+        MissingDependencyError: matplotlib is missing.
+    """
+    from deepboot.report.timeline import build_timeline
+    from deepboot.report.timeline_figure import timeline_figure
+    from deepboot.runtime.statusdoc import read_state_dir
+
+    events, pools = read_state_dir(state_dir)
+    timeline = build_timeline(events, pools)
+    # The log's last entry may be long ago: the states it left hold until now.
+    timeline = dataclasses.replace(timeline, end=max(timeline.end, now - timeline.start))
+    since = timeline.end - span_s
+    png = timeline_figure(timeline, title="The last hour", since=since)
+    reclaims: list[dict[str, Any]] = [
+        {
+            "t": round(t, 3),
+            "ago_s": round(timeline.end - t, 1),
+            "job": job.name,
+            "proactive": t in job.ahead,
+        }
+        for job in timeline.jobs
+        for t in job.reclaims
+        if t >= since
+    ]
+    reclaims.sort(key=lambda r: -r["t"])
+    return png, reclaims
