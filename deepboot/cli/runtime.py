@@ -112,6 +112,18 @@ reads; here every service needs a handler):
   [service.args]
   hidden = 128"""
 
+_STATUS_EPILOG = """\
+examples:
+  deepboot status
+  deepboot status --json
+  deepboot status --watch --every 5
+
+--watch redraws the status every --every seconds until Ctrl-C, fitted to the
+terminal's width: the GPUs by node, one line per service and per job, long names
+cut with an ellipsis. A controller that is down is shown with its last record; a state directory
+that cannot be read (removed by 'deepboot down', say) is a line on the screen, and
+the next refresh reads it again."""
+
 
 def _state_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -235,9 +247,15 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         "status",
         help="GPUs by pool and state, services and their replicas, jobs and their lent GPUs",
         description="Show the cluster's GPUs and jobs, from the job store. --json prints "
-        "the same for scripts (schema: docs/runtime.md).",
+        "the same for scripts (schema: docs/runtime.md); --watch shows it live.",
+        epilog=_STATUS_EPILOG,
     )
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument("--watch", action="store_true", help="a live screen, redrawn until Ctrl-C")
+    status.add_argument(
+        "--every", type=float, default=argparse.SUPPRESS, metavar="SECONDS",
+        help="with --watch: seconds between refreshes (default: 2)",
+    )  # fmt: skip
     status.set_defaults(func=cmd_status)
 
     logs = _command(
@@ -465,7 +483,26 @@ def _attained(counts: dict[str, Any]) -> str:
 
 
 def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:
-    doc = status_document(StateDir.at(args.state_dir))
+    watching = getattr(args, "watch", False)
+    every = getattr(args, "every", None)
+    if every is not None:
+        _positive("every", every, integer=False)
+        if not watching:
+            raise ConfigError("--every is the refresh period of --watch; add --watch")
+    if watching and args.json:
+        raise ConfigError("--watch and --json do not go together (--json prints once)")
+    state = StateDir.at(args.state_dir)
+    # Read once first: no state at all (a mistyped --state-dir) is an error here too.
+    doc = status_document(state)
+    if watching:
+        from deepboot.cli.statusview import DEFAULT_EVERY_S, watch
+
+        return watch(
+            lambda: status_document(state),
+            out,
+            DEFAULT_EVERY_S if every is None else every,
+            source=str(state.root),
+        )
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
@@ -525,12 +562,22 @@ def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:
             used = f"{c['used_bytes'] / 1e9:.3f} / {c['bound_bytes'] / 1e9:.3f} GB"
             ct.add_row(str(c["node"]), ", ".join(c["models"]) or "none", used)
         out.print(ct)
+    _print_jobs(out, doc["jobs"])
+    return 0
+
+
+def _print_jobs(out: Console, jobs: list[dict[str, Any]]) -> None:
+    """The jobs table, one line per job: every column when that fits the terminal,
+    else the compact one of ``status --watch`` (names are never cut: they are what a
+    user greps for; names too long for the terminal widen it past it, not fold)."""
+    from rich.measure import Measurement
+
+    from deepboot.cli.statusview import jobs_table
+
     jt = Table(title="jobs")
-    # Names and states never fold: they are what a user greps for.
-    width = max((len(j["name"]) for j in doc["jobs"]), default=3)
-    jt.add_column("job", no_wrap=True, min_width=width)
-    jt.add_column("state", no_wrap=True, min_width=9)
     for col in (
+        "job",
+        "state",
         "workers",
         "lent GPUs",
         "batch (local x accum)",
@@ -539,8 +586,8 @@ def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:
         "resizes",
         "steps lost",
     ):
-        jt.add_column(col)
-    for j in doc["jobs"]:
+        jt.add_column(col, no_wrap=True)
+    for j in jobs:
         batch = (
             f"{j['batch_size']} ({j['local_batch_size']} x {j['accumulation_steps']})"
             if j["batch_size"]
@@ -559,8 +606,22 @@ def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:
             str(j["restarts"]),
             str(j["steps_lost"]),
         )
-    out.print(jt)
-    return 0
+
+    def natural(table: Table) -> int:
+        return Measurement.get(out, out.options.update_width(1 << 20), table).maximum
+
+    if natural(jt) <= out.width:
+        out.print(jt)
+        return
+    compact = jobs_table(jobs, out.width, cut_names=False)
+    compact.caption = "(a narrow terminal: --json has every column)"
+    compact.caption_justify = "left"
+    width = out.width
+    try:
+        out.width = max(width, natural(compact))
+        out.print(compact)
+    finally:
+        out.width = width
 
 
 def cmd_logs(args: argparse.Namespace, out: Console, err: Console) -> int:
