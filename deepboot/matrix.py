@@ -26,8 +26,9 @@ import numpy as np
 
 from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.errors import ConfigError, DeepbootError, InputError
+from deepboot.core.service import DEFAULT_SLO_WAIT_S
 from deepboot.perf.apps import load_apps
-from deepboot.report.figures import UsagePanel
+from deepboot.report.figures import UsagePanel, WaitCurve
 from deepboot.report.schema import conform_summary
 from deepboot.world.settings import MAX_PROTECT_FACTOR
 
@@ -363,6 +364,8 @@ class RunOutcome:
         usage: GPUs over time by use, reduced to at most 1500 segments (None on
             error).
         reclaim_times: Times of the reclaims (s).
+        waits: The inference requests' waits, reduced to at most 500 points of their
+            complementary CDF plus counts (None on error; no points without requests).
         error: The error message when the run failed with a :class:`DeepbootError`.
     """
 
@@ -371,6 +374,7 @@ class RunOutcome:
     jcts: tuple[float, ...] = ()
     usage: UsagePanel | None = None
     reclaim_times: tuple[float, ...] = ()
+    waits: WaitCurve | None = None
     error: str | None = None
 
     @property
@@ -438,11 +442,15 @@ def execute(task: RunTask, progress: ProgressFn | None = None) -> RunOutcome:
         summary = dict(result.summary(task.run.policy, task.workload_name))
         summary.setdefault("wall_s", wall_s)
         conform_summary(summary)  # a summary missing a schema key is a bug: fail loudly
-        # Reduced here so a long timeline is not pickled back point by point.
+        # Reduced here so a long timeline, or a day of requests, is not pickled back
+        # point by point.
         usage = UsagePanel.from_timeline(
             task.run.name,
             result.timeline,
             training_pool_gpus=sum(n.gpus for n in cluster.pool_nodes(Pool.TRAINING)),
+        )
+        waits = WaitCurve.from_records(
+            task.run.name, result.inference, result.slo_wait_s, DEFAULT_SLO_WAIT_S
         )
         return RunOutcome(
             index=task.index,
@@ -450,6 +458,7 @@ def execute(task: RunTask, progress: ProgressFn | None = None) -> RunOutcome:
             jcts=tuple(r.jct for r in result.jobs if r.jct is not None),
             usage=usage,
             reclaim_times=result.reclaim_times,
+            waits=waits,
         )
     except DeepbootError as exc:
         # Custom exceptions may not survive pickling back to the parent: send text.

@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import csv
+import dataclasses
 import io
 import json
 import multiprocessing
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -126,13 +128,19 @@ def test_summaries_hold_the_schema_and_the_run(matrix: dict[str, Any]) -> None:
     assert summary["inference"]["tasks"] == 7
 
 
+FIGURE_KINDS = ("jct-vs-slo", "gpus", "jct-cdf", "waits", "reclaims")
+"""The figures of a workload with inference and two runs or more serving it, in order."""
+
+
 def test_figures_are_written_and_embedded(matrix: dict[str, Any]) -> None:
     out = matrix["out"]
-    pngs = {p: (out / f"{p}-tiny.png").read_bytes() for p in ("jct-cdf", "gpus", "reclaims")}
+    pngs = {p: (out / f"{p}-tiny.png").read_bytes() for p in FIGURE_KINDS}
     assert all(b.startswith(PNG_MAGIC) for b in pngs.values())
     html = (out / "report.html").read_text(encoding="utf-8")
     embedded = [base64.b64decode(s) for s in re.findall(r"base64,([^\"]+)\"", html)]
     assert embedded == list(pngs.values())
+    for kind in FIGURE_KINDS:  # each with its section, for the page's links
+        assert f'<h2 id="{kind}-tiny">' in html and f'href="#{kind}-tiny"' in html
     assert "deepboot compare --workload" in html and "--baseline pollux-only" in html
     assert "AFE restarts" in html and "no lending" in html  # runs with defaults spelled out
 
@@ -187,6 +195,32 @@ def test_workloads_with_the_same_name_are_refused(
     assert "share the name 'w'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("inference", "runs", "kinds"),
+    [
+        (True, ("p=pollux:no-lending",), FIGURE_KINDS[1:]),
+        (False, ("p=pollux:no-lending", "d=deepboot"), ("gpus", "jct-cdf", "reclaims")),
+    ],
+    ids=["one-run-no-scatter", "no-inference-no-waits"],
+)
+def test_inference_figures_only_where_there_is_something_to_show(
+    tmp_path: Path, inference: bool, runs: tuple[str, ...], kinds: tuple[str, ...]
+) -> None:
+    workload = tmp_path / "w.csv"
+    if inference:
+        make_mixed_workload(workload)
+    else:
+        workload.write_text(f"{HEADER}\nncf-0,0,ncf,1,32768,-1,-1\n", encoding="utf-8")
+    out = tmp_path / "out"
+    argv = ["compare", "--workload", str(workload), "--cluster", "2x4", "--inference-nodes", "1"]
+    for r in runs:
+        argv += ["--run", r]
+    assert main([*argv, "--procs", "1", "--quiet", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.glob("*.png")) == sorted(f"{k}-w.png" for k in kinds)
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert html.count("<img") == len(kinds)
+
+
 def test_missing_matplotlib_is_reported_and_no_figures_still_works(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -195,7 +229,7 @@ def test_missing_matplotlib_is_reported_and_no_figures_still_works(
     argv = ["compare", "--workload", str(workload), "--cluster", "2x4", "--inference-nodes", "1"]
     argv += ["--run", "p=pollux:no-lending", "--out", str(tmp_path / "out"), "--quiet"]
     assert main(argv) == 2
-    assert "deepboot[report]" in capsys.readouterr().err
+    assert "pip install 'matplotlib" in capsys.readouterr().err
     assert main([*argv, "--no-figures"]) == 0
     html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     assert "<img" not in html and "<table" in html
@@ -242,7 +276,7 @@ def make_tasks(tmp_path: Path) -> list[RunTask]:
 def comparable(outcome: RunOutcome) -> tuple[Any, ...]:
     """Everything of an outcome except wall-clock measurements."""
     summary = {k: v for k, v in outcome.summary.items() if k not in ("wall_s", "scheduler")}
-    assert outcome.usage is not None
+    assert outcome.usage is not None and outcome.waits is not None
     return (
         outcome.index,
         summary,
@@ -250,7 +284,26 @@ def comparable(outcome: RunOutcome) -> tuple[Any, ...]:
         outcome.reclaim_times,
         outcome.usage.edges.tolist(),
         outcome.usage.values.tolist(),
+        dataclasses.replace(outcome.waits, waits=None, longer=None),
+        outcome.waits.waits.tolist(),
+        outcome.waits.longer.tolist(),
     )
+
+
+def test_an_outcome_carries_its_request_waits_reduced(tmp_path: Path) -> None:
+    for task in make_tasks(tmp_path):
+        outcome = execute(task)
+        waits, inference = outcome.waits, outcome.summary["inference"]
+        assert waits is not None and waits.label == task.run.name
+        assert waits.requests == inference["tasks"] == 7
+        assert waits.unstarted == inference["requests_unstarted"]
+        assert waits.attainment == pytest.approx(inference["slo_attainment"])
+        assert dict(waits.slo_wait_s) == {
+            name: s["slo_wait_s"] for name, s in inference["per_service"].items()
+        }
+        assert 0 < waits.waits.size <= 500
+        # Past the longest wait, only the requests that never started are left.
+        assert waits.longer[-1] == pytest.approx(waits.unstarted / waits.requests)
 
 
 def test_worker_processes_give_the_in_process_results(tmp_path: Path) -> None:
@@ -411,3 +464,41 @@ def test_compare_on_an_unreachable_ray_address_ends_with_one_line(
     assert main(argv) == 2
     assert_one_line_error(capsys.readouterr().err, *words)
     assert not out.exists()
+
+
+# ------------------------------------------------------------------ the demo's report
+
+
+def demo_argv() -> list[str]:
+    """The arguments of the ``deepboot compare`` that ``make demo`` runs, read from the
+    Makefile (its ``DEMO_*`` variables substituted), so the test follows the demo."""
+    text = (REPO / "Makefile").read_text(encoding="utf-8")
+    variables = dict(re.findall(r"^(DEMO_\w+)\s*:=\s*(\S+)\s*$", text, re.MULTILINE))
+    recipe = re.search(r"^demo:.*\n((?:\t.*\n)+)", text, re.MULTILINE)
+    assert recipe is not None, "no demo target in the Makefile"
+    lines = recipe.group(1).replace("\\\n", " ").splitlines()
+    command = next(line for line in lines if "deepboot compare" in line)
+    command = re.sub(r"\$\((DEMO_\w+)\)", lambda m: variables[m.group(1)], command)
+    words = shlex.split(command)
+    return words[words.index("compare") :]
+
+
+def test_the_demo_report_shows_gpus_waits_and_the_scatter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = demo_argv()
+    assert "--no-figures" not in argv  # the demo's report has its figures
+    out = tmp_path / "demo"
+    argv[argv.index("--out") + 1] = str(out)
+    monkeypatch.chdir(REPO)  # the Makefile's paths are the repository's
+    assert main([*argv, "--procs", "1", "--quiet"]) == 0
+    html = (out / "report.html").read_text(encoding="utf-8")
+    for kind in ("gpus", "waits", "jct-vs-slo"):
+        png = (out / f"{kind}-demo-deepboot.png").read_bytes()
+        assert png.startswith(PNG_MAGIC)
+        assert f'<h2 id="{kind}-demo-deepboot">' in html
+        assert base64.b64encode(png).decode("ascii") in html
+    assert "GPUs over time: demo-deepboot" in html
+    assert "Inference waits against the SLO: demo-deepboot" in html
+    assert "JCT against SLO attainment: demo-deepboot" in html
+    assert "SLO target every service shares (99%)" in html

@@ -6,7 +6,10 @@ and written into the output folder:
 
 * ``results.csv``: one row per (workload, run), every summary value;
 * ``summaries/<workload>--<run>.json``: each run's full summary;
-* ``jct-cdf-<workload>.png``, ``gpus-<workload>.png``, ``reclaims-<workload>.png``;
+* ``jct-cdf-<workload>.png``, ``gpus-<workload>.png``, ``reclaims-<workload>.png``, and
+  where the workload has inference requests ``waits-<workload>.png`` (their waits
+  against the SLO) and, with two runs or more serving them, ``jct-vs-slo-<workload>.png``
+  (average JCT against SLO attainment); none with ``--no-figures``;
 * ``report.html``: all of it in one self-contained page.
 
 Each workload is read once, before the runs, and handed to them: a pipe such as
@@ -259,7 +262,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "(default: when every job is done)",
     )
     p.add_argument(
-        "--no-figures", action="store_true", help="skip the PNG figures (no matplotlib needed)"
+        "--no-figures",
+        action="store_true",
+        help="skip the PNG figures (a faster run; the table, CSV and HTML are still written)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=compare)
@@ -310,7 +315,7 @@ def output_files(args: argparse.Namespace, runs: Sequence[RunSpec]) -> list[Path
     files = [out_dir / "results.csv", out_dir / "report.html"]
     files += [out_dir / "summaries" / f"{w}--{r.name}.json" for w in names for r in runs]
     if not args.no_figures:
-        kinds = ("jct-cdf", "gpus", "reclaims")
+        kinds = ("jct-cdf", "gpus", "reclaims", "waits", "jct-vs-slo")
         files += [out_dir / f"{kind}-{w}.png" for w in names for kind in kinds]
     return [PathArg("--out", str(f)) for f in files]
 
@@ -588,52 +593,133 @@ def _settings(args: argparse.Namespace, procs: int, wall_s: float) -> dict[str, 
 def _figures(
     good: Sequence[tuple[RunTask, RunOutcome]], names: Sequence[str], out_dir: Path
 ) -> list[FigureImage]:
-    from deepboot.report.figures import gpu_usage_figure, jct_cdf_figure, reclaims_figure
-
+    """Each workload's figures, in the report's order: JCT against SLO attainment (two
+    runs or more serving inference), GPUs over time, the JCT CDF, the inference waits
+    against the SLO (where there are requests), the reclaims."""
     figures: list[FigureImage] = []
     for name in names:
         cells = [(t, o) for t, o in good if t.workload_name == name]
         if not cells:
             continue
         made = [
-            (
-                f"jct-cdf-{name}",
-                f"Training JCT CDF: {name}",
-                jct_cdf_figure(
-                    {t.run.name: o.jcts for t, o in cells}, title=f"Training JCT CDF: {name}"
-                ),
-                "Fraction of training jobs finished within a given JCT (log scale, hours); "
-                "a curve further left and higher is better. The legend gives each run's "
-                "average JCT.",
-            ),
-            (
-                f"gpus-{name}",
-                f"GPUs over time: {name}",
-                gpu_usage_figure(
-                    [o.usage for _, o in cells if o.usage is not None],
-                    title=f"GPUs over time, stacked by use: {name}",
-                ),
-                "Every GPU of the cluster by state, time-averaged per bin. Dark blue is "
-                "training on the training pool, light blue training on lent inference "
-                "GPUs; red, orange and purple are inference replicas serving, kept warm "
-                "(PROTECT) and sleeping (lendable). The dashed line is the training-pool size.",
-            ),
-            (
-                f"reclaims-{name}",
-                f"Reclaims over time: {name}",
-                reclaims_figure(
-                    {t.run.name: o.reclaim_times for t, o in cells},
-                    title=f"Lent GPUs reclaimed for inference: {name}",
-                    end_s=max((o.end_s for _, o in cells), default=0.0),
-                ),
-                "Cumulative number of lent GPUs taken back from training for inference "
-                "(the legend gives each run's total).",
-            ),
+            _jct_slo_scatter(name, cells),
+            _gpus(name, cells),
+            _jct_cdf(name, cells),
+            _waits(name, cells),
+            _reclaims(name, cells),
         ]
-        for stem, title, png, caption in made:
+        for stem, title, png, caption in (m for m in made if m is not None):
             write_bytes(out_dir / f"{stem}.png", png)
             figures.append(FigureImage(title, png, caption, anchor=stem))
     return figures
+
+
+_Made = tuple[str, str, bytes, str]
+"""A drawn figure: (file stem and anchor, title, PNG, caption)."""
+
+
+def _gpus(name: str, cells: Sequence[tuple[RunTask, RunOutcome]]) -> _Made:
+    from deepboot.report.figures import gpu_usage_figure
+
+    png = gpu_usage_figure(
+        [o.usage for _, o in cells if o.usage is not None],
+        title=f"GPUs over time, stacked by use: {name}",
+    )
+    caption = (
+        "Every GPU of the cluster by state, time-averaged per bin. Dark blue is "
+        "training on the training pool, light blue training on lent inference "
+        "GPUs; red, orange and purple are inference replicas serving, kept warm "
+        "(PROTECT) and sleeping (lendable). The dashed line is the training-pool size."
+    )
+    return (f"gpus-{name}", f"GPUs over time: {name}", png, caption)
+
+
+def _jct_cdf(name: str, cells: Sequence[tuple[RunTask, RunOutcome]]) -> _Made:
+    from deepboot.report.figures import jct_cdf_figure
+
+    png = jct_cdf_figure({t.run.name: o.jcts for t, o in cells}, title=f"Training JCT CDF: {name}")
+    caption = (
+        "Fraction of training jobs finished within a given JCT (log scale, hours); "
+        "a curve further left and higher is better. The legend gives each run's "
+        "average JCT."
+    )
+    return (f"jct-cdf-{name}", f"Training JCT CDF: {name}", png, caption)
+
+
+def _reclaims(name: str, cells: Sequence[tuple[RunTask, RunOutcome]]) -> _Made:
+    from deepboot.report.figures import reclaims_figure
+
+    png = reclaims_figure(
+        {t.run.name: o.reclaim_times for t, o in cells},
+        title=f"Lent GPUs reclaimed for inference: {name}",
+        end_s=max((o.end_s for _, o in cells), default=0.0),
+    )
+    caption = (
+        "Cumulative number of lent GPUs taken back from training for inference "
+        "(the legend gives each run's total)."
+    )
+    return (f"reclaims-{name}", f"Reclaims over time: {name}", png, caption)
+
+
+def _waits(name: str, cells: Sequence[tuple[RunTask, RunOutcome]]) -> _Made | None:
+    """The inference waits against the SLO, or None when no run had a request."""
+    from deepboot.report.figures import inference_waits_figure
+
+    curves = [o.waits for _, o in cells if o.waits is not None and o.waits.requests]
+    if not curves:
+        return None
+    png = inference_waits_figure(curves, title=f"Inference request waits against the SLO: {name}")
+    caption = (
+        "Share of inference requests that waited longer than a given time before "
+        "serving started (queueing plus any cold start, every service together; both "
+        "axes log scale, the wait axis linear below 1 s). The vertical lines are the "
+        "services' SLOs; with one SLO for every service, a curve's height at its line "
+        "is the share of requests that missed it. Lower and further left is better. "
+        "A request that never started counts as waiting forever: the curve keeps its "
+        "share up to the right edge. The legend gives each run's SLO attainment (each "
+        "request against its own service's SLO)."
+    )
+    return (f"waits-{name}", f"Inference waits against the SLO: {name}", png, caption)
+
+
+def _jct_slo_scatter(name: str, cells: Sequence[tuple[RunTask, RunOutcome]]) -> _Made | None:
+    """The JCT against SLO attainment scatter of one workload's runs, or None when
+    fewer than two runs served inference requests."""
+    from deepboot.report.figures import jct_slo_scatter_figure
+
+    served = [(t, o) for t, o in cells if o.summary["inference"]["tasks"] > 0]
+    if len(served) < 2:
+        return None
+    points = {
+        t.run.name: (o.summary["training"]["avg_jct_s"], o.summary["inference"]["slo_attainment"])
+        for t, o in served
+        if o.summary["training"]["completed"] > 0
+    }
+    left_out = [t.run.name for t, _ in served if t.run.name not in points]
+    if len(points) < 2:
+        return None
+    targets = {
+        service["slo_target"]
+        for _, o in served
+        for service in o.summary["inference"]["per_service"].values()
+    }
+    target = targets.pop() if len(targets) == 1 else None
+    caption = (
+        "Each run that served inference requests: its average training JCT (hours) "
+        "against the share of its requests that started within their service's SLO (the "
+        "table's SLO column). Up and to the left is better on both counts; two runs of "
+        "which one sits up and to the right of the other trade one for the other."
+    )
+    if target is not None:
+        caption += f" The dashed line is the SLO target every service shares ({target * 100:g}%)."
+    else:
+        caption += " The services' SLO targets differ, so no target line is drawn."
+    if left_out:
+        caption += f" Left out, no training job completed: {', '.join(left_out)}."
+    png = jct_slo_scatter_figure(
+        points, target, title=f"Training JCT against inference SLO attainment: {name}"
+    )
+    return (f"jct-vs-slo-{name}", f"JCT against SLO attainment: {name}", png, caption)
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:

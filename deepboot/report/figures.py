@@ -3,9 +3,9 @@
 Every function takes plain sequences or small dataclasses (never the engine) and
 returns the PNG bytes, so the caller decides where they go (a file, a base64 ``<img>``).
 
-matplotlib is an optional dependency (``pip install 'deepboot[report]'``). It is
-imported only when a figure is drawn, so the simulator works without it; a missing
-install raises :class:`MissingDependencyError`, which says how to fix it.
+matplotlib is a dependency of the base install, but it is imported only when a figure
+is drawn, so the simulator and the CLI start without loading it; an environment that
+lacks it anyway raises :class:`MissingDependencyError`, which says how to fix it.
 
 Figures are built on :class:`matplotlib.figure.Figure` objects directly, never
 through ``pyplot``: no global figure registry, no GUI backend, nothing left open.
@@ -35,11 +35,11 @@ FloatArray = npt.NDArray[np.float64]
 
 HOUR = 3600.0
 
-INSTALL_HINT = "pip install 'deepboot[report]'"
+INSTALL_HINT = "pip install 'matplotlib>=3.8'"
 
 
 class MissingDependencyError(DeepbootError):
-    """An optional package needed for figures (matplotlib) is not installed."""
+    """The package figures need (matplotlib) is not installed in this environment."""
 
 
 class TimelineLike(Protocol):
@@ -464,3 +464,386 @@ def reclaims_figure(
         ax.set_title(title)
         ax.legend(loc="upper left", frameon=True)
         return _png(fig)
+
+
+# ------------------------------------------------------------- inference waits
+
+
+class RequestLike(Protocol):
+    """One inference request (``deepboot.sim.metrics.InferenceRecord``)."""
+
+    @property
+    def service(self) -> str: ...
+    @property
+    def delay(self) -> float | None: ...
+
+
+def wait_tail(
+    delays: Sequence[float | None], max_points: int = 500
+) -> tuple[FloatArray, FloatArray]:
+    """The complementary CDF of request waits, as at most ``max_points`` exact points.
+
+    A wait of None (a request that never started) counts as waiting forever: it is
+    longer than every finite wait.
+
+    Args:
+        delays: Each request's wait before it started serving, seconds (None: never
+            started).
+        max_points: Most points returned (>= 2).
+
+    Returns:
+        ``(x, y)``: ``x`` distinct waits in ascending order, ``y[i]`` the fraction of
+        all requests (unstarted ones included) that waited strictly longer than
+        ``x[i]``. With at most ``max_points`` distinct waits every one is kept;
+        otherwise the smallest and largest wait and waits at ranks spaced evenly both
+        in rank and in the log of the number of waits at or above them, so the tail
+        keeps its resolution down to the single longest wait. Each ``y`` is exact.
+        No started request gives two empty arrays.
+
+    Raises:
+        ValueError: ``max_points`` < 2, or a wait is negative or not finite.
+    """
+    if max_points < 2:
+        raise ValueError(f"max_points must be >= 2; got {max_points}")
+    started = np.sort(np.asarray([d for d in delays if d is not None], dtype=np.float64))
+    if started.size and not (np.all(np.isfinite(started)) and started[0] >= 0):
+        raise ValueError("request waits must be finite and >= 0 (None: never started)")
+    m = started.size
+    unstarted = len(delays) - m
+    x = np.unique(started)
+    if x.size > max_points:
+        half = max_points // 2
+        by_rank = np.linspace(0.0, m - 1.0, max_points - half)
+        by_tail = m - np.geomspace(1.0, float(m), half)  # k waits at or above the rank
+        ranks = np.clip(np.rint(np.concatenate([by_rank, by_tail])), 0, m - 1).astype(np.intp)
+        x = np.unique(started[ranks])
+    longer = m - np.searchsorted(started, x, side="right") + unstarted
+    return x, longer.astype(np.float64) / max(len(delays), 1)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitCurve:
+    """One run's inference request waits for :func:`inference_waits_figure`, reduced.
+
+    Attributes:
+        label: The run name.
+        requests: Requests that arrived.
+        unstarted: Requests that never started serving (they wait forever).
+        met: Requests that started within their service's SLO.
+        waits: Distinct waits in seconds, ascending (see :func:`wait_tail`).
+        longer: Fraction of all requests that waited longer than each of ``waits``.
+        slo_wait_s: ``(service, SLO seconds)`` of every service that had a request,
+            in order of first arrival.
+    """
+
+    label: str
+    requests: int
+    unstarted: int
+    met: int
+    waits: FloatArray
+    longer: FloatArray
+    slo_wait_s: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def attainment(self) -> float:
+        """Share of requests that met their SLO (1.0 with no request), as the summary's
+        ``inference.slo_attainment``."""
+        return self.met / self.requests if self.requests else 1.0
+
+    @classmethod
+    def from_records(
+        cls,
+        label: str,
+        records: Sequence[RequestLike],
+        slo_wait_s: Mapping[str, float],
+        default_slo_wait_s: float,
+        max_points: int = 500,
+    ) -> WaitCurve:
+        """A curve from raw request records (see :func:`wait_tail`).
+
+        Args:
+            label: The run name.
+            records: Every request, in arrival order.
+            slo_wait_s: Service -> SLO seconds (``SimResult.slo_wait_s``).
+            default_slo_wait_s: The SLO of a service missing from ``slo_wait_s``.
+            max_points: Most points kept.
+        """
+        slos: dict[str, float] = {}
+        met = 0
+        delays: list[float | None] = []
+        for r in records:
+            slo = slos.setdefault(r.service, slo_wait_s.get(r.service, default_slo_wait_s))
+            met += r.delay is not None and r.delay <= slo
+            delays.append(r.delay)
+        waits, longer = wait_tail(delays, max_points)
+        unstarted = sum(d is None for d in delays)
+        return cls(label, len(delays), unstarted, met, waits, longer, tuple(slos.items()))
+
+
+_SLO_STYLES = ("--", ":", "-.", (0, (5, 1.5, 1, 1.5, 1, 1.5)), (0, (12, 3)))
+
+
+def _seconds_text(s: float) -> str:
+    if s >= 3600:
+        return f"{s / HOUR:g} h"
+    if s >= 120:
+        return f"{s / 60:g} min"
+    return f"{s:g} s"
+
+
+def _slo_groups(curves: Sequence[WaitCurve]) -> list[tuple[float, list[str]]]:
+    """Distinct SLOs ascending, each with its services (first-seen order)."""
+    groups: dict[float, list[str]] = {}
+    for curve in curves:
+        for service, slo in curve.slo_wait_s:
+            names = groups.setdefault(slo, [])
+            if service not in names:
+                names.append(service)
+    return sorted(groups.items())
+
+
+def inference_waits_figure(
+    curves: Sequence[WaitCurve], title: str = "Inference request waits against the SLO"
+) -> bytes:
+    """The fraction of requests that waited longer than x, one line per run, and each
+    distinct service SLO as a vertical line.
+
+    The x axis (wait, seconds) is linear up to 1 s and logarithmic beyond; the y axis
+    (percent of requests) is logarithmic, so the tail that misses the SLO stays
+    readable. Requests that never started hold their share up to the right edge.
+
+    Args:
+        curves: One per run (legend order); every one with at least one request.
+        title: Figure title.
+
+    Raises:
+        MissingDependencyError: matplotlib is missing.
+        ValueError: no curve, or a curve without requests.
+    """
+    if not curves:
+        raise ValueError("inference_waits_figure needs at least one curve")
+    if any(c.requests == 0 for c in curves):
+        raise ValueError("every curve needs at least one request")
+    groups = _slo_groups(curves)
+    longest = max([*(float(c.waits[-1]) for c in curves if c.waits.size), 1.0])
+    right = max([longest, *(slo for slo, _ in groups)]) * 2.0
+    # The lowest share drawn; a curve's last drop (to 0) runs off the bottom.
+    positive = [float(c.longer[c.longer > 0].min()) for c in curves if np.any(c.longer > 0)]
+    smallest = min(positive or [1.0 / max(c.requests for c in curves)])
+    with _styled() as figure_cls:
+        fig = figure_cls(figsize=(12, 6.4), layout="constrained")
+        ax = fig.add_subplot()
+        for i, curve in enumerate(curves):
+            color, style = line_style(i)
+            # Below the shortest wait every request waited longer: the curve starts at 1.
+            xs = np.concatenate([[0.0], curve.waits, [right]])
+            ys = np.concatenate(
+                [[1.0], curve.longer, curve.longer[-1:] if curve.waits.size else [1.0]]
+            )
+            text = f"{curve.label}: {curve.attainment:.1%} within SLO, {curve.requests:,} requests"
+            if curve.unstarted:
+                text += f", {curve.unstarted:,} never started"
+            ax.step(xs, ys, where="post", color=color, linestyle=style, linewidth=2, label=text)
+        for j, (slo, services) in enumerate(groups):
+            named = ", ".join(services) if len(services) <= 3 else f"{len(services)} services"
+            ax.axvline(
+                slo,
+                color="#333333",
+                linestyle=_SLO_STYLES[j % len(_SLO_STYLES)],
+                linewidth=1.6,
+                label=f"SLO {_seconds_text(slo)} ({named})",
+            )
+        ax.set_xscale("symlog", linthresh=1.0, linscale=0.6)
+        ax.set_xlim(0, right)
+        _wait_ticks(ax, right)
+        ax.set_yscale("log")
+        bottom = max(smallest / 2.5, 1e-7)
+        ax.set_ylim(bottom, 1.15)
+        _percent_ticks(ax, bottom)
+        ax.set_xlabel("wait before serving starts (seconds; linear to 1 s, log scale beyond)")
+        ax.set_ylabel("requests that waited longer (log scale)")
+        ax.set_title(title)
+        fig.legend(loc="outside lower center", ncols=1 if len(curves) + len(groups) <= 4 else 2)
+        return _png(fig)
+
+
+def _percent_ticks(ax: Axes, bottom: float) -> None:
+    """Percent ticks on a log-share y axis: 1, 2 and 5 of each decade over up to three
+    and a half decades, 1 alone beyond (100%, 10%, 1% ...)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
+    subs = (1.0, 2.0, 5.0) if math.log10(1.0 / bottom) <= 3.5 else (1.0,)
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v * 100:.4g}%"))
+
+
+def _wait_ticks(ax: Axes, right: float) -> None:
+    """Readable wait ticks on a symlog axis (0, 0.5, 1, 2, 5, 10, 30, 60 ... seconds)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ticks = [0.0, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200]
+    ticks += [86400.0 * d for d in (1, 2, 7, 30)]
+    ax.xaxis.set_major_locator(FixedLocator([t for t in ticks if t <= right]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: "0" if v == 0 else _seconds_text(v)))
+
+
+def jct_slo_scatter_figure(
+    points: Mapping[str, tuple[float, float]],
+    target: float | None = None,
+    title: str = "Training JCT against inference SLO attainment",
+) -> bytes:
+    """One labelled point per run: average training JCT (hours) against the share of
+    inference requests that met their SLO. Up and to the left is better.
+
+    Labels are placed beside their points where they overlap no other label or point;
+    from nine runs on a legend beside the axes names them instead.
+
+    Args:
+        points: Run label -> (average JCT in seconds, SLO attainment in [0, 1]).
+        target: The SLO target every service shares, drawn as a horizontal line
+            (None: none drawn).
+        title: Figure title.
+
+    Raises:
+        MissingDependencyError: matplotlib is missing.
+        ValueError: ``points`` is empty.
+    """
+    if not points:
+        raise ValueError("jct_slo_scatter_figure needs at least one point")
+    xs = np.asarray([jct for jct, _ in points.values()], dtype=np.float64) / HOUR
+    ys = np.asarray([att for _, att in points.values()], dtype=np.float64) * 100
+    beside = len(points) > 8
+    with _styled() as figure_cls:
+        fig = figure_cls(figsize=(14, 6.4) if beside else (11, 6.4), layout="constrained")
+        ax = fig.add_subplot()
+        markers = ("o", "s", "D", "^", "v", "P", "X", "*")
+        for i, (label, x, y) in enumerate(zip(points, xs, ys, strict=True)):
+            color, _ = line_style(i)
+            ax.scatter(
+                [x],
+                [y],
+                s=110,
+                color=color,
+                marker=markers[(i // len(_PALETTE)) % len(markers)],
+                edgecolors="black",
+                linewidths=0.8,
+                zorder=3,
+                label=label,
+            )
+        notes: list[Any] = []  # fixed texts the point labels must not cover
+        low = float(ys.min())
+        if target is not None:
+            ax.axhline(target * 100, color="#333333", linestyle="--", linewidth=1.4)
+            notes.append(
+                ax.annotate(
+                    f"SLO target {target * 100:g}%",
+                    (0.0, target * 100),
+                    xycoords=("axes fraction", "data"),
+                    xytext=(6, 4),
+                    textcoords="offset points",
+                    fontsize=11,
+                    color="#333333",
+                )
+            )
+            low = min(low, target * 100)
+        span = max(100.0 - low, 1.0)
+        ax.set_ylim(max(low - 0.25 * span, 0.0), 100.0 + 0.12 * span)
+        # From 0 so that horizontal distances compare JCTs honestly; room for labels.
+        right = float(xs.max())
+        ax.set_xlim(0, right * 1.3 if right > 0 else 1.0)
+        ax.set_xlabel("average training JCT (hours)")
+        ax.set_ylabel("inference requests within SLO (%)")
+        ax.set_title(title)
+        notes.append(
+            ax.text(
+                0.99,
+                0.02,
+                "better: up and to the left",
+                transform=ax.transAxes,
+                ha="right",
+                va="bottom",
+                color="#555555",
+                fontsize=11,
+            )
+        )
+        if beside:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=True)
+        else:
+            texts = [
+                f"{label}\n{x:.2f} h, {y:.1f}%" for label, x, y in zip(points, xs, ys, strict=True)
+            ]
+            _label_points(fig, ax, texts, xs, ys, notes)
+        return _png(fig)
+
+
+_LABEL_SPOTS = (
+    (9, 5, "left", "bottom"),
+    (9, -5, "left", "top"),
+    (-9, 5, "right", "bottom"),
+    (-9, -5, "right", "top"),
+    (0, 11, "center", "bottom"),
+    (0, -11, "center", "top"),
+    (9, 30, "left", "bottom"),
+    (9, -30, "left", "top"),
+    (-9, 30, "right", "bottom"),
+    (-9, -30, "right", "top"),
+)
+"""Offsets (points) and alignments tried in turn for a point's label."""
+
+
+def _label_points(
+    fig: Figure,
+    ax: Axes,
+    texts: Sequence[str],
+    xs: FloatArray,
+    ys: FloatArray,
+    notes: Sequence[Any] = (),
+) -> None:
+    """Label each point at the first of :data:`_LABEL_SPOTS` where its text stays
+    inside the axes and overlaps no other label, point or one of ``notes`` (texts
+    already drawn); at the first spot when none is free.
+
+    The layout is computed once, then frozen, so the positions checked are the ones
+    drawn.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.transforms import Bbox
+
+    canvas = FigureCanvasAgg(fig)
+    fig.draw_without_rendering()
+    fig.set_layout_engine("none")
+    renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
+    inside = ax.get_window_extent(renderer)
+    centres = ax.transData.transform(np.column_stack([xs, ys]))
+    pad = 9.0  # pixels around a marker
+    taken = [Bbox.from_extents(cx - pad, cy - pad, cx + pad, cy + pad) for cx, cy in centres]
+    taken += [n.get_window_extent(renderer) for n in notes]
+
+    def put(i: int, spot: tuple[int, int, str, str]) -> Any:
+        dx, dy, ha, va = spot
+        return ax.annotate(
+            texts[i],
+            (float(xs[i]), float(ys[i])),
+            xytext=(dx, dy),
+            textcoords="offset points",
+            ha=ha,
+            va=va,
+            fontsize=11,
+        )
+
+    # Highest points first: their labels get the spots above them.
+    for i in sorted(range(len(texts)), key=lambda k: -float(ys[k])):
+        own = taken[i]
+        for spot in _LABEL_SPOTS:
+            label = put(i, spot)
+            box = label.get_window_extent(renderer)
+            within = inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1)
+            if within and not any(box.overlaps(b) for b in taken if b is not own):
+                break
+            label.remove()
+        else:
+            label = put(i, _LABEL_SPOTS[0])
+            box = label.get_window_extent(renderer)
+        taken.append(box)

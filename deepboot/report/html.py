@@ -68,7 +68,9 @@ h2 { font-size: 1.35rem; margin-top: 2.2rem; border-bottom: 1px solid #ddd;
 table { border-collapse: collapse; margin: .8rem 0; }
 th, td { padding: .35rem .7rem; border-bottom: 1px solid #e3e3e3; }
 th { background: #f3f5f8; text-align: center; font-weight: 600; }
-table.matrix { font-size: .95rem; }
+.wide { overflow-x: auto; max-width: 100%; }
+table.matrix { font-size: .85rem; }
+table.matrix th, table.matrix td { padding: .3rem .32rem; }
 table.matrix td { white-space: nowrap; }
 table.matrix td.num { text-align: right; font-variant-numeric: tabular-nums; }
 table.matrix td.best { font-weight: 700; background: #e8f4ea; }
@@ -113,9 +115,10 @@ def matrix_html(rows: Sequence[MatrixRow], baseline: str | None = None) -> str:
         tr_classes = (["first"] if first and i else []) + (["ref"] if rows[i].reference else [])
         tr_class = f' class="{" ".join(tr_classes)}"' if tr_classes else ""
         body.append(f"<tr{tr_class}>{''.join(tds)}</tr>")
+    # A matrix wider than the page scrolls on its own; the page does not.
     return (
-        f'<table class="matrix"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table>"
+        f'<div class="wide"><table class="matrix"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
     )
 
 
