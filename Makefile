@@ -7,13 +7,13 @@ BIN    := $(VENV)/bin
 # The demo: DeepBoot against the training-pool-only baseline on a small cluster whose
 # last DEMO_INFERENCE_NODES nodes form the inference pool, on a shipped workload with
 # a day of inference traffic (examples/make_demo_workload.py writes it). Under a
-# minute; --no-figures because the base install has no matplotlib.
+# minute, figures included (matplotlib is in the base install).
 DEMO_WORKLOAD        := examples/demo-deepboot.csv
 DEMO_CLUSTER         := 4x4
 DEMO_INFERENCE_NODES := 2
 DEMO_OUT             := out/demo
 
-.PHONY: demo demo-runtime test test-slow test-determinism test-runtime runtime-install lint clean-venv
+.PHONY: demo demo-runtime test test-slow test-determinism test-runtime test-browser runtime-install lint clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,7 +45,7 @@ demo: $(VENV)/.installed
 	$(BIN)/deepboot compare --workload $(DEMO_WORKLOAD) \
 		--cluster $(DEMO_CLUSTER) --inference-nodes $(DEMO_INFERENCE_NODES) \
 		--run deepboot=deepboot --run pollux-only=pollux:no-lending,no-afe \
-		--baseline pollux-only --out $(DEMO_OUT) --no-figures
+		--baseline pollux-only --out $(DEMO_OUT)
 	@echo "HTML report: $(DEMO_OUT)/report.html"
 
 # The runtime demo (after `make runtime-install`; no GPU needed): a local Ray cluster
@@ -67,7 +67,17 @@ test-slow: $(VENV)/.installed-test
 
 # Real Ray clusters and torch processes on this machine (logical GPUs, gloo on CPU).
 test-runtime: $(VENV)/.installed-runtime
-	$(BIN)/python -m pytest -q -m "runtime and not slow" -p no:cacheprovider
+	$(BIN)/python -m pytest -q -m "runtime and not slow and not browser" -p no:cacheprovider
+
+# The live dashboard in headless Chromium on a real local cluster (Debian's chromium
+# and chromium-driver; selenium, the `browser` extra). Skipped without a browser,
+# unless DEEPBOOT_REQUIRE_BROWSER=1 (.ci/run sets it once Chromium is installed).
+$(VENV)/.installed-browser: pyproject.toml constraints.txt $(VENV)/.installed-runtime
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[runtime,test,browser]'
+	touch $@
+
+test-browser: $(VENV)/.installed-browser
+	$(BIN)/python -m pytest -q -m browser -p no:cacheprovider
 
 # The golden results must not depend on the SIMD kernels NumPy picks for this CPU:
 # run them under each setting of NPY_DISABLE_CPU_FEATURES (a feature this CPU lacks
