@@ -442,7 +442,7 @@ def _wait_until_served(state: StateDir, service: str, timeout: float = 30.0) -> 
     import urllib.error
 
     from deepboot.runtime.endpoint import EndpointError, connect
-    from deepboot.runtime.lifecycle import controller_alive
+    from deepboot.runtime.raycluster import controller_alive
 
     if controller_alive(state) is None or not state.http_file.exists():
         return ""

@@ -4,13 +4,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+import time
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from deepboot.cli.files import PathArg, check_outputs, require_path, write_bytes
 from deepboot.core.errors import ConfigError
+from deepboot.runtime.raycluster import controller_alive
+from deepboot.runtime.statedir import StateDir
 from deepboot.runtime.statusdoc import read_state_dir
 
 if TYPE_CHECKING:
@@ -38,6 +42,7 @@ picture ends at the log's newest entry).
 examples:
   deepboot timeline .deepboot
   deepboot timeline .deepboot --requests requests.csv --slo-wait 0.5 --out run.png
+  deepboot timeline .deepboot --last 3600 --out last-hour.png   # the dashboard's picture
   deepboot timeline state --requests requests.csv --load-offset 12.5"""
 
 
@@ -78,6 +83,14 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         "log's first replica start",
     )
     p.add_argument(
+        "--last",
+        type=float,
+        default=None,
+        metavar="S",
+        help="draw only the last S seconds (> 0): up to now while the controller runs "
+        "(the states the log left hold until now), else up to the log's newest entry",
+    )
+    p.add_argument(
         "--out",
         default="timeline.png",
         metavar="PNG",
@@ -109,6 +122,8 @@ def cmd_timeline(args: argparse.Namespace, out: Console, err: Console) -> int:
         raise ConfigError(f"--slo-wait must be a positive number of seconds, got {args.slo_wait}")
     if args.load_offset is not None and not math.isfinite(args.load_offset):
         raise ConfigError(f"--load-offset must be a number of seconds, got {args.load_offset}")
+    if args.last is not None and not (math.isfinite(args.last) and args.last > 0):
+        raise ConfigError(f"--last must be a positive number of seconds, got {args.last}")
     if args.load_offset is not None and args.requests is None:
         raise ConfigError("--load-offset shifts the --requests CSV; add --requests")
     inputs = [PathArg("STATE_DIR", state_dir)]  # the PNG is never written inside it
@@ -118,6 +133,12 @@ def cmd_timeline(args: argparse.Namespace, out: Console, err: Console) -> int:
     require_matplotlib()  # a missing matplotlib fails before any reading
     events, pools = read_state_dir(state_dir)
     timeline = build_timeline(events, pools)
+    since = None
+    if args.last is not None:
+        if controller_alive(StateDir.at(state_dir)) is not None:
+            now = time.time() - timeline.start
+            timeline = dataclasses.replace(timeline, end=max(timeline.end, now))
+        since = timeline.end - args.last
     requests = None
     if args.requests is not None:
         metric, rows = read_requests(args.requests)
@@ -130,7 +151,19 @@ def cmd_timeline(args: argparse.Namespace, out: Console, err: Console) -> int:
         requests = align_requests(metric, rows, offset)
     for note in timeline.notes:
         err.print(f"deepboot: warning: {note}", markup=False, highlight=False)
-    png = timeline_figure(timeline, requests, args.slo_wait, title=f"Runtime timeline: {state_dir}")
+    title = f"Runtime timeline: {state_dir}"
+    if args.last is not None:
+        title += f", the last {_span(args.last)}"
+    png = timeline_figure(timeline, requests, args.slo_wait, title=title, since=since)
     path = write_bytes(target, png)
     out.print(str(path), markup=False, highlight=False, soft_wrap=True)
     return 0
+
+
+def _span(seconds: float) -> str:
+    """``3600`` -> "hour", ``600`` -> "10 minutes", ``45`` -> "45 s"."""
+    if seconds == 3600:
+        return "hour"
+    if seconds >= 120 and seconds % 60 == 0:
+        return f"{seconds / 60:g} minutes"
+    return f"{seconds:g} s"

@@ -20,9 +20,9 @@ The page is static HTML, CSS and a small script (``deepboot/runtime/dashboard_st
 nothing loaded from elsewhere; a Content-Security-Policy of ``'self'`` says so to the
 browser). The script polls ``api/status`` every :data:`REFRESH_S` seconds: the status
 document (:func:`~deepboot.runtime.statusdoc.status_document`) plus the router's live
-queues, and the last hour's reclaims from the event log; the timeline image, drawn by
-matplotlib here (:func:`~deepboot.report.timeline_figure.timeline_figure`), is
-redrawn at most every :data:`TIMELINE_EVERY_S`.
+queues, and the last hour's reclaims from the event log; the timeline image is
+``deepboot timeline --last 3600``'s (matplotlib, in a process of its own), redrawn at
+most every :data:`TIMELINE_EVERY_S`.
 
 Sessions live in the controller's memory: a restarted controller forgets them, and
 ``deepboot dashboard`` logs in again.
@@ -31,7 +31,10 @@ Sessions live in the controller's memory: a restarted controller forgets them, a
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import logging
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,13 +44,21 @@ from typing import Any
 
 from aiohttp import web
 
+from deepboot.runtime.frontdoor import Refused
 from deepboot.runtime.sessions import Sessions
 from deepboot.runtime.statedir import StateDir
+from deepboot.runtime.statusdoc import status_document
+from deepboot.runtime.store import JobStore, LogKind
+
+log = logging.getLogger("deepboot.router")
 
 REFRESH_S = 3.0
 """How often the page asks for the status."""
-TIMELINE_EVERY_S = 10.0
-"""The timeline image is redrawn at most this often (drawing takes ~0.5 s)."""
+TIMELINE_EVERY_S = 30.0
+"""The timeline image is redrawn at most this often (a drawing costs a process start
+and matplotlib's import: ~2 s of CPU)."""
+DRAW_TIMEOUT_S = 60.0
+"""The longest a drawing may take."""
 TIMELINE_SPAN_S = 3600.0
 """The timeline shows the last hour."""
 LOGIN_PATH = "/dashboard/login"
@@ -74,11 +85,10 @@ _HEADERS = {
 
 @dataclass
 class _Drawn:
-    """The timeline image last drawn, and the reclaims it showed."""
+    """The timeline image last drawn, and when (the dashboard's clock)."""
 
     at: float
     png: bytes
-    reclaims: list[dict[str, Any]]
 
 
 class Dashboard:
@@ -179,15 +189,13 @@ class Dashboard:
         doc = await loop.run_in_executor(None, self._document)
         for service in doc["services"]:
             service["live"] = dict(live.get(service["name"], {}))
-        drawn = self._drawn
-        doc["reclaims_last_hour"] = [] if drawn is None else drawn.reclaims
         doc["refresh_s"] = REFRESH_S
         return web.json_response(doc, headers=_HEADERS)
 
     def _document(self) -> dict[str, Any]:
-        from deepboot.runtime.statusdoc import status_document
-
-        return status_document(self.state)
+        doc = status_document(self.state)
+        doc["reclaims_last_hour"] = recent_reclaims(self.state, time.time())
+        return doc
 
     async def _timeline(self, request: web.Request) -> web.Response:
         if self._drawing is None:
@@ -196,43 +204,60 @@ class Dashboard:
             drawn = self._drawn
             if drawn is None or self.clock() - drawn.at >= TIMELINE_EVERY_S:
                 loop = asyncio.get_running_loop()
-                png, reclaims = await loop.run_in_executor(
-                    None, draw_timeline, self.state.root, time.time()
-                )
-                drawn = self._drawn = _Drawn(self.clock(), png, reclaims)
+                try:
+                    png = await loop.run_in_executor(None, draw_timeline, self.state.root)
+                except RuntimeError as exc:
+                    log.warning("dashboard timeline: %s", exc)
+                    raise Refused(503, "the timeline could not be drawn (see the log)") from None
+                drawn = self._drawn = _Drawn(self.clock(), png)
         return web.Response(body=drawn.png, content_type="image/png", headers=_HEADERS)
 
 
-def draw_timeline(
-    state_dir: str | Path, now: float, span_s: float = TIMELINE_SPAN_S
-) -> tuple[bytes, list[dict[str, Any]]]:
-    """The event log's timeline over the ``span_s`` before ``now`` (Unix seconds) as
-    a PNG, and its reclaims (``{"t", "ago_s", "job", "proactive"}``, newest first).
+def draw_timeline(state_dir: Path, span_s: float = TIMELINE_SPAN_S) -> bytes:
+    """The last ``span_s`` of the event log's timeline as a PNG, drawn by ``deepboot
+    timeline --last`` in a process of its own: the figure is the report layer's,
+    which the runtime does not import (DESIGN.md's layers), and a slow drawing never
+    holds the controller's GIL.
 
     Raises:
-        ConfigError: no store in ``state_dir``.
-        MissingDependencyError: matplotlib is missing.
+        RuntimeError: the command failed or ran past :data:`DRAW_TIMEOUT_S` (its
+            error's last line).
     """
-    from deepboot.report.timeline import build_timeline
-    from deepboot.report.timeline_figure import timeline_figure
-    from deepboot.runtime.statusdoc import read_state_dir
+    with tempfile.TemporaryDirectory(prefix="deepboot-dashboard-") as tmp:
+        out = Path(tmp) / "timeline.png"
+        argv = [sys.executable, "-m", "deepboot.cli.main", "timeline", str(state_dir)]
+        argv += ["--last", f"{span_s:g}", "--out", str(out)]
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, text=True, timeout=DRAW_TIMEOUT_S, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"deepboot timeline ran past {DRAW_TIMEOUT_S:g} s") from None
+        if done.returncode != 0 or not out.is_file():
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"deepboot timeline failed ({done.returncode}): {last}")
+        return out.read_bytes()
 
-    events, pools = read_state_dir(state_dir)
-    timeline = build_timeline(events, pools)
-    # The log's last entry may be long ago: the states it left hold until now.
-    timeline = dataclasses.replace(timeline, end=max(timeline.end, now - timeline.start))
-    since = timeline.end - span_s
-    png = timeline_figure(timeline, title="The last hour", since=since)
-    reclaims: list[dict[str, Any]] = [
+
+def recent_reclaims(
+    state: StateDir, now: float, span_s: float = TIMELINE_SPAN_S
+) -> list[dict[str, Any]]:
+    """The event log's reclaims of lent GPUs over the ``span_s`` before ``now`` (Unix
+    seconds), newest first: ``{"ago_s", "job", "gpu", "proactive"}``."""
+    store = JobStore(state.db)
+    try:
+        rows = store.events(since=now - span_s)
+    finally:
+        store.close()
+    out = [
         {
-            "t": round(t, 3),
-            "ago_s": round(timeline.end - t, 1),
-            "job": job.name,
-            "proactive": t in job.ahead,
+            "ago_s": round(max(now - e.time, 0.0), 1),
+            "job": e.job,
+            "gpu": str(e.detail.get("gpu", "")),
+            "proactive": bool(e.detail.get("proactive")),
         }
-        for job in timeline.jobs
-        for t in job.reclaims
-        if t >= since
+        for e in rows
+        if e.kind is LogKind.GPU and e.detail.get("op") == "reclaim"
     ]
-    reclaims.sort(key=lambda r: -r["t"])
-    return png, reclaims
+    out.reverse()
+    return out

@@ -17,7 +17,7 @@ from deepboot.policies import registry
 from deepboot.runtime import raycluster
 from deepboot.runtime.controller import ControllerSettings, settings_file
 from deepboot.runtime.modelcache import bound_bytes
-from deepboot.runtime.raycluster import ClusterRecord, ray_env
+from deepboot.runtime.raycluster import ClusterRecord, controller_alive, ray_env
 from deepboot.runtime.statedir import StateDir
 from deepboot.runtime.statelock import holding
 
@@ -147,21 +147,6 @@ def start_controller(state: StateDir, record: ClusterRecord) -> int:
     )
     log_file.close()
     return proc.pid
-
-
-def controller_alive(state: StateDir) -> int | None:
-    """The controller's pid if it runs, else None."""
-    try:
-        pid = int(state.controller_pid.read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    if not raycluster.process_alive(pid):
-        return None
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    return pid if b"deepboot.runtime.controller" in cmd else None
 
 
 def stop_controller(state: StateDir, sig: int = signal.SIGTERM, grace: float = 10.0) -> bool:

@@ -445,6 +445,22 @@ def process_alive(pid: int) -> bool:
         return False
 
 
+def controller_alive(state: StateDir) -> int | None:
+    """The controller's pid if it runs, else None (the pid file names a live process
+    whose command line is the controller's: a reused pid is not taken for it)."""
+    try:
+        pid = int(state.controller_pid.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    if not process_alive(pid):
+        return None
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return pid if b"deepboot.runtime.controller" in cmd else None
+
+
 def stop_local(record: ClusterRecord) -> int:
     """Stop every process of a local cluster and remove its Ray directory if it is
     ours (:func:`remove_temp_dir`); returns how many processes were signalled."""

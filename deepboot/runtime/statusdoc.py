@@ -44,8 +44,7 @@ def _slo_entry(wait_s: float, target: float, counted: dict[str, Any] | None) -> 
 
 def status_document(state: StateDir) -> dict[str, Any]:
     """What ``deepboot status --json`` prints (schema: docs/runtime.md)."""
-    from deepboot.runtime.lifecycle import controller_alive
-    from deepboot.runtime.raycluster import ClusterRecord, RuntimeNotUpError
+    from deepboot.runtime.raycluster import ClusterRecord, RuntimeNotUpError, controller_alive
     from deepboot.runtime.store import JobStore
 
     try:

@@ -318,12 +318,19 @@ class JobStore:
         self.set_meta(db, "events_pruned_through", str(cutoff))
         return db.execute("DELETE FROM events WHERE seq <= ?", (cutoff,)).rowcount
 
-    def events(self, job: str | None = None, after: int = 0) -> list[EventRow]:
+    def events(
+        self, job: str | None = None, after: int = 0, since: float | None = None
+    ) -> list[EventRow]:
+        """The log's entries after ``seq`` ``after`` (of ``job``; logged at Unix time
+        ``since`` or later), in ``seq`` order."""
         q = "SELECT seq, time, kind, job, detail FROM events WHERE seq > ?"
         args: list[Any] = [after]
         if job is not None:
             q += " AND job = ?"
             args.append(job)
+        if since is not None:
+            q += " AND time >= ?"
+            args.append(since)
         rows = self._db.execute(q + " ORDER BY seq", args).fetchall()
         return [EventRow(s, t, LogKind(k), j, json.loads(d)) for s, t, k, j, d in rows]
 

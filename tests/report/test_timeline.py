@@ -7,6 +7,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -311,6 +312,32 @@ def test_cli_writes_a_png_and_prints_its_path(
     assert code == 0 and (tmp_path / "u.png").stat().st_size > 10_000
 
 
+def test_cli_last_draws_the_end_of_the_log(
+    state: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--last S: the S seconds before the log's newest entry (no controller runs
+    here, so the picture does not run on to now)."""
+    import deepboot.report.timeline_figure as tf
+
+    drawn: dict[str, Any] = {}
+    real = tf.timeline_figure
+
+    def spy(timeline: Timeline, *args: Any, **kwargs: Any) -> bytes:
+        drawn.update(kwargs, end=timeline.end)
+        return real(timeline, *args, **kwargs)
+
+    monkeypatch.setattr(tf, "timeline_figure", spy)
+    out = tmp_path / "last.png"
+    code, _, err = run_cli(capsys, "timeline", str(state), "--last", "20", "--out", str(out))
+    assert (code, err) == (0, "")
+    assert (drawn["end"], drawn["since"]) == (50.0, 30.0)
+    assert drawn["title"].endswith("the last 20 s")
+    assert out.read_bytes().startswith(PNG_MAGIC)
+
+
 def test_cli_names_the_directory_without_a_store(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -328,6 +355,8 @@ def test_cli_names_the_directory_without_a_store(
         (["--slo-wait", "0"], ["--slo-wait"]),
         (["--load-offset", "3"], ["--load-offset", "--requests"]),
         (["--out", ""], ["--out"]),
+        (["--last", "0"], ["--last"]),
+        (["--last", "nan"], ["--last"]),
     ],
 )
 def test_cli_flag_errors(
@@ -352,7 +381,7 @@ def test_cli_without_matplotlib_is_one_clear_line(
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     code, _, err = run_cli(capsys, "timeline", str(state), "--out", str(tmp_path / "t.png"))
     assert code == 2
-    assert_one_line_error(err, "matplotlib", "deepboot[report]")
+    assert_one_line_error(err, "matplotlib", "pip install")
 
 
 def test_reconstruction_and_cli_do_not_import_matplotlib() -> None:

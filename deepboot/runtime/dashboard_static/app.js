@@ -3,7 +3,7 @@
 // textContent only (job and service names come from users). Every fetch has a bound.
 "use strict";
 
-const TIMELINE_MS = 15000;
+const TIMELINE_MS = 30000;
 const FETCH_TIMEOUT_MS = 10000;
 let refreshMs = 3000;
 
