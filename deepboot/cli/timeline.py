@@ -54,7 +54,7 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         description="Draw a runtime run's timeline from its state directory's event log "
         "as one PNG: GPUs by state per pool, training jobs' workers, reclaims, and "
         "optionally the requests of a 'deepboot load' CSV against an SLO line. Prints "
-        "the PNG's path. Needs matplotlib (pip install 'deepboot[report]').",
+        "the PNG's path (matplotlib, part of the base install).",
         epilog=_EPILOG,
         formatter_class=formatter,
     )
@@ -89,6 +89,13 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         metavar="S",
         help="draw only the last S seconds (> 0): up to now while the controller runs "
         "(the states the log left hold until now), else up to the log's newest entry",
+    )
+    p.add_argument(
+        "--title",
+        default=None,
+        metavar="TEXT",
+        help="the picture's title (default: 'Runtime timeline: STATE_DIR', and the span "
+        "with --last)",
     )
     p.add_argument(
         "--out",
@@ -151,9 +158,11 @@ def cmd_timeline(args: argparse.Namespace, out: Console, err: Console) -> int:
         requests = align_requests(metric, rows, offset)
     for note in timeline.notes:
         err.print(f"deepboot: warning: {note}", markup=False, highlight=False)
-    title = f"Runtime timeline: {state_dir}"
-    if args.last is not None:
-        title += f", the last {_span(args.last)}"
+    title = args.title
+    if title is None:
+        title = f"Runtime timeline: {state_dir}"
+        if args.last is not None:
+            title += f", the last {_span(args.last)}"
     png = timeline_figure(timeline, requests, args.slo_wait, title=title, since=since)
     path = write_bytes(target, png)
     out.print(str(path), markup=False, highlight=False, soft_wrap=True)

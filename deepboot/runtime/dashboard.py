@@ -226,7 +226,7 @@ def draw_timeline(state_dir: Path, span_s: float = TIMELINE_SPAN_S) -> bytes:
     with tempfile.TemporaryDirectory(prefix="deepboot-dashboard-") as tmp:
         out = Path(tmp) / "timeline.png"
         argv = [sys.executable, "-m", "deepboot.cli.main", "timeline", str(state_dir)]
-        argv += ["--last", f"{span_s:g}", "--out", str(out)]
+        argv += ["--last", f"{span_s:g}", "--title", "The last hour", "--out", str(out)]
         try:
             done = subprocess.run(
                 argv, capture_output=True, text=True, timeout=DRAW_TIMEOUT_S, check=False

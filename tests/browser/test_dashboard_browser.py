@@ -173,6 +173,14 @@ def test_the_dashboard_shows_lending_the_slo_and_resizes(browser: Any, tmp_path:
             )
 
         _page_shows(browser, "trainer's new size after the reclaim", resized)
+        _page_shows(
+            browser,
+            "the last hour's timeline",
+            lambda d: d.execute_script(
+                "const i = document.getElementById('timeline');"
+                "return i.complete && i.naturalWidth > 0;"
+            ),
+        )
         keep = Path(os.environ.get("DEEPBOOT_SCREENSHOT_DIR", str(tmp_path)))
         keep.mkdir(parents=True, exist_ok=True)
         assert browser.save_screenshot(str(keep / "dashboard.png"))

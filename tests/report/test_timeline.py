@@ -336,6 +336,10 @@ def test_cli_last_draws_the_end_of_the_log(
     assert (drawn["end"], drawn["since"]) == (50.0, 30.0)
     assert drawn["title"].endswith("the last 20 s")
     assert out.read_bytes().startswith(PNG_MAGIC)
+    code, _, _ = run_cli(
+        capsys, "timeline", str(state), "--last", "20", "--title", "T", "--out", str(out)
+    )
+    assert code == 0 and drawn["title"] == "T"
 
 
 def test_cli_names_the_directory_without_a_store(
