@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
+import sys
 import urllib.error
 import urllib.parse
 import webbrowser
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -20,7 +23,8 @@ from deepboot.core.errors import ConfigError
 
 _EPILOG = """\
 examples:
-  # print the link and open it in this machine's browser
+  # print the link and open it in this machine's browser (where a display is:
+  # macOS, Windows, or DISPLAY / WAYLAND_DISPLAY set)
   deepboot dashboard
 
   # only print it (a remote machine: forward the port first, e.g. ssh -L 8470:127.0.0.1:8470)
@@ -110,10 +114,16 @@ def cmd_dashboard(args: argparse.Namespace, out: Console, err: Console) -> int:
         markup=False,
         highlight=False,
     )
-    if not args.no_open:
-        try:
-            browser = webbrowser.get()
-        except webbrowser.Error:
-            return 0  # no browser here: the link is printed
-        browser.open(url, new=2)
+    if not args.no_open and has_display():
+        # A graphical browser only: a console one (lynx, w3m) would take over this
+        # terminal. None found: the link is printed.
+        webbrowser.open(url, new=2)
     return 0
+
+
+def has_display(platform: str = sys.platform, env: Mapping[str, str] = os.environ) -> bool:
+    """Whether a graphical browser could show the page here: macOS and Windows, or a
+    display (X11 or Wayland) elsewhere; never over SSH without one."""
+    if platform == "darwin" or platform.startswith("win"):
+        return True
+    return bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))

@@ -62,3 +62,13 @@ def test_the_link_of_an_endpoint_on_every_interface_is_loopback() -> None:
     assert browser_base("http://127.0.0.1:8470") == "http://127.0.0.1:8470"
     assert browser_base("http://10.1.2.3:80") == "http://10.1.2.3:80"
     assert browser_base("http://head.example:8470") == "http://head.example:8470"
+
+
+def test_a_browser_is_opened_only_where_a_display_is() -> None:
+    from deepboot.cli.dashboard import has_display
+
+    assert has_display("darwin", {}) and has_display("win32", {})
+    assert not has_display("linux", {})
+    assert not has_display("linux", {"DISPLAY": ""})
+    assert has_display("linux", {"DISPLAY": ":0"})
+    assert has_display("linux", {"WAYLAND_DISPLAY": "wayland-0"})
