@@ -56,7 +56,7 @@ REFRESH_S = 3.0
 """How often the page asks for the status."""
 TIMELINE_EVERY_S = 30.0
 """The timeline image is redrawn at most this often (a drawing costs a process start
-and matplotlib's import: ~2 s of CPU)."""
+and matplotlib's import: 1.2 s wall, 1.05 s of CPU, measured on a 2-core machine)."""
 DRAW_TIMEOUT_S = 60.0
 """The longest a drawing may take."""
 TIMELINE_SPAN_S = 3600.0
