@@ -73,34 +73,44 @@ def browser() -> Iterator[Any]:
         drv.quit()
 
 
+# The page redraws its rows every few seconds (replacing the elements), so a row is
+# read in one script call: the page's own script cannot run in between, and no
+# element handle outlives a redraw (StaleElementReferenceException).
+_READ_ROW = """
+const row = document.querySelector(arguments[0]);
+if (!row) return {};
+const out = {};
+for (const td of row.querySelectorAll('td')) out[td.dataset.field] = td.textContent;
+return out;
+"""
+_READ_GPU = """
+const box = document.querySelector(arguments[0]);
+return box ? [box.dataset.state, box.dataset.holder] : ['', ''];
+"""
+
+
 def _cells(drv: Any, row: str) -> dict[str, str]:
     """A table row's cells by their data-field (empty when the row is not there)."""
-    from selenium.webdriver.common.by import By
-
-    found = drv.find_elements(By.CSS_SELECTOR, row)
-    if not found:
-        return {}
-    return {
-        td.get_attribute("data-field"): td.text
-        for td in found[0].find_elements(By.CSS_SELECTOR, "td")
-    }
+    return dict(drv.execute_script(_READ_ROW, row))
 
 
 def _gpu(drv: Any, gpu: str) -> tuple[str, str]:
-    from selenium.webdriver.common.by import By
-
-    found = drv.find_elements(By.CSS_SELECTOR, f'[data-gpu="{gpu}"]')
-    if not found:
-        return ("", "")
-    return (found[0].get_attribute("data-state"), found[0].get_attribute("data-holder"))
+    """A GPU box's state and holder (empty strings when it is not there)."""
+    state, holder = drv.execute_script(_READ_GPU, f'[data-gpu="{gpu}"]')
+    return (state, holder)
 
 
 def _page_shows(drv: Any, what: str, ok: Any) -> Any:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.wait import WebDriverWait
 
-    return WebDriverWait(drv, PAGE_WAIT_S, poll_frequency=0.5).until(
-        lambda d: ok(d), message=f"the dashboard never showed {what}"
+    wait = WebDriverWait(
+        drv,
+        PAGE_WAIT_S,
+        poll_frequency=0.5,
+        ignored_exceptions=(StaleElementReferenceException,),
     )
+    return wait.until(lambda d: ok(d), message=f"the dashboard never showed {what}")
 
 
 def test_the_dashboard_shows_lending_the_slo_and_resizes(browser: Any, tmp_path: Path) -> None:
