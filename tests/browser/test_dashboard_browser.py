@@ -163,14 +163,15 @@ def test_the_dashboard_shows_lending_the_slo_and_resizes(browser: Any, tmp_path:
                 for g in ("1.0", "1.1")
             ),
         )
-        attainment = _page_shows(
+        # All 3 answers, once the controller's next flush has counted them (it writes
+        # the SLO counts to the store every few seconds: the page may first show 2).
+        _page_shows(
             browser,
-            "echo's SLO attainment",
+            "echo's SLO attainment over its 3 requests",
             lambda d: re.fullmatch(
-                r"\d+\.\d% \(\d+/\d+\)", _cells(d, '[data-service="echo"]').get("attainment", "")
+                r"\d+\.\d% \([0-3]/3\)", _cells(d, '[data-service="echo"]').get("attainment", "")
             ),
         )
-        assert attainment.group(0).endswith("/3)")
 
         def resized(d: Any) -> bool:
             doc = status_document(StateDir.at(state))
