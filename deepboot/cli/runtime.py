@@ -476,10 +476,9 @@ def cmd_cancel(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 def _attained(counts: dict[str, Any]) -> str:
     """``98.5% (197/200)``, or ``-`` before any request."""
-    total = counts["within"] + counts["over"]
-    if not total:
-        return "-"
-    return f"{100.0 * counts['attainment']:.1f}% ({counts['within']}/{total})"
+    from deepboot.cli.statusview import attained
+
+    return attained(counts)
 
 
 def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -64,12 +64,15 @@ def _line(*parts: str | tuple[str, str]) -> Text:
     return text
 
 
-def _attainment(counts: dict[str, Any]) -> str:
-    """``97.0% 97/100``, or ``-`` before any answer."""
+def attained(counts: dict[str, Any], compact: bool = False) -> str:
+    """``98.5% (197/200)`` (``compact``: ``98.5% 197/200``), or ``-`` before any
+    answer; ``counts`` as the status document's ``slo.recent`` / ``slo.total``."""
     total = counts["within"] + counts["over"]
     if not total:
         return "-"
-    return f"{100.0 * counts['attainment']:.1f}% {counts['within']}/{total}"
+    share = f"{100.0 * counts['attainment']:.1f}%"
+    tally = f"{counts['within']}/{total}"
+    return f"{share} {tally}" if compact else f"{share} ({tally})"
 
 
 def _with_time(width: int, left: Text, when: Text) -> Table:
@@ -272,7 +275,7 @@ def _services_table(services: Sequence[dict[str, Any]], width: int) -> Table:
             sv["model"],
             _replicas(sv),
             f"{slo['slo_wait_s']:g}s@{100.0 * slo['slo_target']:g}%",
-            _attainment(slo["recent"]),
+            attained(slo["recent"], compact=True),
         ]
         if with_p99:
             p99 = slo.get("p99_wait_s")
