@@ -50,7 +50,11 @@ def write_job(directory: Path, name: str, threshold: float, delay: float, **extr
         "[args]",
         f"loss_threshold = {threshold}",
         f"step_delay = {delay}",
+        # Simulated GPU time per sample: a job whose steps more workers shorten, so
+        # the policy still wants to grow it once its online fit has seen 2 workers.
+        *([f"sample_delay = {extra.pop('sample_delay')}"] if "sample_delay" in extra else []),
     ]
+    assert not extra, f"write_job does not know {sorted(extra)}"
     path = directory / f"{name}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -186,10 +190,32 @@ def local_cluster(
     record = ClusterRecord.load(StateDir.at(state))
     try:
         yield state
+    except BaseException:
+        dump_state(state)
+        raise
     finally:
         cli(state, "down", check=False)
         left = {p for p in cluster_pids(record) if alive(p)}
         assert not left, f"'deepboot down' left processes running: {left}"
+
+
+def dump_state(state: Path, events_shown: int = 80, log_lines: int = 40) -> None:
+    """Print what a failed runtime test needs to be understood from a CI log alone:
+    the newest events (seconds since the first) and the tail of each log file."""
+    out = sys.stderr
+    try:
+        rows = events(state)
+    except Exception as exc:  # noqa: BLE001 - a diagnostic must not mask the failure
+        print(f"--- no event log: {exc}", file=out)
+        rows = []
+    t0 = rows[0].time if rows else 0.0
+    print(f"--- the last {events_shown} of {len(rows)} events in {state}", file=out)
+    for e in rows[-events_shown:]:
+        print(f"{e.seq:5d} {e.time - t0:9.2f} {e.kind.value} {e.job} {e.detail}", file=out)
+    for log in sorted((state / "logs").glob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()[-log_lines:]
+        print(f"--- the last {len(lines)} lines of {log.name}", file=out)
+        print("\n".join(lines), file=out)
 
 
 def cancel_leftover_jobs(state: Path) -> None:

@@ -86,11 +86,36 @@ def test_attach_runs_a_job_and_down_leaves_the_cluster(tmp_path: Path) -> None:
         assert "attached" in out and "2 GPUs" in out
         cli(state, "submit", str(write_job(tmp_path, "attached-a", 0.004, 0.02, max_workers=2)))
         wait_for("attached-a to finish", lambda: job(state, "attached-a")["state"] == "finished")
-        ray_pids = {p for p in cluster_pids(theirs) if alive(p)}
+        # Their cluster's daemons, not its worker processes: deepboot's actors run in
+        # workers that 'down' kills, and Ray itself reaps idle workers when it likes.
+        daemons = _daemons(theirs)
+        assert {"gcs_server", "raylet"} <= set(daemons.values()), daemons
         assert "killed deepboot's workers" in cli(state, "down").stdout
         # Their Ray cluster is still up: 'down' stopped only what 'up' started.
-        assert ray_pids and all(alive(p) for p in ray_pids)
+        assert all(alive(p) for p in daemons), {p: n for p, n in daemons.items() if not alive(p)}
+        answered = subprocess.run(
+            [sys.executable, "-m", "ray.scripts.scripts", "status", f"--address={address}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert answered.returncode == 0, answered.stderr
     finally:
         cli(state, "down", check=False)
         kill_pids(cluster_pids(theirs))
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _daemons(record: ClusterRecord) -> dict[int, str]:
+    """pid -> name of the cluster's own daemons (GCS, raylet), read from /proc."""
+    found = {}
+    for pid in cluster_pids(record):
+        try:
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        except OSError:
+            continue
+        name = Path(argv0).name
+        if name in ("gcs_server", "raylet"):
+            found[pid] = name
+    return found

@@ -93,7 +93,14 @@ def test_a_replica_evicted_for_lending_starts_again_from_its_nodes_cache(
 
         # 2. A job that never ends takes the GPU once the replica sleeps: the
         #    replica is evicted for lending, after exporting into node 1's cache.
-        job = write_job(tmp_path, "train", threshold=1e-12, delay=0.01, max_workers=2)
+        #    Its steps are simulated GPU time per sample (5 ms), so a second worker
+        #    pays whatever the online fit has seen: with a fixed delay per step, 2
+        #    workers are slower than 1, and whether the fit has seen that depends on
+        #    timing (whether a grow formed before a reclaim), and with it whether
+        #    the policy lends it the GPU again after the restart.
+        job = write_job(
+            tmp_path, "train", threshold=1e-12, delay=0.0, sample_delay=0.005, max_workers=2
+        )
         cli(state, "submit", str(job))
 
         def lent_after_export() -> bool:
