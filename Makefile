@@ -95,7 +95,7 @@ test-determinism: $(VENV)/.installed-test
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy deepboot/core deepboot/perf deepboot/policies deepboot/scheduler deepboot/world
+	$(BIN)/mypy deepboot
 
 clean-venv:
 	rm -rf $(VENV)

@@ -48,7 +48,6 @@ from rich.progress import (
 from rich.table import Table
 
 from deepboot import __version__
-from deepboot.api import load_apps
 from deepboot.cli import limits
 from deepboot.cli.files import (
     PathArg,
@@ -75,6 +74,7 @@ from deepboot.matrix import (
     run_matrix,
     sim_config,
 )
+from deepboot.perf.apps import load_apps
 from deepboot.report.html import FigureImage
 from deepboot.report.table import MatrixRow, matrix_table
 
@@ -169,7 +169,7 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     """Register ``compare`` on the ``deepboot`` subcommand parser."""
     p = sub.add_parser(
         "compare",
