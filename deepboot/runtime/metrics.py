@@ -25,6 +25,9 @@ deepboot_requests_within_slo_total              counter    service (wait <= slo_
 deepboot_requests_over_slo_total                counter    service (the other answers)
 deepboot_requests_prewarmed_total               counter    service (served by a replica
                                                            pre-warmed by --slo)
+deepboot_service_slo_wait_seconds               gauge      service (its slo_wait_s)
+deepboot_service_slo_target                     gauge      service (its slo_target, or
+                                                           --slo-target's override)
 ==============================================  =========  ===========================
 
 The SLO counters count every answered request of a service once, as within or over
@@ -52,6 +55,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from deepboot.core.cluster import Pool
 from deepboot.core.gpu import GpuState
+from deepboot.runtime.slo import ServiceSlo
 from deepboot.runtime.store import EventRow, LogKind
 
 RESIZE_KINDS = ("afe", "restart", "failure")
@@ -133,6 +137,19 @@ class Metrics:
             "Requests served by a replica pre-warmed ahead of demand (--slo)",
             ["service"], registry=r,
         )  # fmt: skip
+        # The SLO itself, so that a board draws each service's own target line rather
+        # than a constant.
+        self.slo_wait = Gauge(
+            "deepboot_service_slo_wait_seconds",
+            "The wait within which a request of the service meets its SLO (slo_wait_s)",
+            ["service"], registry=r,
+        )  # fmt: skip
+        self.slo_target = Gauge(
+            "deepboot_service_slo_target",
+            "Fraction of the service's requests that must meet slo_wait_s (slo_target, "
+            "or --slo-target's override)",
+            ["service"], registry=r,
+        )  # fmt: skip
         for kind in RESIZE_KINDS:
             self.resizes.labels(kind)  # present at 0 from the start
         # The event log's counts, by key ("lent", "reclaimed", "ahead": the proactive
@@ -196,10 +213,10 @@ class Metrics:
         self,
         gpus: Iterable[tuple[Pool, GpuState, str | None, str | None]],
         jobs: Iterable[str],
-        services: Iterable[str],
+        services: Mapping[str, ServiceSlo],
     ) -> None:
         """Gauges from the controller's picture: (pool, state, job, service) per GPU,
-        each active job's state, and every registered service."""
+        each active job's state, and every registered service with its SLO."""
         by_state: _Tally[tuple[str, str]] = _Tally()
         borrowed: _Tally[str] = _Tally()
         replicas: _Tally[tuple[str, str]] = _Tally()
@@ -218,7 +235,11 @@ class Metrics:
         for job, n in borrowed.items():
             self.borrowed.labels(job).set(n)
         self.replicas.clear()
-        for service in services:
+        self.slo_wait.clear()
+        self.slo_target.clear()
+        for service, slo in services.items():
+            self.slo_wait.labels(service).set(slo.wait_s)
+            self.slo_target.labels(service).set(slo.target)
             for state in (GpuState.RUNNING, GpuState.PROTECT, GpuState.SLEEP):
                 self.replicas.labels(service, state.name.lower()).set(
                     replicas[(service, state.name.lower())]

@@ -25,7 +25,7 @@ from deepboot.core.service import ServiceSpec
 from deepboot.runtime import messages as rt
 from deepboot.runtime.actors import Actors
 from deepboot.runtime.settings import LATENCIES_KEPT, ControllerSettings
-from deepboot.runtime.slo import SloTally
+from deepboot.runtime.slo import ServiceSlo, SloTally
 from deepboot.runtime.statedir import StateDir
 from deepboot.runtime.store import GpuRow, JobStore, LogKind
 from deepboot.runtime.world import JobRec, gpu_name
@@ -141,6 +141,15 @@ class ControllerParts:
         extra = {"proactive": proactive} if op == "reclaim" else {}
         self.note(LogKind.GPU, job, gpu=gpu_name(gpu), op=op, **extra)
 
+    def service_slos(self) -> dict[str, ServiceSlo]:
+        """Each registered service's SLO as the guard applies it: its ``slo_wait_s``,
+        and its ``slo_target`` unless ``--slo-target`` overrides every service's."""
+        override = self.settings.shared.slo_target
+        return {
+            name: ServiceSlo(spec.slo_wait_s, spec.slo_target if override is None else override)
+            for name, spec in sorted(self.specs.items())
+        }
+
     def post(self, event: Event, at: float | None = None) -> None:
         """Schedule ``event`` on the driver's queue at ``at`` (None: now)."""
         self.driver.post(event, at)
@@ -182,6 +191,9 @@ class ControllerParts:
                 self._caches_changed = False
             self.store.set_meta(db, "counters", json.dumps(self.metrics.counts()))
             self.store.set_meta(db, "slo", json.dumps(self.slo.view(self.clock())))
+            slos = self.service_slos()
+            targets = {name: slo.target for name, slo in slos.items()}
+            self.store.set_meta(db, "slo_targets", json.dumps(targets))
             self.store.prune_events(db, self.settings.keep_events)
             self.store.set_meta(db, "heartbeat", repr(self.clock()))
             latencies = self.driver.decision_ms
@@ -195,7 +207,7 @@ class ControllerParts:
         self.metrics.set_world(
             ((r.pool, r.state, r.job, r.service) for r in self.board.gpus),
             (j.row.state.value for j in self.jobs.values()),
-            self.specs,
+            slos,
         )
         # An ended job's last row is written: stop rewriting it every iteration.
         for name in [n for n, j in self.jobs.items() if j.row.state.ended]:

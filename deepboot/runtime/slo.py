@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 WINDOW_S = 300.0
 """The recent window of ``deepboot status``: the last 5 minutes."""
@@ -57,6 +57,14 @@ def bin_upper(k: int) -> float:
 def wait_header(seconds: float) -> str:
     """``X-Wait-Ms``: a wait in milliseconds, to the microsecond (never negative)."""
     return f"{max(seconds, 0.0) * 1000.0:.3f}"
+
+
+class ServiceSlo(NamedTuple):
+    """A service's SLO as the controller applies it: its ``slo_wait_s``, and its
+    ``slo_target`` or ``--slo-target``'s override of every service's."""
+
+    wait_s: float
+    target: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,9 @@ def status_document(state: StateDir) -> dict[str, Any]:
         if g.state == "lent" and g.holder:
             lent.setdefault(g.holder, []).append(g.gpu)
     slo = json.loads(store.meta("slo", "{}"))
+    # The targets the controller applies (--slo-target overrides each service's own);
+    # absent before its first flush, and in a store an older deepboot wrote.
+    targets = json.loads(store.meta("slo_targets", "{}"))
     endpoint = None
     if state.http_file.exists():
         endpoint = json.loads(state.http_file.read_text()).get("url")
@@ -104,7 +107,11 @@ def status_document(state: StateDir) -> dict[str, Any]:
                 # Unix time before which no new one starts (null: none).
                 "load_failures": r.load_failures,
                 "backoff_until": r.backoff_until,
-                "slo": _slo_entry(r.spec.slo_wait_s, r.spec.slo_target, slo.get(r.spec.name)),
+                "slo": _slo_entry(
+                    r.spec.slo_wait_s,
+                    targets.get(r.spec.name, r.spec.slo_target),
+                    slo.get(r.spec.name),
+                ),
                 "replicas": [
                     {"gpu": g.gpu, "state": g.state, "hits": g.hits}
                     for g in gpus

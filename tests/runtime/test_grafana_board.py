@@ -50,13 +50,14 @@ def exposed_metrics() -> Exposed:
     from deepboot.core.cluster import Pool
     from deepboot.core.gpu import GpuState
     from deepboot.runtime.metrics import Metrics
+    from deepboot.runtime.slo import ServiceSlo
     from deepboot.runtime.store import LogKind
 
     m = Metrics()
     m.set_world(
         [(pool, state, "job-a", "svc-a") for pool in Pool for state in GpuState],
         ["running", "queued"],
-        ["svc-a"],
+        {"svc-a": ServiceSlo(3.0, 0.95)},
     )
     m.count(LogKind.GPU, {"op": "lend"})
     m.count(LogKind.GPU, {"op": "reclaim", "proactive": True})

@@ -299,3 +299,37 @@ def test_proactive_reclaims_are_counted_apart_and_rebuilt_from_the_log() -> None
     again = Metrics()
     again.restore(m.counts())  # a restarted controller goes on from the saved counts
     assert again.counts() == m.counts() == {"reclaimed": 3, "ahead": 1}
+
+
+@pytest.mark.parametrize("override", [None, 0.95])
+def test_the_slo_a_service_is_held_to_is_flushed_scraped_and_shown(
+    tmp_path: Path, override: float | None
+) -> None:
+    """In-process (fake actors, a real SQLite store): the SLO the controller applies,
+    the service file's ``slo_target`` or ``--slo-target``'s override of it, is what
+    ``/metrics`` exposes (``deepboot_service_slo_*``, a board's target line) and
+    what ``deepboot status`` shows."""
+    from deepboot.core.cluster import ClusterSpec
+    from deepboot.runtime.controller import Controller
+    from deepboot.runtime.settings import ControllerSettings
+    from deepboot.world.settings import SharedCluster
+    from tests.runtime.test_controller_inprocess import FakeActors
+
+    shared = SharedCluster(slo=override is not None, slo_target=override)
+    state = StateDir.at(tmp_path / "state").ensure()
+    ctl = Controller(
+        state, ControllerSettings(policy="deepboot", shared=shared),
+        ClusterSpec.parse("2x2", inference_nodes=1), FakeActors(), clock=Clock(),
+    )  # fmt: skip
+    ctl.store.register_service(ServiceSpec("svc", "m", slo_wait_s=0.5, slo_target=0.9))
+    ctl.iteration()
+    ctl.flush()
+    want = 0.9 if override is None else override
+    assert _sample(ctl.metrics, "deepboot_service_slo_target", service="svc") == want
+    assert _sample(ctl.metrics, "deepboot_service_slo_wait_seconds", service="svc") == 0.5
+    slo = status_document(state)["services"][0]["slo"]
+    assert (slo["slo_wait_s"], slo["slo_target"]) == (0.5, want)
+    out = Console(width=250, record=True)
+    args = argparse.Namespace(state_dir=str(state.root), json=False)
+    assert cmd_status(args, out, Console(stderr=True)) == 0
+    assert f"0.5 s ({100 * want:g}%)" in out.export_text()
