@@ -49,6 +49,14 @@ ratio of its average JCT to the measured one.
     PYTHONPATH=. .venv/bin/python bench/runtime_headline.py --keep K --out h.json
     PYTHONPATH=. .venv/bin/python bench/runtime_headline.py --resim K     # seconds
     PYTHONPATH=. .venv/bin/python bench/runtime_headline.py --configs slo --minutes 2
+    PYTHONPATH=. .venv/bin/python bench/runtime_headline.py --guaranteed 1
+
+``--guaranteed N`` gives the service ``guaranteed_replicas = N`` in every
+configuration (both worlds): N replicas stay loaded whatever the load, as a service
+with a minimum replica count runs. Without it (0), ``--slo`` holds what its forecast
+asks for, which after a silence longer than the forecast's memory (8 half-lives, 80
+s here; the day's trough has one of about 3 minutes, 2.4 hours of the trace) is
+nothing: the first request after it waits for a cold start.
 
 ``--keep K`` keeps each configuration's state directory, requests CSVs and inputs in
 ``K/<configuration>``; ``--resim K`` re-reads them and re-simulates (seconds, no
@@ -153,12 +161,13 @@ CONFIGS: dict[str, tuple[bool, bool]] = {
 LABELS = {"no-lending": "no lending", "reactive": "reactive deepboot", "slo": "deepboot --slo"}
 
 
-def setup_for(config: str, minutes: float) -> Setup:
-    """The :class:`~twin.Setup` of ``config`` for a day of ``minutes``."""
+def setup_for(config: str, minutes: float, guaranteed: int = 0) -> Setup:
+    """The :class:`~twin.Setup` of ``config`` for a day of ``minutes``, the service
+    holding ``guaranteed`` replicas whatever the load (``guaranteed_replicas``)."""
     day = minutes * 60.0
     jobs = tuple((name, frac * day, steps) for name, frac, steps in JOBS)
     lending, slo = CONFIGS[config]
-    return replace(BASE, jobs=jobs, lending=lending, slo=slo)
+    return replace(BASE, jobs=jobs, lending=lending, slo=slo, guaranteed_replicas=guaranteed)
 
 
 def work_scale(minutes: float) -> float:
@@ -190,6 +199,7 @@ def write_inputs(work: Path, setup: Setup, minutes: float) -> tuple[Path, list[P
         f'handler = "{EXAMPLES / "echo_service.py"}:load"\n'
         f"concurrency = 1\nmax_replicas = {setup.max_replicas}\nqueue_bound = 1000\n"
         f"request_timeout_s = 120\nslo_wait_s = {SLO_WAIT_S}\nslo_target = {SLO_TARGET}\n"
+        f"guaranteed_replicas = {setup.guaranteed_replicas}\n"
         f"[args]\ndelay_s = 0.1\nload_s = {LOAD_S}\n"
     )
     jobs = write_jobs(work, setup, work_scale(minutes))
@@ -371,14 +381,14 @@ def _requests(path: Path) -> list[dict[str, str]]:
         return [r for r in csv.DictReader(f) if r["send_s"]]
 
 
-def evaluate(config: str, root: Path, rt: WorldRun, minutes: float) -> Result:
+def evaluate(config: str, root: Path, rt: WorldRun, minutes: float, guaranteed: int = 0) -> Result:
     """The measured side of the run kept in ``root``, and its simulation."""
     _, log = _read(root / "state")
     warm = root / "warmup.csv"
     warmup = _requests(warm) if warm.exists() else []
     day = float((root / "load_started").read_text())
     requests = _requests(root / "requests.csv")
-    return evaluate_run(config, rt, requests, log, minutes, warmup, day)
+    return evaluate_run(config, rt, requests, log, minutes, warmup, day, guaranteed)
 
 
 def evaluate_run(
@@ -389,6 +399,7 @@ def evaluate_run(
     minutes: float,
     warmup: Sequence[Mapping[str, str]] = (),
     day_start: float = -math.inf,
+    guaranteed: int = 0,
 ) -> Result:
     """``rt`` with its requests CSV's rows and event log, and its simulation, which
     also replays the ``warmup`` requests' rows (their own figures are not counted in
@@ -397,7 +408,7 @@ def evaluate_run(
     t0 = next((e.time for e in log if e.kind is LogKind.CONTROLLER_STARTED), 0.0)
     before = warmup_requests(warmup, t0, rt.measured.service_s)
     rt.requests = sorted([*before, *rt.requests])
-    sim_run, sim = simulate(rt, setup_for(config, minutes), work_scale(minutes))
+    sim_run, sim = simulate(rt, setup_for(config, minutes, guaranteed), work_scale(minutes))
     side = sim_side(sim_run, sim, skip=len(before))
     return Result(config, measured, side, rt.wall_s, rt, sim_run)
 
@@ -447,12 +458,13 @@ COLUMNS = (
 )  # fmt: skip
 
 
-def table(results: Mapping[str, Result], minutes: float) -> Table:
+def table(results: Mapping[str, Result], minutes: float, guaranteed: int = 0) -> Table:
     """The headline table: one row per configuration."""
+    held = f", {guaranteed} replica(s) guaranteed" if guaranteed else ""
     t = Table(
         title=(
-            f"A GenAI day in {minutes:g} min on the local runtime (1+1 nodes x 2 GPUs): "
-            "measured, and the simulator's prediction"
+            f"A GenAI day in {minutes:g} min on the local runtime (1+1 nodes x 2 GPUs"
+            f"{held}): measured, and the simulator's prediction"
         ),
         caption=(
             f"attainment: requests that waited <= {SLO_WAIT_S:g} s for a ready replica; "
@@ -511,10 +523,11 @@ def details(r: Result) -> str:
     )
 
 
-def as_json(results: Mapping[str, Result], minutes: float) -> dict[str, Any]:
+def as_json(results: Mapping[str, Result], minutes: float, guaranteed: int = 0) -> dict[str, Any]:
     """Everything, as JSON-ready data."""
     return {
         "minutes": minutes,
+        "guaranteed_replicas": guaranteed,
         "thin": THIN,
         "time_scale": time_scale(minutes),
         "slo_wait_s": SLO_WAIT_S,
@@ -522,7 +535,7 @@ def as_json(results: Mapping[str, Result], minutes: float) -> dict[str, Any]:
         "gain_kept_by_slo": gain_kept(results),
         "configs": {
             c: {
-                "setup": asdict(setup_for(c, minutes)),
+                "setup": asdict(setup_for(c, minutes, guaranteed)),
                 "measured": {**asdict(r.measured), "avg_jct_s": r.measured.avg_jct},
                 "predicted": {**asdict(r.predicted), "avg_jct_s": r.predicted.avg_jct},
                 "ratio_avg_jct": r.ratio,
@@ -539,9 +552,11 @@ def as_json(results: Mapping[str, Result], minutes: float) -> dict[str, Any]:
 # -- running -----------------------------------------------------------------------------
 
 
-def run_config(config: str, root: Path, minutes: float, console: Console) -> Result:
+def run_config(
+    config: str, root: Path, minutes: float, console: Console, guaranteed: int = 0
+) -> Result:
     """One configuration on a real local cluster, kept in ``root``, and simulated."""
-    setup = setup_for(config, minutes)
+    setup = setup_for(config, minutes, guaranteed)
     service, jobs, trace = write_inputs(root, setup, minutes)
     (root / "meta.json").write_text(json.dumps({"config": config, "minutes": minutes}) + "\n")
     day = minutes * 60.0
@@ -557,18 +572,20 @@ def run_config(config: str, root: Path, minutes: float, console: Console) -> Res
         exact_offset=True,
         warmup=load_args(trace, minutes, start=(1 - WARMUP) * DAY_TRACE_S),
     )
-    meta = {"config": config, "minutes": minutes, "wall_s": rt.wall_s}
+    meta = {"config": config, "minutes": minutes, "guaranteed": guaranteed, "wall_s": rt.wall_s}
     (root / "meta.json").write_text(json.dumps(meta) + "\n")
-    return evaluate(config, root, rt, minutes)
+    return evaluate(config, root, rt, minutes, guaranteed)
 
 
-def resim_config(root: Path) -> tuple[str, float, Result]:
-    """A configuration kept by ``--keep`` in ``root``, re-read and re-simulated."""
+def resim_config(root: Path) -> tuple[str, float, int, Result]:
+    """A configuration kept by ``--keep`` in ``root``, re-read and re-simulated:
+    (configuration, minutes, guaranteed replicas, result)."""
     meta = json.loads((root / "meta.json").read_text())
     config, minutes = str(meta["config"]), float(meta["minutes"])
+    guaranteed = int(meta.get("guaranteed", 0))  # a run kept before the flag: 0
     rt = _resim(root, exact_offset=True)
     rt.wall_s = float(meta.get("wall_s", 0.0))  # the runtime run's
-    return config, minutes, evaluate(config, root, rt, minutes)
+    return config, minutes, guaranteed, evaluate(config, root, rt, minutes, guaranteed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -585,6 +602,14 @@ def main(argv: list[str] | None = None) -> int:
         "--configs",
         default=",".join(CONFIGS),
         help=f"which configurations, comma-separated (default: {','.join(CONFIGS)})",
+    )
+    ap.add_argument(
+        "--guaranteed",
+        type=int,
+        default=0,
+        help="the service's guaranteed_replicas, held whatever the load in every "
+        "configuration (default 0: --slo holds what its forecast asks for, and none "
+        "in a silence)",
     )
     ap.add_argument("--out", type=Path, help="also write everything as JSON")
     ap.add_argument("--keep", type=Path, help="keep the runtime runs here (DIR/<config>)")
@@ -603,14 +628,20 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=180)
     started = time.monotonic()
     results: dict[str, Result] = {}
-    minutes = args.minutes
+    minutes, guaranteed = args.minutes, args.guaranteed
+    if not 0 <= guaranteed <= BASE.max_replicas:
+        ap.error(f"--guaranteed must be in [0, {BASE.max_replicas}] (the service's max_replicas)")
     if args.resim:
         kept = [args.resim / c for c in CONFIGS if (args.resim / c / "meta.json").exists()]
         if not kept:
             ap.error(f"--resim: no kept configuration in {args.resim}")
+        held = set()
         for root in kept:
-            config, minutes, result = resim_config(root)
+            config, minutes, guaranteed, result = resim_config(root)
             results[config] = result
+            held.add(guaranteed)
+        if len(held) > 1:
+            ap.error(f"--resim: the kept runs differ in guaranteed replicas ({sorted(held)})")
     else:
         with tempfile.TemporaryDirectory(prefix="deepboot-headline-") as tmp:
             base = args.keep or Path(tmp)
@@ -618,7 +649,9 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"{LABELS[config]}: a {minutes:g}-minute day")
                 began = time.monotonic()
                 try:
-                    results[config] = run_config(config, base / config, minutes, console)
+                    results[config] = run_config(
+                        config, base / config, minutes, console, guaranteed
+                    )
                 except KeyboardInterrupt:  # the cluster is down (runtime_session's finally)
                     console.print("[red]interrupted[/red]")
                     return 130
@@ -627,12 +660,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"{_f(results[config].measured.avg_jct)} s, attainment "
                     f"{_pct(results[config].measured.attainment)}"
                 )
-    console.print(table(results, minutes))
+    console.print(table(results, minutes, guaranteed))
     for line in verdict(results):
         console.print(line)
     for r in results.values():
         console.print(details(r))
-    doc = as_json(results, minutes)
+    doc = as_json(results, minutes, guaranteed)
     doc["wall_s"] = time.monotonic() - started
     console.print(f"wall time {doc['wall_s']:.0f} s")
     if args.out:

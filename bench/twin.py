@@ -149,6 +149,8 @@ class Setup:
             runtime's is in its service file).
         requests_until_done: The simulator replays only the requests sent before the
             last job finished (the twin, whose load is stopped then); False: all.
+        guaranteed_replicas: The service's replicas held whatever the load (its
+            ``guaranteed_replicas``; the runtime's is in its service file).
     """
 
     jobs: tuple[tuple[str, float, int], ...] = JOBS
@@ -164,6 +166,7 @@ class Setup:
     service: str = "echo"
     slo_wait_s: float = DEFAULT_SLO_WAIT_S
     requests_until_done: bool = True
+    guaranteed_replicas: int = 0
 
     @property
     def max_replicas(self) -> int:
@@ -683,6 +686,7 @@ def simulate(
         max_replicas=setup.max_replicas,
         cold_start_s=cold,
         slo_wait_s=setup.slo_wait_s,
+        guaranteed_replicas=setup.guaranteed_replicas,
     )
     until = max(rt.finish.values(), default=math.inf) if setup.requests_until_done else math.inf
     inference = tuple(

@@ -149,6 +149,19 @@ def test_every_configuration_simulates_a_recorded_run(config: str) -> None:
         assert side.lent_gpu_s == 0 and side.reclaims == "0/0"
 
 
+def test_a_guaranteed_replica_is_in_both_worlds(tmp_path: Path) -> None:
+    """``--guaranteed N``: the runtime's service file holds it, and so does the
+    simulated service: reactive lending lends less of the recorded run's lulls with
+    one replica held, and nothing with both."""
+    service, _, _ = h.write_inputs(tmp_path, h.setup_for("slo", 1, guaranteed=1), 1)
+    assert "guaranteed_replicas = 1\n" in service.read_text()
+    lent = []
+    for held in (0, 1, 2):
+        run, sim = twin.simulate(_recorded(), h.setup_for("reactive", 1, held), h.work_scale(1))
+        lent.append(h.sim_side(run, sim).lent_gpu_s)
+    assert lent[0] > lent[1] > lent[2] == 0
+
+
 def _result(config: str, jct: float, attainment: float, sim_jct: float) -> h.Result:
     measured = h.Side(jct={"j1": jct}, attainment=attainment)
     predicted = h.Side(jct={"j1": sim_jct}, attainment=attainment)
