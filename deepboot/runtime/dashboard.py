@@ -85,10 +85,11 @@ _HEADERS = {
 
 @dataclass
 class _Drawn:
-    """The timeline image last drawn, and when (the dashboard's clock)."""
+    """The timeline image last drawn, and when (the dashboard's clock); ``png`` None:
+    that drawing failed (it is not tried again before :data:`TIMELINE_EVERY_S`)."""
 
     at: float
-    png: bytes
+    png: bytes | None
 
 
 class Dashboard:
@@ -100,6 +101,8 @@ class Dashboard:
         live: Called on the router's loop: each service's ``queued`` and
             ``in_flight`` requests now.
         clock: Monotonic seconds (injected; the sessions' and the image's).
+        draw: Draws the timeline of a state directory as a PNG, raising
+            RuntimeError when it cannot (:func:`draw_timeline`; injected for tests).
     """
 
     def __init__(
@@ -108,14 +111,16 @@ class Dashboard:
         port: int,
         live: Callable[[], Mapping[str, Mapping[str, int]]],
         clock: Callable[[], float] = time.monotonic,
+        draw: Callable[[Path], bytes] | None = None,
     ) -> None:
         self.state = state
         self.port = port
         self.live = live
         self.clock = clock
+        self.draw = draw if draw is not None else draw_timeline
         self.sessions = Sessions(clock)
         self._drawn: _Drawn | None = None
-        self._drawing: asyncio.Lock | None = None
+        self._drawing: asyncio.Task[_Drawn] | None = None
 
     @property
     def cookie(self) -> str:
@@ -145,7 +150,8 @@ class Dashboard:
     def add_routes(self, app: web.Application) -> None:
         """Add the dashboard's routes to ``app``."""
         app.router.add_post(LOGIN_API, self._mint)
-        app.router.add_get(LOGIN_PATH, self._login)
+        # GET only: a link checker's HEAD must not spend the one-time code.
+        app.router.add_get(LOGIN_PATH, self._login, allow_head=False)
         for path in _STATIC:
             app.router.add_get(path, self._static)
         app.router.add_get("/dashboard/api/status", self._status)
@@ -198,19 +204,38 @@ class Dashboard:
         return doc
 
     async def _timeline(self, request: web.Request) -> web.Response:
-        if self._drawing is None:
-            self._drawing = asyncio.Lock()
-        async with self._drawing:  # one drawing at a time; the others reuse it
-            drawn = self._drawn
-            if drawn is None or self.clock() - drawn.at >= TIMELINE_EVERY_S:
-                loop = asyncio.get_running_loop()
-                try:
-                    png = await loop.run_in_executor(None, draw_timeline, self.state.root)
-                except RuntimeError as exc:
-                    log.warning("dashboard timeline: %s", exc)
-                    raise Refused(503, "the timeline could not be drawn (see the log)") from None
-                drawn = self._drawn = _Drawn(self.clock(), png)
-        return web.Response(body=drawn.png, content_type="image/png", headers=_HEADERS)
+        png = await self.timeline_png()
+        return web.Response(body=png, content_type="image/png", headers=_HEADERS)
+
+    async def timeline_png(self) -> bytes:
+        """The last hour's timeline: the image drawn less than :data:`TIMELINE_EVERY_S`
+        ago, else a new one. At most one drawing runs at a time, and a request whose
+        client goes away does not cancel it (the others wait for the same one).
+
+        Raises:
+            Refused: 503, the last drawing failed (less than TIMELINE_EVERY_S ago).
+        """
+        drawn = self._drawn
+        if drawn is None or self.clock() - drawn.at >= TIMELINE_EVERY_S:
+            if self._drawing is None:
+                self._drawing = asyncio.get_running_loop().create_task(self._draw())
+            drawn = await asyncio.shield(self._drawing)
+        if drawn.png is None:
+            raise Refused(503, "the timeline could not be drawn (see the log)")
+        return drawn.png
+
+    async def _draw(self) -> _Drawn:
+        loop = asyncio.get_running_loop()
+        png: bytes | None
+        try:
+            png = await loop.run_in_executor(None, self.draw, self.state.root)
+        except RuntimeError as exc:
+            log.warning("dashboard timeline: %s", exc)
+            png = None
+        finally:
+            self._drawing = None
+        self._drawn = _Drawn(self.clock(), png)
+        return self._drawn
 
 
 def draw_timeline(state_dir: Path, span_s: float = TIMELINE_SPAN_S) -> bytes:

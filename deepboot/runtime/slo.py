@@ -36,7 +36,7 @@ decade (each 12% wider than the last), from :data:`WAIT_FLOOR_S` up; the p99 is 
 upper edge of its bin, so it errs high by at most 12%."""
 WAIT_FLOOR_S = 1e-3
 """Waits below a millisecond count in the first bin."""
-_WAIT_BINS = 6 * WAIT_BINS_PER_DECADE + 1  # 1 ms .. 1000 s, and one bin for the rest
+_WAIT_BINS = 6 * WAIT_BINS_PER_DECADE + 2  # bins 0..120: up to 1000 s; 121: the rest
 
 
 def wait_bin(seconds: float) -> int:

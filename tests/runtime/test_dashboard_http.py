@@ -8,8 +8,10 @@ The whole page in a real browser, on a real cluster: tests/browser/.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -197,3 +199,78 @@ def test_timeline_is_a_png(router: rt.Router) -> None:
     )
     assert code == 200 and headers["Content-Type"] == "image/png"
     assert isinstance(body, str) and body.startswith("\ufffdPNG")  # decoded loosely by send
+
+
+def test_a_head_request_does_not_spend_the_login_code(router: rt.Router) -> None:
+    path = login(router)
+    code, _, _ = send(router.url, path, method="HEAD", headers={})
+    assert code == 405
+    code, headers, _ = send(router.url, path, method="GET", headers={})
+    assert code == 303 and headers["Location"] == "/dashboard"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_one_drawing_at_a_time_and_a_failure_waits_its_turn(tmp_path: Path) -> None:
+    from deepboot.runtime.dashboard import TIMELINE_EVERY_S, Dashboard
+    from deepboot.runtime.frontdoor import Refused
+
+    clock, calls, fail = _Clock(), [], [False]
+
+    def draw(root: Path) -> bytes:
+        calls.append(root)
+        if fail[0]:
+            raise RuntimeError("no matplotlib")
+        return b"png %d" % len(calls)
+
+    state = StateDir.at(tmp_path / "state").ensure()
+    board = Dashboard(state, 1234, dict, clock=clock, draw=draw)
+
+    async def three_at_once() -> list[bytes]:
+        return list(await asyncio.gather(*(board.timeline_png() for _ in range(3))))
+
+    assert asyncio.run(three_at_once()) == [b"png 1"] * 3  # one drawing, shared
+    clock.now += TIMELINE_EVERY_S - 1
+    assert asyncio.run(board.timeline_png()) == b"png 1" and len(calls) == 1
+    clock.now += 1
+    fail[0] = True
+    for _ in range(2):  # the failure is remembered: not drawn again at once
+        with pytest.raises(Refused) as refused:
+            asyncio.run(board.timeline_png())
+        assert refused.value.status == 503
+    assert len(calls) == 2
+    fail[0] = False
+    clock.now += TIMELINE_EVERY_S
+    assert asyncio.run(board.timeline_png()) == b"png 3"
+
+
+def test_a_client_that_leaves_does_not_cancel_the_drawing(tmp_path: Path) -> None:
+    from deepboot.runtime.dashboard import Dashboard
+
+    started, release = threading.Event(), threading.Event()
+    calls = []
+
+    def draw(root: Path) -> bytes:
+        calls.append(root)
+        started.set()
+        release.wait(30)
+        return b"png"
+
+    board = Dashboard(StateDir.at(tmp_path / "s").ensure(), 1234, dict, draw=draw)
+
+    async def leave_then_ask() -> bytes:
+        first = asyncio.ensure_future(board.timeline_png())
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 30)
+        first.cancel()  # the client went away
+        second = asyncio.ensure_future(board.timeline_png())
+        release.set()
+        return await second
+
+    assert asyncio.run(leave_then_ask()) == b"png"
+    assert len(calls) == 1

@@ -101,22 +101,33 @@ def test_loopback_reads_need_no_token(router: rt.Router) -> None:
 
 
 def test_full_queue_answers_503_and_waiting_too_long_too(router: rt.Router) -> None:
+    # Its own service: requests wait 5 s, long enough to see the queue full on a
+    # loaded machine (the fixture's 0.6 s would make this a race).
+    router.set_services({"held": ServiceSpec("held", "m", queue_bound=2, request_timeout_s=5.0)})
     results: dict[str, tuple[int, dict[str, str], Any]] = {}
 
     def send(rid: str) -> None:
-        results[rid] = _call(router.url + "/v1/svc/infer", "POST", {"x": 1}, TOKEN, rid)
+        results[rid] = _call(router.url + "/v1/held/infer", "POST", {"x": 1}, TOKEN, rid)
+
+    def queued() -> int:
+        listed = _call(router.url + "/v1/services")[2]
+        return sum(s["queued"] for s in listed if s["service"] == "held")
 
     waiting = [threading.Thread(target=send, args=(f"w{i}",)) for i in range(2)]
     for t in waiting:
         t.start()
-    time.sleep(0.2)  # both queued (no replica will ever come)
-    started = time.monotonic()
+    deadline = time.monotonic() + 30.0  # a generous bound: both queued (no replica comes)
+    while queued() < 2:
+        assert time.monotonic() < deadline, "two requests never queued"
+        time.sleep(0.02)
     send("over")
-    assert time.monotonic() - started < 0.5, "a full queue must answer at once"
+    # Answered while both are still queued: a full queue refuses at once, it does not
+    # make the request wait its turn.
+    assert all(t.is_alive() for t in waiting), "the full queue's answer waited"
     code, headers, body = results["over"]
     assert code == 503 and int(headers["Retry-After"]) >= 1 and body["error"] == "queue full"
     for t in waiting:
-        t.join(10)
+        t.join(30)
     for rid in ("w0", "w1"):
         code, headers, body = results[rid]
         assert code == 503 and "Retry-After" in headers and body["id"] == rid
@@ -126,7 +137,7 @@ def test_full_queue_answers_503_and_waiting_too_long_too(router: rt.Router) -> N
     withdrawn = {m.task for m in msgs if isinstance(m, Withdraw)}
     assert arrivals == withdrawn == {"w0", "w1"}
     code, _, text = _call(router.url + "/metrics")
-    assert 'deepboot_inference_requests_total{code="503",service="svc"} 3.0' in text
+    assert 'deepboot_inference_requests_total{code="503",service="held"} 3.0' in text
 
 
 def test_a_duplicate_id_in_progress_is_refused(router: rt.Router) -> None:

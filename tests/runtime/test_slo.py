@@ -110,6 +110,19 @@ def test_recent_p99_wait_errs_high_by_at_most_a_bin() -> None:
     assert t.recent_p99_wait(300.0)["z"] == 0.001
 
 
+@pytest.mark.parametrize("wait", [900.0, 999.0, 1000.0])
+def test_a_p99_up_to_1000_s_is_a_number(wait: float) -> None:
+    # The last finite bin ends at 1000 s; only a longer wait reads null.
+    t = SloTally(window_s=60, bucket_s=10)
+    t.record("s", False, 5.0, wait)
+    p99 = t.recent_p99_wait(5.0)["s"]
+    assert p99 is not None and wait <= p99 <= max(wait * 1.13, 1000.0)
+    t.record("s", False, 5.0, 1000.5)
+    t.record("s", False, 5.0, 1000.5)
+    assert t.recent_p99_wait(5.0)["s"] == float("inf")
+    assert t.view(5.0)["s"]["p99_wait_s"] is None
+
+
 @pytest.mark.parametrize(
     ("seconds", "header"),
     [(0.0, "0.000"), (0.0123456, "12.346"), (2.5, "2500.000"), (-1e-9, "0.000")],
