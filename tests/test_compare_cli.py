@@ -212,11 +212,18 @@ def test_inference_figures_only_where_there_is_something_to_show(
     else:
         workload.write_text(f"{HEADER}\nncf-0,0,ncf,1,32768,-1,-1\n", encoding="utf-8")
     out = tmp_path / "out"
+    out.mkdir()
+    # An earlier run's figures of this workload: those this run does not draw go.
+    for k in FIGURE_KINDS:
+        (out / f"{k}-w.png").write_bytes(b"stale")
+    (out / "gpus-other.png").write_bytes(b"another workload's")
     argv = ["compare", "--workload", str(workload), "--cluster", "2x4", "--inference-nodes", "1"]
     for r in runs:
         argv += ["--run", r]
     assert main([*argv, "--procs", "1", "--quiet", "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.glob("*.png")) == sorted(f"{k}-w.png" for k in kinds)
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert pngs == sorted([*(f"{k}-w.png" for k in kinds), "gpus-other.png"])
+    assert all((out / f"{k}-w.png").read_bytes() != b"stale" for k in kinds)
     html = (out / "report.html").read_text(encoding="utf-8")
     assert html.count("<img") == len(kinds)
 

@@ -308,6 +308,10 @@ def _workload_names(paths: Sequence[str]) -> list[str]:
     return names
 
 
+FIGURE_KINDS = ("jct-vs-slo", "gpus", "jct-cdf", "waits", "reclaims")
+"""The figures of a workload, ``<kind>-<workload>.png``, in the report's order."""
+
+
 def output_files(args: argparse.Namespace, runs: Sequence[RunSpec]) -> list[PathArg]:
     """Every file ``compare`` may write into ``--out`` (see the module docstring)."""
     out_dir = Path(args.out)
@@ -315,8 +319,7 @@ def output_files(args: argparse.Namespace, runs: Sequence[RunSpec]) -> list[Path
     files = [out_dir / "results.csv", out_dir / "report.html"]
     files += [out_dir / "summaries" / f"{w}--{r.name}.json" for w in names for r in runs]
     if not args.no_figures:
-        kinds = ("jct-cdf", "gpus", "reclaims", "waits", "jct-vs-slo")
-        files += [out_dir / f"{kind}-{w}.png" for w in names for kind in kinds]
+        files += [out_dir / f"{kind}-{w}.png" for w in names for kind in FIGURE_KINDS]
     return [PathArg("--out", str(f)) for f in files]
 
 
@@ -595,7 +598,9 @@ def _figures(
 ) -> list[FigureImage]:
     """Each workload's figures, in the report's order: JCT against SLO attainment (two
     runs or more serving inference), GPUs over time, the JCT CDF, the inference waits
-    against the SLO (where there are requests), the reclaims."""
+    against the SLO (where there are requests), the reclaims. A figure of one of these
+    workloads that an earlier run into ``out_dir`` drew and this one does not is
+    removed, so that no figure beside the report is older than it."""
     figures: list[FigureImage] = []
     for name in names:
         cells = [(t, o) for t, o in good if t.workload_name == name]
@@ -611,6 +616,10 @@ def _figures(
         for stem, title, png, caption in (m for m in made if m is not None):
             write_bytes(out_dir / f"{stem}.png", png)
             figures.append(FigureImage(title, png, caption, anchor=stem))
+        drawn = {m[0] for m in made if m is not None}
+        for kind in FIGURE_KINDS:
+            if f"{kind}-{name}" not in drawn:
+                (out_dir / f"{kind}-{name}.png").unlink(missing_ok=True)
     return figures
 
 
