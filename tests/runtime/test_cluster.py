@@ -198,16 +198,29 @@ def test_first_job_shrinks_for_the_second_and_grows_back(cluster: Path, tmp_path
     resizes = assert_exact_resizes(cluster, "long-a")
     assert_exact_resizes(cluster, "short-b")
     sizes = [len(r["to"]) for r in resizes]
-    b_events = events(cluster, "short-b")
-    b_start = next(e for e in b_events if e.kind is LogKind.STARTED)
-    b_end = next(e for e in b_events if e.kind is LogKind.FINISHED)
+    b_start = next(e for e in events(cluster, "short-b") if e.kind is LogKind.STARTED)
     a_events = [e for e in events(cluster, "long-a") if e.kind is LogKind.RESIZED]
     shrink = [e for e in a_events if e.time <= b_start.time and len(e.detail["to"]) < 4]
-    grow = [
-        e for e in a_events if e.time >= b_end.time and len(e.detail["to"]) > len(e.detail["from"])
-    ]
     assert shrink, f"long-a never shrank before short-b started: {sizes}"
-    assert grow, f"long-a never grew back after short-b finished: {sizes}"
+    # It grows back once short-b lets go of its GPUs. Usually that is when short-b
+    # finishes, but ATS-T may also take them from short-b (its "0 GPUs" item wins
+    # whenever long-a's fitted speedup on 4 outweighs both jobs' on 2), and then
+    # long-a grows before short-b's end. One CI run saw [2, 4] with the grow before
+    # short-b's end; five runs here (two on a loaded machine) never did, so the cause
+    # is not known: the conftest now prints the event log of a failed test. The test
+    # holds AFE to its claim, not the policy to one ordering.
+    grow = [
+        e
+        for e in a_events
+        if e.time > shrink[0].time and len(e.detail["to"]) > len(e.detail["from"])
+    ]
+    assert grow, f"long-a never grew back after it shrank: {sizes}"
+    b_gpus = [e for e in events(cluster, "short-b") if e.kind is LogKind.GPU]
+    for e in grow:
+        for gpu in set(e.detail["to"]) - set(e.detail["from"]):
+            # long-a grew only onto GPUs that short-b had let go of by then.
+            ops = [g.detail["op"] for g in b_gpus if g.detail["gpu"] == gpu and g.time <= e.time]
+            assert not ops or ops[-1] == "release", (gpu, ops, e.detail)
     assert all(r["how"] == "afe" for r in resizes)
     for name, threshold in (("long-a", 0.0003), ("short-b", 0.004)):
         [done] = [e for e in events(cluster, name) if e.kind is LogKind.FINISHED]
