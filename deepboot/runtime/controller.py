@@ -59,6 +59,8 @@ from deepboot.runtime.slo import SloTally
 from deepboot.runtime.statedir import StateDir
 from deepboot.runtime.statelock import HeldElsewhereError, StateLock
 from deepboot.runtime.store import JobStore, LogKind
+from deepboot.runtime.warmup import warm_kernels
+from deepboot.runtime.watchdog import TurnWatchdog
 from deepboot.runtime.world import JobRec, gpu_name
 from deepboot.scheduler.events import Event, EventKind
 from deepboot.world.demand import DemandLedger, LoadWindow
@@ -155,6 +157,7 @@ class Controller(Recovery):
         self._tick0: float | None = None  # the first tick: the origin of the grid
         self._last = clock()
         self._stop = False
+        self.watchdog = TurnWatchdog(settings.slow_turn_s)
 
     def _rejected(self, event: Event, exc: Exception) -> None:
         """The error boundary: a step that raised is logged and skipped."""
@@ -170,15 +173,18 @@ class Controller(Recovery):
         signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
         driver, clock = self.driver, self.driver.clock
         next_poll = 0.0
+        self.watchdog.start()
         try:
             while not self._stop and not (until and until()):
                 polled = time.monotonic() >= next_poll
                 if polled:
                     next_poll = time.monotonic() + self.settings.poll
-                self.turn(polled)
+                with self.watchdog.turn():
+                    self.turn(polled)
                 poll_at = clock.now() + max(next_poll - time.monotonic(), 0.0)
                 clock.wait_until(min(driver.queue.peek_time(), poll_at))
         finally:
+            self.watchdog.stop()
             if self.router is not None:
                 self.router.stop()
         # Stopped cleanly: the answers the router gave before it stopped count, and
@@ -191,10 +197,14 @@ class Controller(Recovery):
         self.flush()
 
     def start(self, serve: bool = True) -> None:
-        """Recover, start (or find) the node-local model caches, start the HTTP
-        endpoint (unless ``serve`` is False: in-process tests), hand the replicas
-        recovered idle to the loop, post the first tick."""
+        """Load the compiled kernels (:mod:`~deepboot.runtime.warmup`), recover,
+        start (or find) the node-local model caches, start the HTTP endpoint (unless
+        ``serve`` is False: in-process tests), hand the replicas recovered idle to the
+        loop, post the first tick."""
         self.recorder.start(self.settings.to_dict(), self.cluster)
+        # Now, not in the turn after the first job forms (the loop would stand still).
+        took = warm_kernels(self.settings.policy, self.settings.params)
+        log.info("compiled kernels loaded in %.1f s", took)
         self.recover()
         self.start_caches()
         if serve:

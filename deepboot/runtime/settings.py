@@ -55,6 +55,8 @@ class ControllerSettings:
         export_timeout: With ``--host-cache-gb``: seconds a replica about to be
             evicted may take to export its weights into its node's cache (the
             controller waits for it); then it is evicted anyway.
+        slow_turn_s: A turn of the controller's loop longer than this is logged
+            with the loop's stack at that moment (where it is stuck).
     """
 
     policy: str = "deepboot"
@@ -73,10 +75,13 @@ class ControllerSettings:
     record_bytes: int = 256 << 20
     node_check: float = 5.0
     export_timeout: float = 5.0
+    slow_turn_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not self.export_timeout > 0:
             raise ConfigError(f"--export-timeout must be > 0 seconds, got {self.export_timeout}")
+        if not self.slow_turn_s > 0:
+            raise ConfigError(f"slow_turn_s must be > 0 seconds, got {self.slow_turn_s}")
         if self.keep_events < 1:
             raise ConfigError(f"--keep-events must be >= 1, got {self.keep_events}")
         if self.crash_at and self.crash_at not in point_names():
