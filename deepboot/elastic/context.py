@@ -152,6 +152,7 @@ class ElasticContext:
         self._t_mark = time.perf_counter()
         self._compute = 0.0
         self._measurements: list[Measurement] = []
+        self._gen_steps = 0  # steps since the current generation formed
         self._grad_sqr = math.nan
         self._grad_var = math.nan
         self._digests: dict[int, tuple[str, str]] = {}
@@ -346,7 +347,13 @@ class ElasticContext:
             self._step += 1
             self._micro, self._loss_acc = 0, 0.0
             self._loss = loss
-            if self._rank == 0:
+            # A generation's first step is no measure of its speed: it pays the group's
+            # warm-up (gloo connects lazily on the first collective; first allocations),
+            # and the throughput fit the policy decides on would misjudge the
+            # configuration until many steps dilute it.
+            warm = self._gen_steps > 0
+            self._gen_steps += 1
+            if self._rank == 0 and warm:
                 per_micro = compute / accum
                 self._measurements.append(
                     Measurement(
@@ -470,6 +477,7 @@ class ElasticContext:
             self._gen, self._rank, self._world = gen, rank, world
             self._pending_number = gen.number
             self._restored_step = self._step
+            self._gen_steps = 0
             self._digests[gen.number] = (before, after)
             self._status = WorkerStatus.RUNNING
         self._t_mark = time.perf_counter()

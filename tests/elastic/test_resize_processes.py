@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -160,5 +161,37 @@ def test_a_member_whose_rendezvous_failed_inside_the_group_still_forms_the_next(
         a.offer(g3)
         formed = wait_until(procs, _formed(3), timeout=120)
         assert formed["1"].digests[3][1] == formed["2"].digests[3][1]
+    finally:
+        stop_all(procs)
+
+
+def test_a_generations_first_step_is_not_measured(tmp_path: Path) -> None:
+    """The throughput fit gets every step but each generation's first (its warm-up):
+    60 steps over two generations give 58 measurements, each of its own generation's
+    size."""
+    g1 = gen(tmp_path, 1, ["1", "2"])
+    a, b = spawn("1", g1, steps=60, delay=0.05), spawn("2", g1, steps=60, delay=0.05)
+    procs = [a, b]
+    measured: list[int] = []  # the world size of each measurement, in order
+    try:
+        reports = wait_until([a, b], lambda r: r.status is WorkerStatus.RUNNING)
+        measured += [m.num_replicas for m in reports["1"].measurements]
+        g2 = gen(tmp_path, 2, ["1"])
+        for p in (a, b):  # early (3 s of steps): the move comes at a step boundary
+            p.offer(g2)
+        deadline = time.monotonic() + 90
+        while True:
+            r = a.report()
+            measured += [m.num_replicas for m in r.measurements]
+            if r.status is WorkerStatus.DONE:
+                break
+            assert time.monotonic() < deadline, f"not done: {r}"
+            time.sleep(0.1)
+        at_two = measured.count(2)
+        at_one = measured.count(1)
+        assert measured == [2] * at_two + [1] * at_one
+        # Every step of the 60 but the first of each generation.
+        assert at_two + at_one == 60 - 2
+        assert at_two >= 1 and at_one >= 1
     finally:
         stop_all(procs)
