@@ -221,6 +221,11 @@ class Measured:
         move_s: ``seconds`` of each same-size move (a restart: no survivor).
         cold_start_s: Cold starts of the service's replicas (``ready.seconds``).
         service_s: The median answer time of requests that found a warm replica.
+        by_job: (job, workers before, workers after) -> the seconds of each such
+            change of that job (starts and resumes from 0 workers): a job's own
+            pauses, which differ from job to job by more than the kinds do (a start
+            on 4 workers: 10 s for the first job, 17 s for the next, whose processes
+            started while two replicas loaded).
     """
 
     profile: dict[tuple[int, int, int], list[float]] = field(default_factory=dict)
@@ -231,6 +236,7 @@ class Measured:
     shrink_s: list[float] = field(default_factory=list)
     grow_s: list[float] = field(default_factory=list)
     grow_by_joiners: dict[int, list[float]] = field(default_factory=dict)
+    by_job: dict[tuple[str, int, int], list[float]] = field(default_factory=dict)
     move_s: list[float] = field(default_factory=list)
     cold_start_s: list[float] = field(default_factory=list)
     service_s: float = SERVICE_DELAY
@@ -489,6 +495,7 @@ def _runtime_result(
             if e.job in last_op:
                 m.start_s.append(t - last_op[e.job])
                 m.start_by_size.setdefault(len(d["workers"]), []).append(m.start_s[-1])
+                m.by_job.setdefault((e.job, 0, len(d["workers"])), []).append(m.start_s[-1])
         elif e.kind is LogKind.RESIZED and e.job:
             # Logged once the generation formed: the decision was ``seconds`` earlier.
             run.decisions.append((t - float(d["seconds"]), e.job, len(d["to"])))
@@ -498,6 +505,7 @@ def _runtime_result(
             kind = m.start_s if old == 0 else m.move_s if old == new else None
             kind = kind if kind is not None else m.shrink_s if new < old else m.grow_s
             kind.append(float(d["seconds"]))
+            m.by_job.setdefault((e.job, old, new), []).append(float(d["seconds"]))
             if 0 < old < new:
                 m.grow_by_joiners.setdefault(new - old, []).append(float(d["seconds"]))
         elif e.kind is LogKind.PREEMPTED and e.job:
@@ -603,11 +611,13 @@ class TwinApplication:
 
 @dataclass(frozen=True)
 class MeasuredRestart:
-    """Restart cost (a ``RestartCostModel``): the runtime's mean pause of each kind of
-    placement change (start or resume, by the workers started where measured; shrink;
-    grow, by the workers added where measured; same-size move), whatever the runtime
-    did (AFE where a worker survives, else a restart), so the expected cost of a
-    change is the runtime's."""
+    """Restart cost (a ``RestartCostModel``): the job's own mean pause of a change
+    from as many workers to as many (``by_job``; the simulated job's application is
+    its name) where its runtime twin made one, else the runtime's mean pause of that
+    kind of placement change (start or resume, by the workers started where measured;
+    shrink; grow, by the workers added where measured; same-size move), whatever the
+    runtime did (AFE where a worker survives, else a restart), so the expected cost of
+    a change is the runtime's."""
 
     start: float
     shrink: float
@@ -615,6 +625,7 @@ class MeasuredRestart:
     move: float
     start_by_size: dict[int, float] = field(default_factory=dict)
     grow_by_joiners: dict[int, float] = field(default_factory=dict)
+    by_job: dict[tuple[str, int, int], float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, m: Measured) -> MeasuredRestart:
@@ -622,11 +633,18 @@ class MeasuredRestart:
         grow = _mean(m.grow_s, start)
         by_size = {k: _mean(v, start) for k, v in sorted(m.start_by_size.items())}
         by_joiners = {k: _mean(v, grow) for k, v in sorted(m.grow_by_joiners.items())}
-        return cls(start, _mean(m.shrink_s, 0.5), grow, _mean(m.move_s, grow), by_size, by_joiners)
+        by_job = {k: _mean(v, start) for k, v in sorted(m.by_job.items())}
+        return cls(
+            start, _mean(m.shrink_s, 0.5), grow, _mean(m.move_s, grow), by_size, by_joiners,
+            by_job,
+        )  # fmt: skip
 
     def delay(
         self, application: str, old_replicas: int, new_replicas: int, first_start: bool
     ) -> float:
+        own = self.by_job.get((application, old_replicas, new_replicas))
+        if own is not None:
+            return own
         if old_replicas == 0:
             return self.start_by_size.get(new_replicas, self.start)
         if new_replicas == old_replicas:
@@ -709,6 +727,7 @@ def simulate(
         cold_start={"tiny-mlp": cold},
         job_bounds="reference" if reference else "runtime",
         grad_min_replicas=1 if reference else 2,
+        profile_steps=0 if reference else 2,
         **settings,
     )
     policy = registry.create(setup.policy, **dict(setup.policy_params))
@@ -857,7 +876,10 @@ def report(runs: list[Trio], console: Console) -> dict[str, Any]:
                 "sim_reference_rules": _as_dict(ref),
                 "agreement": agreement(rt, sim)[0],
                 "first_difference": agreement(rt, sim)[3],
-                "restart_cost": dataclasses.asdict(cost),
+                "restart_cost": {
+                    **dataclasses.asdict(cost),
+                    "by_job": {"|".join(map(str, k)): v for k, v in cost.by_job.items()},
+                },
             }
         )
     return doc
@@ -878,6 +900,7 @@ def _as_dict(run: WorldRun) -> dict[str, Any]:
         job: [[*k, *v] for k, v in sorted(own.items())]
         for job, own in run.measured.job_profile.items()
     }
+    out["measured"]["by_job"] = {"|".join(map(str, k)): v for k, v in run.measured.by_job.items()}
     out["requests"] = len(run.requests)
     return out
 

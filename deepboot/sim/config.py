@@ -91,6 +91,10 @@ class SimConfig:
             gradient statistics (until then its speedup is linear, as for any job
             without a model): 1 (the reference: known from the first step) or 2 (the
             runtime, whose gradient-noise estimator compares ranks; ``bench/twin.py``).
+        profile_steps: Optimizer steps a job must run on a configuration (after its
+            restart delay) before a policy sees that configuration's step time: 0 (the
+            reference: known at once, however short the run) or more (the runtime
+            times a generation's steps from its second one, so 2; ``bench/twin.py``).
         check_invariants: Re-check every GPU-state invariant after every event
             (a debug hook for the property tests; O(GPUs) per event).
         stall_ticks: Consecutive ticks with jobs waiting, no job holding a GPU and
@@ -120,6 +124,7 @@ class SimConfig:
     model_gb: Mapping[str, float] = field(default_factory=lambda: MODEL_GB)
     job_bounds: str = "reference"
     grad_min_replicas: int = 1
+    profile_steps: int = 0
     check_invariants: bool = False
     stall_ticks: int = 10_000
 
@@ -152,6 +157,8 @@ class SimConfig:
         for name, gb in self.model_gb.items():
             if not (math.isfinite(gb) and gb > 0):
                 raise ConfigError(f"model_gb[{name!r}] must be > 0 GB; got {gb}")
+        if self.profile_steps < 0:
+            raise ConfigError(f"profile_steps must be >= 0; got {self.profile_steps}")
         if self.grad_min_replicas not in (1, 2):
             raise ConfigError(f"grad_min_replicas must be 1 or 2; got {self.grad_min_replicas}")
         if self.job_bounds not in ("reference", "runtime"):

@@ -231,6 +231,7 @@ class Simulation:
                     round_epoch_times=config.round_epoch_times,
                     runtime_bounds=config.job_bounds == "runtime",
                     grad_min_replicas=config.grad_min_replicas,
+                    profile_steps=config.profile_steps,
                 )
             )
         self._records = {j.name: _JobRecord(j) for j in self.jobs}

@@ -139,6 +139,8 @@ _MUTABLE: tuple[str, ...] = (
     "_grad",
     "_max_profiled_replicas",
     "_pick_key",
+    "_ran_key",
+    "_ran_here",
 )
 """Slots of SimJob that change after construction (``_profile`` only grows)."""
 
@@ -180,6 +182,7 @@ class SimJob:
         "_global_replica_cap",
         "_runtime_bounds",
         "_grad_min_replicas",
+        "_profile_steps",
         "_profile",
         *_MUTABLE,
     )
@@ -196,6 +199,7 @@ class SimJob:
         round_epoch_times: bool = False,
         runtime_bounds: bool = False,
         grad_min_replicas: int = 1,
+        profile_steps: int = 0,
     ) -> None:
         """Create a job that has not been submitted yet.
 
@@ -214,6 +218,10 @@ class SimJob:
             grad_min_replicas: Fewest GPUs a segment must run on for its gradient
                 statistics to reach the job's view (``SimConfig.grad_min_replicas``):
                 1 as the reference; 2 as the runtime, whose estimator compares ranks.
+            profile_steps: Optimizer steps a configuration must run (after its
+                restart delay) before its measurement reaches the job's view
+                (``SimConfig.profile_steps``): 0 as the reference (known at once);
+                2 as the runtime, which does not time a generation's first step.
         """
         self.spec = spec
         self.truth = truth
@@ -224,6 +232,7 @@ class SimJob:
         self._global_replica_cap = global_replica_cap
         self._runtime_bounds = runtime_bounds
         self._grad_min_replicas = grad_min_replicas
+        self._profile_steps = profile_steps
         self.placement = EMPTY
         self._shape: tuple[int, ...] = ()
         self._num_nodes = 0
@@ -244,6 +253,9 @@ class SimJob:
         self._grad: GradParams | None = None
         self._max_profiled_replicas = 0
         self._pick_key: object = None
+        # With profile_steps: the configuration being run and the seconds run on it.
+        self._ran_key: ProfileKey | None = None
+        self._ran_here = 0.0
 
     @property
     def name(self) -> str:
@@ -332,6 +344,7 @@ class SimJob:
         old_replicas = self.placement.num_replicas
         self.time = now
         self.placement = placement
+        self._ran_key = None
         if not placement:
             self._shape = ()
             self._num_nodes = 0
@@ -412,7 +425,16 @@ class SimJob:
             batch = replicas * atomic * (accum + 1)
             step, sync = truth.step_time(self._shape, atomic)
             sqr, var = truth.grad_stats(batch, self.epoch)
-            self._measure(atomic, step, sync, sqr, var)
+            if self._profile_steps:
+                # Measured only once this configuration ran profile_steps steps.
+                key = (self._num_nodes, replicas, atomic)
+                if key != self._ran_key:
+                    self._ran_key, self._ran_here = key, 0.0
+                enough = self._profile_steps * (step + (step - sync) * accum)
+                if self._ran_here >= enough:
+                    self._measure(atomic, step, sync, sqr, var)
+            else:
+                self._measure(atomic, step, sync, sqr, var)
             scale = batch / init_batch
             denom = var / scale + sqr
             gain = (var + sqr) / denom if denom > 0.0 else 1.0
@@ -423,6 +445,10 @@ class SimJob:
                 if rate > 0.0:
                     self.progress += rate * span
                 self._run(span, replicas)
+                if self._profile_steps:
+                    self._ran_here += span
+                    if self._ran_here >= enough:
+                        self._measure(atomic, step, sync, sqr, var)
                 span = 0.0
             else:
                 delta = (target - self.progress) / rate
@@ -432,6 +458,10 @@ class SimJob:
                 self.epoch += 1
                 self.progress = target
                 self._run(delta, replicas)
+                if self._profile_steps:
+                    self._ran_here += delta
+                    if self._ran_here >= enough:
+                        self._measure(atomic, step, sync, sqr, var)
                 span -= delta
                 if self.epoch >= max_epochs:
                     self.completion = self.time
