@@ -117,10 +117,16 @@ class RayBackend:
     def record(self, now: float, event: Event) -> bool:
         """The facts of ``event`` (the controller recorded a message's on receipt):
         a replica's protect timer or idle report that no longer matches its GPU is
-        moot; the first tick is the origin of the grid."""
+        moot, and so is an arrival the router withdrew; the first tick is the origin
+        of the grid."""
         ctl = self.ctl
         kind = event.kind
         if is_stale(ctl.board, event):
+            return False
+        if kind is EventKind.INFERENCE_ARRIVAL and event.job not in ctl.arrived:
+            # Withdrawn before the loop got to it: a replica that freed up took the
+            # request (the router posts an arrival while every replica is busy).
+            # Placing it anyway reclaimed a lent GPU for a request already served.
             return False
         if kind is EventKind.INFERENCE_DONE:
             assert event.gpu is not None

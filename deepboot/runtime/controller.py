@@ -220,6 +220,10 @@ class Controller(Recovery):
         self.handle_messages()
         if polled:
             self.iteration()
+            # What the router reported while the poll waited on the workers, before
+            # the due timers act on an older view (a protect timer would put to
+            # sleep, and a tick lend, the GPU of a replica a request now waits for).
+            self.handle_messages()
         self.driver.run_due()
         if polled or self._pending_log:
             self.flush()
