@@ -4,7 +4,7 @@ The workload: four elastic jobs of a fixed amount of work (``bench/twin_job.py``
 60, 80, 100 and 120 optimizer steps at a fixed total batch of 48, 20 ms of simulated
 GPU time per sample, 1-4 workers; submitted 6 s apart) and one service
 (``examples/runtime/echo_service.py``, 0.2 s a request, at most 2 replicas) under a
-lull / spike / lull request rate (0.5 rps, then 8 rps from 60 s to 80 s, then 0.5 rps
+lull / spike / lull request rate (1 rps, then 8 rps from 60 s to 80 s, then 1 rps
 until every job is done), on a cluster of 2 training + 1 inference nodes x 2 logical
 GPUs, policy ``deepboot`` (restart_delay=2), 2 s rounds, protect factor 0.05, AFE
 resizes.
@@ -25,7 +25,9 @@ resizes.
    the same cluster, policy, parameters, interval and protect factor, with
    applications whose step times are the runtime's own measurements (a throughput
    model fitted to them for a configuration the runtime never ran) and whose restart
-   cost is the measured pauses (medians). A fixed total batch (``batch_size =
+   cost is the measured pauses: a job's own mean pause for a change from as many
+   workers to as many where its runtime twin made one, else the mean pause of that
+   kind of change (:class:`MeasuredRestart`). A fixed total batch (``batch_size =
    max_batch_size``, the initial batch) makes "fixed work" mean the same in both
    worlds: each step is one unit of progress in the simulator, as it is one step of
    the job. The simulator is deterministic given its inputs; it runs once per
@@ -41,7 +43,9 @@ differ. The twin's simulator bounds each job as the runtime does
 ``min_workers``, pinned while a change is in its pause), and shows a policy a job's
 gradient statistics only once it has run on 2 GPUs (``grad_min_replicas=2``: the
 runtime's estimator compares ranks, and until a job has them its speedup is linear
-in both worlds); each job's statistics are its runtime twin's last ones. Column
+in both worlds); each job's statistics are its runtime twin's last ones; and a
+configuration's step time reaches the policy once the job ran 2 steps on it
+(``profile_steps=2``: the runtime does not time a generation's first step). Column
 ``ref. rules`` is an ablation, not the twin: the simulator with the reference
 simulator's rules (from 0 GPUs, at most twice the most a job has run on; statistics
 known from the first step), to show how much of the difference those rules make.
@@ -118,10 +122,16 @@ JOBS: tuple[tuple[str, float, int], ...] = (
 """(name, submit offset s, total steps) of each job."""
 SERVICE_DELAY = 0.2
 """Seconds of simulated GPU time per request."""
-RATE_PROFILE: tuple[tuple[float, float], ...] = ((0, 0.5), (60, 8.0), (80, 0.5), (900, 0.0))
+RATE_PROFILE: tuple[tuple[float, float], ...] = ((0, 1.0), (60, 8.0), (80, 1.0), (900, 0.0))
 """(time s, rps) from the load's start: lull, spike (1.6 replicas' work: the lent
 GPU is reclaimed), lull (the idle replica sleeps, its GPU is lent again) until the
-jobs are done (the load is stopped then)."""
+jobs are done (the load is stopped then). The lull's requests come 1 s apart, well
+inside the shortest protect time (0.05 x 30 s = 1.5 s): the replica that serves
+them stays warm. At 0.5 rps (until 2026-12-03) they came 2 s apart, between the
+protect time of a replica with no hit (1.5 s) and with one (2.25 s): whether it
+slept, was lent at the next tick and taken back 0.2-0.6 s later by the next request
+hung on the sub-second phase of the requests against the 2 s rounds, which differs
+from run to run and from world to world."""
 TRAINING_NODES, INFERENCE_NODES, GPUS_PER_NODE = 2, 1, 2
 INTERVAL = 2.0
 PROTECT_FACTOR = 0.05
@@ -421,8 +431,9 @@ def runtime_session(
             )
         rows, log = _read(state)
         return _runtime_result(
-            rows, log, out, load_started, time.monotonic() - started, exact_offset=exact_offset
-        )
+            rows, log, out, load_started, time.monotonic() - started, exact_offset=exact_offset,
+            tick0=first_tick(state),
+        )  # fmt: skip
     finally:
         if load is not None and load.poll() is None:
             load.kill()
@@ -449,15 +460,22 @@ def _runtime_result(
     wall_s: float,
     *,
     exact_offset: bool = False,
+    tick0: float | None = None,
 ) -> WorldRun:
     """Turn a finished run's store and request log into a :class:`WorldRun`.
 
-    The requests are put on the run's clock by the load's first replica start
+    The run's clock starts at its first round (``tick0``, Unix time; None: at the
+    controller's start), as the simulator's rounds start at 0: both worlds' rounds
+    then fall at the same seconds (the controller starts its rounds ~1 s after it
+    starts, once its compiled kernels are loaded; a job submitted in between waited
+    for a round 2 s later in the simulator). The requests are put on the run's clock
+    by the load's first replica start
     (:func:`~deepboot.report.timeline.load_offset`), or with ``exact_offset`` by
     their Unix send times (``sent_at``, where the CSV has them): with ``--slo`` a
     pre-warmed replica may take the first request, which then starts none.
     """
     t0 = next(e.time for e in log if e.kind is LogKind.CONTROLLER_STARTED)
+    t0 = t0 if tick0 is None else tick0
     run = WorldRun(wall_s=wall_s)
     m = run.measured
     for row in rows:
@@ -910,8 +928,24 @@ def _resim(root: Path, exact_offset: bool = False) -> WorldRun:
     rows, log = _read(root / "state")
     started = float((root / "load_started").read_text())
     return _runtime_result(
-        rows, log, root / "requests.csv", started, 0.0, exact_offset=exact_offset
-    )
+        rows, log, root / "requests.csv", started, 0.0, exact_offset=exact_offset,
+        tick0=first_tick(root / "state"),
+    )  # fmt: skip
+
+
+def first_tick(state: Path) -> float | None:
+    """Unix time of the first round of the run in ``state`` (its recording's first
+    TICK step; its rounds' grid starts there); None without one."""
+    from deepboot.scheduler.events import EventKind
+    from deepboot.world.recording import StepRecord, read_recording
+
+    try:
+        for record in read_recording(StateDir.at(state).recording):
+            if isinstance(record, StepRecord) and record.event.kind is EventKind.TICK:
+                return record.snapshot.now
+    except ValueError:  # no recording
+        return None
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
