@@ -7,12 +7,12 @@ still loads each on its first call: about a second on an idle core, and many mor
 a small machine while the first job's workers start. In the controller that first
 call came in the turn right after the first job's first generation formed (its first
 measurements: the first fit, then the first round with a fitted job), and the loop
-stood still meanwhile: 10-12 s in two of six runs of ``bench/twin.py`` on 2 cores,
-during which requests waited, protect timers fell due together and the next round
-decided on a stale view. :func:`warm_kernels` makes those first calls at start, on a
-made-up cluster, with a policy of its own and a generator of its own, so the loop's
-policy state and random stream are untouched (a replay, which never warms up,
-returns the same operations).
+stood still meanwhile: 12.4 and 9.7 s in two of four runs of ``bench/twin.py`` on 2
+cores, during which requests waited, protect timers fell due together and the next
+round decided on a stale view (none in 13 runs since). :func:`warm_kernels` makes
+those first calls at start, on a made-up cluster, with a policy of its own and a
+generator of its own, so the loop's policy state and random stream are untouched (a
+replay, which never warms up, returns the same operations).
 """
 
 from __future__ import annotations
