@@ -6,7 +6,7 @@ GPU time per sample, 1-4 workers; submitted 6 s apart) and one service
 (``examples/runtime/echo_service.py``, 0.2 s a request, at most 2 replicas) under a
 lull / spike / lull request rate (1 rps, then 8 rps from 60 s to 80 s, then 1 rps
 until every job is done), on a cluster of 2 training + 1 inference nodes x 2 logical
-GPUs, policy ``deepboot`` (restart_delay=2), 2 s rounds, protect factor 0.05, AFE
+GPUs, policy ``deepboot`` (restart_delay=10), 2 s rounds, protect factor 0.05, AFE
 resizes.
 
 1. **Runtime.** ``deepboot up`` a real local cluster (torch on the CPU), serve the
@@ -63,6 +63,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import itertools
 import json
 import math
 import signal
@@ -76,6 +77,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -132,11 +134,20 @@ protect time of a replica with no hit (1.5 s) and with one (2.25 s): whether it
 slept, was lent at the next tick and taken back 0.2-0.6 s later by the next request
 hung on the sub-second phase of the requests against the 2 s rounds, which differs
 from run to run and from world to world."""
+BAND = 0.2
+"""The twin's bar: each JCT within 20% of the runtime's."""
 TRAINING_NODES, INFERENCE_NODES, GPUS_PER_NODE = 2, 1, 2
 INTERVAL = 2.0
 PROTECT_FACTOR = 0.05
 POLICY = "deepboot"
-POLICY_PARAMS = {"restart_delay": 2}
+POLICY_PARAMS = {"restart_delay": 10}
+"""DeepBoot's reference delta, and about what a change costs here (starts 8-10 s,
+grows 5-6 s on average). With 2 (until 2026-12-03) the policy moved jobs on gains so
+small that which way a round went hung on a second of a pause: the simulator
+against itself, every pause moved by up to 2 s (``--sensitivity``), agreed on 0.64-
+0.67 of its decisions and failed "every median within 20%" in 44-61% of
+combinations; with 10, 0.91-1.00 and 0-2% (``/tmp/twin7``, ``/tmp/twin6``'s
+measurements)."""
 
 
 @dataclass(frozen=True)
@@ -672,6 +683,23 @@ class MeasuredRestart:
         return self.grow_by_joiners.get(new_replicas - old_replicas, self.grow)
 
 
+class JitteredRestart:
+    """A :class:`MeasuredRestart` whose every pause is moved by up to ``jitter`` seconds
+    either way (uniform; seeded, so a run is reproducible): the simulator against
+    itself under timing noise far smaller than the runtime's own (its pauses for one
+    change vary 2-3x from run to run), for ``--sensitivity``."""
+
+    def __init__(self, base: MeasuredRestart, jitter: float, seed: int) -> None:
+        self.base, self.jitter = base, jitter
+        self._rng = np.random.default_rng(seed)
+
+    def delay(
+        self, application: str, old_replicas: int, new_replicas: int, first_start: bool
+    ) -> float:
+        pause = self.base.delay(application, old_replicas, new_replicas, first_start)
+        return max(pause + float(self._rng.uniform(-self.jitter, self.jitter)), 0.0)
+
+
 def _mean(values: Sequence[float], default: float) -> float:
     return statistics.fmean(values) if values else default
 
@@ -680,17 +708,25 @@ def _median(values: Sequence[float], default: float) -> float:
     return statistics.median(values) if values else default
 
 
-def sim_run(rt: WorldRun, scale: float, reference: bool = False) -> WorldRun:
+def sim_run(
+    rt: WorldRun, scale: float, reference: bool = False, jitter: float = 0.0, seed: int = 0
+) -> WorldRun:
     """The simulator on ``rt``'s workload, measurements and requests: the twin (jobs
     bounded as the runtime bounds them, ``SimConfig.job_bounds="runtime"``, and their
     gradient statistics seen once they ran on 2 GPUs, as the runtime's estimator
     needs), or with ``reference`` the ablation with the reference simulator's rules
-    (its sizing; statistics known from the first step)."""
-    return simulate(rt, TWIN, scale, reference)[0]
+    (its sizing; statistics known from the first step). ``jitter`` > 0: every pause
+    moved by up to that many seconds (:class:`JitteredRestart`, seeded by ``seed``)."""
+    return simulate(rt, TWIN, scale, reference, jitter, seed)[0]
 
 
 def simulate(
-    rt: WorldRun, setup: Setup, scale: float, reference: bool = False
+    rt: WorldRun,
+    setup: Setup,
+    scale: float,
+    reference: bool = False,
+    jitter: float = 0.0,
+    seed: int = 0,
 ) -> tuple[WorldRun, Simulation]:
     """:func:`sim_run` for any ``setup``: the run, and the simulation it came from
     (its serving side has each request's record and the reclaims)."""
@@ -738,7 +774,8 @@ def simulate(
     settings = SharedCluster(
         lending=setup.lending, protect_factor=setup.protect_factor, afe=True, slo=setup.slo
     ).sim_kwargs(inference_nodes=setup.inference_nodes, policy=setup.policy)
-    settings["restart"] = MeasuredRestart.of(m)
+    measured = MeasuredRestart.of(m)
+    settings["restart"] = JitteredRestart(measured, jitter, seed) if jitter > 0 else measured
     config = SimConfig(
         interval=setup.interval,
         app_max_replicas=dict.fromkeys(steps, MAX_WORKERS),
@@ -903,6 +940,77 @@ def report(runs: list[Trio], console: Console) -> dict[str, Any]:
     return doc
 
 
+def _outside(ratios: Sequence[float], band: float = BAND) -> str:
+    """ "k/n" of ``ratios`` farther than ``band`` from 1."""
+    return f"{sum(abs(r - 1.0) > band for r in ratios)}/{len(ratios)}"
+
+
+def _span(ratios: Sequence[float]) -> str:
+    return f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-"
+
+
+def sensitivity(
+    runs: list[Trio], scale: float, n: int, jitter: float, console: Console
+) -> dict[str, Any]:
+    """The simulator against itself: each run re-simulated ``n`` times with every pause
+    moved by up to ``jitter`` s (:class:`JitteredRestart`), against the unmoved
+    simulation of that run, beside the runtime against the simulator.
+
+    Per job: the single-run ratios outside +-20% and their range; and the twin's own
+    statistic, the median of one moved simulation per run against the median of the
+    unmoved ones, over every combination (``n`` ** runs): how often a simulator that
+    differs from the runtime only by that timing noise would fail "every JCT within
+    20%". Returns the table as data.
+    """
+    names = [name for name, _, _ in JOBS]
+    moved = [
+        [sim_run(rt, scale, jitter=jitter, seed=1000 * (i + 1) + k) for k in range(n)]
+        for i, (rt, _, _) in enumerate(runs)
+    ]
+    table = Table(
+        title=f"The simulator against itself: {n} runs each with every pause moved by "
+        f"up to {jitter:g} s",
+        caption="single run: each job's JCT / the unmoved simulation's (the runtime: "
+        "runtime / sim swapped to sim / runtime); median of 3: over every combination "
+        "of one moved simulation per run",
+    )
+    for col in ("", "sim / runtime: outside 20%", "range", "moved / sim: outside 20%",
+                "range", "median of 3 outside 20%", "range"):  # fmt: skip
+        table.add_column(col, justify="right")
+    doc: dict[str, Any] = {"n": n, "jitter_s": jitter, "jobs": {}}
+    combos = list(itertools.product(range(n), repeat=len(runs)))
+    any_out = [False] * len(combos)
+    for name in names:
+        base = [sim.jct(name) for _, sim, _ in runs]
+        twin = [r for rt, sim, _ in runs if (r := _ratio(sim.jct(name), rt.jct(name)))]
+        single = [
+            r
+            for ps, b in zip(moved, base, strict=True)
+            for p in ps
+            if (r := _ratio(p.jct(name), b))
+        ]
+        med_base = _med(base)
+        meds: list[float] = []
+        for c, combo in enumerate(combos):
+            got = [j for i, k in enumerate(combo) if (j := moved[i][k].jct(name)) is not None]
+            if med_base and len(got) == len(combo):
+                r = statistics.median(got) / med_base
+                meds.append(r)
+                any_out[c] = any_out[c] or abs(r - 1.0) > BAND
+        table.add_row(f"JCT {name}", _outside(twin), _span(twin), _outside(single),
+                      _span(single), _outside(meds), _span(meds))  # fmt: skip
+        doc["jobs"][name] = {"twin": twin, "moved": single, "median_of_runs": meds}
+    agree = [agreement(sim, p)[0] for (_, sim, _), ps in zip(runs, moved, strict=True) for p in ps]
+    share = sum(any_out) / len(any_out) if any_out else 0.0
+    table.add_row("any job's median of 3 outside 20%", "", "", "", "", f"{share:.0%}", "")
+    table.add_row("decision agreement with the unmoved sim", "", "", "",
+                  f"median {statistics.median(agree):.2f}", "", _span(agree))  # fmt: skip
+    doc["any_median_outside"] = share
+    doc["agreement"] = agree
+    console.print(table)
+    return doc
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
 
@@ -968,7 +1076,20 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="no runtime: re-simulate the runs kept in this --keep directory (same --work-scale)",
     )
+    ap.add_argument(
+        "--sensitivity",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also re-simulate each run N times with every pause moved by up to --jitter "
+        "seconds: how far the simulator is from itself under timing noise (0: off)",
+    )
+    ap.add_argument(
+        "--jitter", type=float, default=0.25, help="seconds of --sensitivity (default 0.25)"
+    )
     args = ap.parse_args(argv)
+    if args.sensitivity < 0 or not args.jitter > 0:
+        ap.error("--sensitivity must be >= 0 and --jitter > 0")
     if args.runs < 1:
         ap.error("--runs must be >= 1")
     if not args.work_scale > 0:
@@ -998,6 +1119,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             runs.append((rt, sim, ref))
     doc = report(runs, console)
+    if args.sensitivity:
+        doc["sensitivity"] = sensitivity(
+            runs, args.work_scale, args.sensitivity, args.jitter, console
+        )
     doc["wall_s"] = time.monotonic() - started
     console.print(f"wall time {doc['wall_s']:.0f} s")
     if args.out:
