@@ -56,6 +56,11 @@ The runtime runs on a shared 2-core machine, so its numbers are noisy.
     PYTHONPATH=. .venv/bin/python bench/twin.py --out twin.json # also every run as JSON
     PYTHONPATH=. .venv/bin/python bench/twin.py --keep K        # keep the runtime runs in K
     PYTHONPATH=. .venv/bin/python bench/twin.py --resim K       # re-simulate them (seconds)
+    PYTHONPATH=. .venv/bin/python bench/twin.py --resim K --sensitivity 10 --jitter 1
+        # and each run 10 times more, every pause moved by up to 1 s: the simulator
+        # against itself, under timing noise of the runtime's order
+    PYTHONPATH=. .venv/bin/python bench/twin.py --resim K --restart-delay 2
+        # what the simulator does at another restart_delay on the same measurements
 """
 
 from __future__ import annotations
@@ -142,12 +147,11 @@ PROTECT_FACTOR = 0.05
 POLICY = "deepboot"
 POLICY_PARAMS = {"restart_delay": 10}
 """DeepBoot's reference delta, and about what a change costs here (starts 8-10 s,
-grows 5-6 s on average). With 2 (until 2026-12-03) the policy moved jobs on gains so
-small that which way a round went hung on a second of a pause: the simulator
-against itself, every pause moved by up to 2 s (``--sensitivity``), agreed on 0.64-
-0.67 of its decisions and failed "every median within 20%" in 44-61% of
-combinations; with 10, 0.91-1.00 and 0-2% (``/tmp/twin7``, ``/tmp/twin6``'s
-measurements)."""
+grows 4.5-7 s on average). At 2 (until 2026-12-03) the policy moved jobs on gains so
+small that which way a round went hung on a second of a pause: re-simulated with
+every pause moved by up to 2 s (``--sensitivity``), the simulator alone broke "every
+median within 20%" in 38-60% of draws on four sets of kept runs; at 10, in 0% on
+three and 24% on the fourth (docs/benchmarks.md, the twin)."""
 
 
 @dataclass(frozen=True)
@@ -296,7 +300,7 @@ class WorldRun:
         return self.finish[job] - self.submit[job]
 
 
-def _write_inputs(work: Path, scale: float) -> tuple[Path, list[Path], Path]:
+def _write_inputs(work: Path, scale: float, setup: Setup) -> tuple[Path, list[Path], Path]:
     work.mkdir(parents=True, exist_ok=True)
     service = work / "echo.toml"
     service.write_text(
@@ -304,7 +308,7 @@ def _write_inputs(work: Path, scale: float) -> tuple[Path, list[Path], Path]:
         f"concurrency = 1\nmax_replicas = {INFERENCE_NODES * GPUS_PER_NODE}\n"
         f"queue_bound = 1000\nrequest_timeout_s = 300\n[args]\ndelay_s = {SERVICE_DELAY}\n"
     )
-    jobs = write_jobs(work, TWIN, scale)
+    jobs = write_jobs(work, setup, scale)
     profile = work / "rate.csv"
     profile.write_text("time_s,rps\n" + "".join(f"{t},{r}\n" for t, r in RATE_PROFILE))
     return service, jobs, profile
@@ -342,11 +346,11 @@ def _interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def runtime_run(work: Path, scale: float, console: Console) -> WorldRun:
+def runtime_run(work: Path, scale: float, console: Console, setup: Setup = TWIN) -> WorldRun:
     """One run of the workload on a real local cluster (see the module docstring)."""
-    service, jobs, profile = _write_inputs(work, scale)
+    service, jobs, profile = _write_inputs(work, scale, setup)
     return runtime_session(
-        work, TWIN, service, jobs, ["echo", "--rate-profile", str(profile)], console
+        work, setup, service, jobs, ["echo", "--rate-profile", str(profile)], console
     )
 
 
@@ -709,7 +713,12 @@ def _median(values: Sequence[float], default: float) -> float:
 
 
 def sim_run(
-    rt: WorldRun, scale: float, reference: bool = False, jitter: float = 0.0, seed: int = 0
+    rt: WorldRun,
+    scale: float,
+    reference: bool = False,
+    jitter: float = 0.0,
+    seed: int = 0,
+    setup: Setup = TWIN,
 ) -> WorldRun:
     """The simulator on ``rt``'s workload, measurements and requests: the twin (jobs
     bounded as the runtime bounds them, ``SimConfig.job_bounds="runtime"``, and their
@@ -717,7 +726,7 @@ def sim_run(
     needs), or with ``reference`` the ablation with the reference simulator's rules
     (its sizing; statistics known from the first step). ``jitter`` > 0: every pause
     moved by up to that many seconds (:class:`JitteredRestart`, seeded by ``seed``)."""
-    return simulate(rt, TWIN, scale, reference, jitter, seed)[0]
+    return simulate(rt, setup, scale, reference, jitter, seed)[0]
 
 
 def simulate(
@@ -950,7 +959,12 @@ def _span(ratios: Sequence[float]) -> str:
 
 
 def sensitivity(
-    runs: list[Trio], scale: float, n: int, jitter: float, console: Console
+    runs: list[Trio],
+    scale: float,
+    n: int,
+    jitter: float,
+    console: Console,
+    setup: Setup = TWIN,
 ) -> dict[str, Any]:
     """The simulator against itself: each run re-simulated ``n`` times with every pause
     moved by up to ``jitter`` s (:class:`JitteredRestart`), against the unmoved
@@ -964,7 +978,7 @@ def sensitivity(
     """
     names = [name for name, _, _ in JOBS]
     moved = [
-        [sim_run(rt, scale, jitter=jitter, seed=1000 * (i + 1) + k) for k in range(n)]
+        [sim_run(rt, scale, jitter=jitter, seed=1000 * (i + 1) + k, setup=setup) for k in range(n)]
         for i, (rt, _, _) in enumerate(runs)
     ]
     table = Table(
@@ -1087,13 +1101,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--jitter", type=float, default=0.25, help="seconds of --sensitivity (default 0.25)"
     )
+    ap.add_argument(
+        "--restart-delay",
+        type=float,
+        default=None,
+        help=f"the deepboot policy's restart_delay in both worlds (default "
+        f"{POLICY_PARAMS['restart_delay']}); with --resim: what the simulator would have "
+        "done at another one on the kept runs' measurements",
+    )
     args = ap.parse_args(argv)
     if args.sensitivity < 0 or not args.jitter > 0:
         ap.error("--sensitivity must be >= 0 and --jitter > 0")
+    if args.restart_delay is not None and not args.restart_delay > 0:
+        ap.error("--restart-delay must be > 0 seconds")
     if args.runs < 1:
         ap.error("--runs must be >= 1")
     if not args.work_scale > 0:
         ap.error("--work-scale must be > 0")
+    setup = TWIN
+    if args.restart_delay is not None:
+        params = {**POLICY_PARAMS, "restart_delay": args.restart_delay}
+        setup = dataclasses.replace(TWIN, policy_params=tuple(params.items()))
     console = Console(width=160)
     started = time.monotonic()
     runs: list[Trio] = []
@@ -1107,9 +1135,9 @@ def main(argv: list[str] | None = None) -> int:
                 rt = _resim(kept[i])
             else:
                 console.print(f"runtime run {i + 1}/{args.runs}")
-                rt = runtime_run(root / f"run{i + 1}", args.work_scale, console)
-            sim = sim_run(rt, args.work_scale)
-            ref = sim_run(rt, args.work_scale, reference=True)
+                rt = runtime_run(root / f"run{i + 1}", args.work_scale, console, setup)
+            sim = sim_run(rt, args.work_scale, setup=setup)
+            ref = sim_run(rt, args.work_scale, reference=True, setup=setup)
             console.print(
                 "  JCT runtime / sim / ref. rules: "
                 + ", ".join(
@@ -1121,7 +1149,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = report(runs, console)
     if args.sensitivity:
         doc["sensitivity"] = sensitivity(
-            runs, args.work_scale, args.sensitivity, args.jitter, console
+            runs, args.work_scale, args.sensitivity, args.jitter, console, setup
         )
     doc["wall_s"] = time.monotonic() - started
     console.print(f"wall time {doc['wall_s']:.0f} s")

@@ -100,11 +100,11 @@ def test_each_configuration_runs_its_switch_on_the_runtime() -> None:
     assert h.work_scale(2) == pytest.approx(0.2)
 
 
-def test_the_twins_own_setup_gives_the_flags_it_always_ran_with() -> None:
+def test_the_twins_own_setup_gives_the_flags_it_runs_with() -> None:
     assert twin.TWIN.up_args() == [
         "--training-nodes", "2", "--inference-nodes", "1", "--gpus-per-node", "2",
         "--interval", "2.0", "--poll", "0.3", "--protect-factor", "0.05", "--http-port", "0",
-        "--collective-timeout", "15", "--policy", "deepboot", "--param=restart_delay=2",
+        "--collective-timeout", "15", "--policy", "deepboot", "--param=restart_delay=10",
     ]  # fmt: skip
 
 
@@ -229,3 +229,34 @@ def test_as_json_holds_every_configuration() -> None:
     doc = h.as_json({"slo": result}, 1)
     assert doc["configs"]["slo"]["setup"]["slo"] is True
     assert doc["configs"]["slo"]["predicted"]["avg_jct_s"] == result.predicted.avg_jct
+
+
+def test_jittered_pauses_stay_within_the_jitter_and_repeat_with_the_seed() -> None:
+    base = twin.MeasuredRestart.of(_recorded().measured)
+    draws = []
+    for seed in (7, 7, 8):
+        moved = twin.JitteredRestart(base, 1.0, seed)
+        draws.append([moved.delay("j1", old, new, False) for old, new in ((0, 2), (2, 1), (1, 3))])
+    expected = [base.delay("j1", o, n, False) for o, n in ((0, 2), (2, 1), (1, 3))]
+    assert draws[0] == draws[1] != draws[2]  # seeded
+    for got in draws:
+        assert all(g >= 0 and abs(g - e) <= 1.0 for g, e in zip(got, expected, strict=True))
+    assert twin.JitteredRestart(base, 10.0, 1).delay("j1", 2, 1, False) >= 0  # never negative
+
+
+def test_sensitivity_compares_each_run_with_itself_moved() -> None:
+    """``--sensitivity``: every job's moved simulations against the unmoved one, and
+    the median-of-runs statistic over every combination (n ** runs of them)."""
+    rt = _recorded()
+    sim = twin.sim_run(rt, 1.0)
+    runs = [(rt, sim, sim), (rt, sim, sim)]
+    doc = twin.sensitivity(runs, 1.0, 3, 0.5, Console(file=None, width=200, quiet=True))
+    assert set(doc["jobs"]) == {name for name, _, _ in twin.JOBS}
+    for job in doc["jobs"].values():
+        assert len(job["moved"]) == 6 and len(job["median_of_runs"]) == 9
+        assert all(r > 0 for r in job["moved"])
+    assert 0.0 <= doc["any_median_outside"] <= 1.0
+    assert len(doc["agreement"]) == 6 and all(0 <= a <= 1 for a in doc["agreement"])
+    # No jitter to speak of: the simulation is itself.
+    still = twin.sensitivity(runs, 1.0, 2, 1e-9, Console(quiet=True))
+    assert still["any_median_outside"] == 0.0 and set(still["agreement"]) == {1.0}
