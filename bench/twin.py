@@ -690,8 +690,8 @@ class MeasuredRestart:
 class JitteredRestart:
     """A :class:`MeasuredRestart` whose every pause is moved by up to ``jitter`` seconds
     either way (uniform; seeded, so a run is reproducible): the simulator against
-    itself under timing noise far smaller than the runtime's own (its pauses for one
-    change vary 2-3x from run to run), for ``--sensitivity``."""
+    itself under timing noise of the runtime's order (one job's pause for one change
+    differs between runs with an SD of about 1.8 s here), for ``--sensitivity``."""
 
     def __init__(self, base: MeasuredRestart, jitter: float, seed: int) -> None:
         self.base, self.jitter = base, jitter
