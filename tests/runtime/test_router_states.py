@@ -244,6 +244,9 @@ def test_replicas_that_keep_dying_serving_back_the_service_off(router: rt.Router
         rep.settle_start()
         wait_until("the call", lambda rep=rep: bool(rep.infers))
         rep.infers[0].set_exception(RuntimeError("segfault"))
+        # The router must hear of this death before the next replica starts for the
+        # same request, or the request may still be the dead one's.
+        wait_until("the death", lambda n=n: sum(isinstance(m, msg.Died) for m in inbox.all()) == n)
     wait_until("p answered", lambda: "p" in out)
     assert out["p"][0] == 502 and "2 replicas died" in out["p"][1]["error"]
     backoffs = [m for m in inbox.all() if isinstance(m, msg.Backoff)]
