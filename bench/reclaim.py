@@ -316,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the node-local model cache: echo and a 200 MB model, each without and "
         f"with --host-cache-gb {CACHE_GB:g} (AFE resizes)",
     )
+    ap.add_argument(
+        "--standby",
+        action="store_true",
+        help="every mode with 'deepboot up --standby-replicas': a replica starts in a "
+        "process started ahead of need (imports done), not a new one",
+    )
     args = ap.parse_args(argv)
     if args.reclaims < 1:
         ap.error("--reclaims must be >= 1")
@@ -329,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         ]
     else:
         modes = [Mode("afe", ()), Mode("restart", ("--no-afe",))]
+    if args.standby:
+        for m in modes:
+            m.flags = (*m.flags, "--standby-replicas")
     if args.only:
         modes = [m for m in modes if m.name == args.only]
         if not modes:

@@ -80,6 +80,27 @@ class Actors(Protocol):
         """Start replica ``name`` of a service on ``gpu``; returns its handle."""
         ...
 
+    def create_standby(self, name: str, node: int, log_path: str) -> None:
+        """Start standby ``name`` on node ``node`` (no GPU, no service: it imports;
+        :mod:`deepboot.runtime.replica`); never waits for it."""
+        ...
+
+    def standby_ready(self, name: str) -> bool:
+        """Whether standby ``name`` has finished its imports, or died (its promotion
+        then fails at once); never waits."""
+        ...
+
+    def promote(
+        self, name: str, spec: dict[str, Any], gpu: str, log_path: str, timeout: float
+    ) -> Any:
+        """Make standby ``name`` a replica of a service on ``gpu``; returns its handle.
+
+        Raises:
+            Exception: it did not take it within ``timeout`` seconds, or is dead (the
+                caller kills it and starts a new replica).
+        """
+        ...
+
     def handle(self, name: str) -> Any:
         """The handle of a named actor (the router calls a replica through it)."""
         ...
@@ -145,6 +166,7 @@ class RayActors:
         self._replica_cls: Any = None
         self._cache_cls: Any = None
         self._handles: dict[str, Any] = {}
+        self._standby_pids: dict[str, Any] = {}  # standby name -> its pid call
         self._asked: dict[str, Any] = {}  # actor name -> its unanswered report request
         self._report_timeout = report_timeout
 
@@ -165,6 +187,45 @@ class RayActors:
         options = _on_gpu(name, gpu, concurrency=int(spec.get("concurrency", 1)) + 1)
         handle = self._replica_cls.options(**options).remote(spec, gpu, log_path)
         self._handles[name] = handle
+        return handle
+
+    def create_standby(self, name: str, node: int, log_path: str) -> None:
+        """Start standby ``name`` on node ``node``: detached, named, one unit of the
+        node's resource (no GPU's), never restarted by Ray; the pid call asked now
+        answers once its imports are done (:meth:`standby_ready`)."""
+        from deepboot.runtime.replica import STANDBY_CONCURRENCY, ServiceReplica
+
+        if self._replica_cls is None:
+            self._replica_cls = self._ray.remote(ServiceReplica)
+        handle = self._replica_cls.options(
+            name=name,
+            namespace=NAMESPACE,
+            lifetime="detached",
+            num_cpus=0,
+            resources={node_resource(node): 1},
+            max_restarts=0,
+            max_concurrency=STANDBY_CONCURRENCY,
+        ).remote(None, f"node {node}", log_path)
+        self._handles[name] = handle
+        self._standby_pids[name] = handle.pid.remote()
+
+    def standby_ready(self, name: str) -> bool:
+        ref = self._standby_pids.get(name)
+        if ref is None:
+            return False
+        done, _ = self._ray.wait([ref], timeout=0)
+        return bool(done)
+
+    def promote(
+        self, name: str, spec: dict[str, Any], gpu: str, log_path: str, timeout: float
+    ) -> Any:
+        """The standby takes the service and asks for ``gpu``'s resource (it does not
+        wait for it: its load does); a wait of at most ``timeout`` for its answer."""
+        self._standby_pids.pop(name, None)
+        node, index = parse_gpu(gpu)
+        handle = self._handle(name)
+        ref = handle.become.remote(spec, gpu, log_path, gpu_resource(node, index))
+        self._ray.get(ref, timeout=timeout)
         return handle
 
     def handle(self, name: str) -> Any:
@@ -222,6 +283,7 @@ class RayActors:
             self._ray.kill(self._handle(name), no_restart=True)
         self._handles.pop(name, None)
         self._asked.pop(name, None)
+        self._standby_pids.pop(name, None)
 
     def list_workers(self) -> list[str]:
         """Names of every live worker actor in the namespace."""

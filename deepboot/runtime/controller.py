@@ -154,6 +154,7 @@ class Controller(Recovery):
         self.caches: dict[int, dict[str, Any]] = {}  # node -> its model cache's last view
         self._cached_view: Mapping[int, frozenset[str]] | None = None  # the snapshot's
         self._caches_changed = False
+        self.standbys: dict[int, str] = {}  # node -> its standby (--standby-replicas)
         self._tick0: float | None = None  # the first tick: the origin of the grid
         self._last = clock()
         self._stop = False
@@ -198,7 +199,8 @@ class Controller(Recovery):
 
     def start(self, serve: bool = True) -> None:
         """Load the compiled kernels (:mod:`~deepboot.runtime.warmup`), recover,
-        start (or find) the node-local model caches, start the HTTP endpoint (unless
+        start (or find) the node-local model caches and the standbys, start the HTTP
+        endpoint (unless
         ``serve`` is False: in-process tests), hand the replicas recovered idle to the
         loop, post the first tick."""
         self.recorder.start(self.settings.to_dict(), self.cluster)
@@ -207,6 +209,7 @@ class Controller(Recovery):
         log.info("compiled kernels loaded in %.1f s", took)
         self.recover()
         self.start_caches()
+        self.start_standbys()
         if serve:
             self.start_router()
         for gpu in self._idle_recovered:

@@ -34,6 +34,8 @@ CRASH_POINTS: Mapping[str, str] = MappingProxyType(
         "evict.killed": "an evicted replica's actor was killed, nothing flushed",
         "cold.recorded": "a new (cold or pre-warmed) replica's GPU row is durable; no "
         "actor exists yet",
+        "standby.promoted": "a standby took its service and asked for its GPU (placement "
+        "group); its GPU row not flushed",
         "recovery.planned": "recovery planned from the store and the actors; acted on nothing",
         "recovery.killed": "recovery killed the strays; nothing restored yet",
         "recovery.replicas": "recovery restored the replicas; the re-forms not offered",

@@ -96,6 +96,9 @@ class Intake(Nodes):
                         load_seconds=round(msg.load_seconds, 3),
                         start=msg.start,
                     )
+                # The standby this replica may have used is replaced now, not while
+                # it loaded (no-op without --standby-replicas or with one there).
+                self.start_standbys()
             elif isinstance(msg, rt.Died):
                 rec = self.board.get(parse_gpu(msg.gpu))
                 if rec.replica != msg.replica:
@@ -108,6 +111,7 @@ class Intake(Nodes):
                 )  # fmt: skip
                 self.board.fail(rec)  # the fact; the loop retries the queued tasks
                 self.post(Event(EventKind.REPLICA_LOST, gpu=rec.gpu_id))
+                self.start_standbys()  # were it a promoted standby: replaced now
         if self._pending_log:
             self.flush()
 

@@ -52,11 +52,13 @@ class Nodes(Replicas):
                     self.board.fail(g, GpuState.FREE)
                 log.warning("node %d is back: %d GPUs free", node.node_id, len(down))
                 self.cache_node_back(node.node_id)
+                self.start_standbys()  # its standby died with it (forgotten when it left)
                 self.note(LogKind.NODE, node=node.node_id, op="returned",
                           gpus=[gpu_name(g.gpu_id) for g in down])  # fmt: skip
 
     def _node_left(self, node: int, gpus: list[BoardGpu]) -> None:
         log.warning("node %d left the Ray cluster: %d GPUs out of the ledger", node, len(gpus))
+        self.standbys.pop(node, None)  # died with it: another once the node returns
         for g in gpus:
             name = gpu_name(g.gpu_id)
             if g.job is not None:

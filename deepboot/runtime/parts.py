@@ -104,6 +104,8 @@ class ControllerParts:
     # their view (``ModelCache.view``); the snapshot's ``cached`` is read from it.
     caches: dict[int, dict[str, Any]]
     _cached_view: Mapping[int, frozenset[str]] | None
+    # With --standby-replicas: node -> its standby's actor name (not yet promoted).
+    standbys: dict[int, str]
     _caches_changed: bool
     _tick0: float | None
     _last: float

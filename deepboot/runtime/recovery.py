@@ -26,7 +26,7 @@ from deepboot.core.gpu import GpuState
 from deepboot.elastic.protocol import Generation, WorkerReport, WorkerStatus
 from deepboot.runtime.actors import ActorName
 from deepboot.runtime.intake import Intake
-from deepboot.runtime.replica import REPLICA_PREFIX, parse_replica_name
+from deepboot.runtime.replica import REPLICA_PREFIX
 from deepboot.runtime.store import GpuRow, JobRow, JobState, LogKind
 from deepboot.runtime.world import JobRec, OnlineModel, parse_gpu
 from deepboot.scheduler.events import Event, EventKind
@@ -156,17 +156,19 @@ def plan_replicas(
         gpus: The cluster's GPU names.
         claimed: GPUs the kept workers hold.
     """
-    rows = {r.gpu: r for r in stored}
+    # By the name the row records, not the name's GPU: a promoted standby's name
+    # (``r|~standby|<node>|<inc>``) names no GPU. Every standby no row names is killed
+    # (one that was promoted before a crash could flush its row holds a GPU's
+    # placement group); the controller starts fresh ones.
+    rows = {r.replica: r for r in stored if r.replica}
     keep: list[tuple[str, GpuRow]] = []
     kill: list[str] = []
     for name in live:
-        parsed = parse_replica_name(name)
-        row = rows.get(parsed[1]) if parsed else None
+        row = rows.get(name)
         ok = (
             row is not None
             and row.gpu in gpus
             and row.gpu not in claimed
-            and row.replica == name
             and row.service in services
             and row.state in _REPLICA_STATES
         )

@@ -30,6 +30,18 @@ has ``from_weights`` and its node's cache holds the model; otherwise, or if the
 restore fails, it loads in full (a *cold start*). Services that share a ``model``
 name share its cached weights: give services with different weights different
 ``model`` names. A handler without the pair behaves as before the cache.
+
+Standby replicas (``deepboot up --standby-replicas``): a replica's process start and
+its ``import torch`` take 1.5-3 s on a small machine, longer than a restore from the
+node's cache. A *standby* is a replica actor started ahead of need on an inference
+node, with no service and no GPU: it has only imported (``ServiceReplica(None, ...)``,
+named by :func:`standby_name`). When a replica is needed on that node the controller
+promotes it (:meth:`ServiceReplica.become`): it takes the service and the GPU, and
+asks Ray for the GPU's resource by a placement group of its own. Created by a
+detached actor, the group lives as long as the actor does, so the GPU stays Ray's to
+guard as for any replica: the standby loads only once the group is placed (the GPU's
+previous holder is gone), and a worker that asks for the GPU next waits until the
+promoted standby is dead.
 """
 
 from __future__ import annotations
@@ -65,8 +77,30 @@ REPLICA_PREFIX = "r|"
 """Start of every replica actor's name (see :func:`replica_name`)."""
 
 
+STANDBY_SERVICE = "~standby"
+"""The service part of a standby's name (``~`` is in no service's name)."""
+
+STANDBY_CONCURRENCY = 64
+"""Calls a standby takes at once (its actor's ``max_concurrency``, fixed before it
+knows its service): a service with more than one less than this is never given one."""
+
+PLACEMENT_WAIT_S = 600.0
+"""Longest wait of a promoted standby for its GPU (the router's load timeout, shorter
+for most services, ends it sooner)."""
+
+
 def replica_name(service: str, gpu: str, incarnation: int) -> str:
     return f"{REPLICA_PREFIX}{service}|{gpu}|{incarnation}"
+
+
+def standby_name(node: int, incarnation: int) -> str:
+    """The name of standby ``incarnation`` of node ``node``: ``r|~standby|<node>|<inc>``
+    (a replica's prefix, so that ``deepboot down`` and recovery find it)."""
+    return f"{REPLICA_PREFIX}{STANDBY_SERVICE}|{node}|{incarnation}"
+
+
+def is_standby_name(name: str) -> bool:
+    return name.startswith(f"{REPLICA_PREFIX}{STANDBY_SERVICE}|")
 
 
 def parse_replica_name(name: str) -> tuple[str, str, int] | None:
@@ -84,22 +118,68 @@ class ServiceReplica:
     """One replica of one service on one GPU (wrapped by ``ray.remote`` by the controller).
 
     Args:
-        spec: The service (``ServiceSpec.to_json()``).
-        gpu: The GPU id "node.index" it runs on.
+        spec: The service (``ServiceSpec.to_json()``); None for a standby (module doc),
+            which only imports until :meth:`become` gives it a service.
+        gpu: The GPU id "node.index" it runs on (a standby: its node, for its log).
         log_path: File that receives the replica's output.
     """
 
-    def __init__(self, spec: dict[str, Any], gpu: str, log_path: str) -> None:
-        self.spec = ServiceSpec.from_json(spec)
-        self.gpu = gpu
-        out = open(log_path, "a", buffering=1)  # noqa: SIM115 (lives with the actor)
-        sys.stdout = sys.stderr = out
+    def __init__(self, spec: dict[str, Any] | None, gpu: str, log_path: str) -> None:
         self._handler: Callable[[Any], Any] | None = None
         self._lock = threading.Lock()
+        self._placement: Any = None  # a promoted standby's placement group (its GPU)
+        if spec is None:
+            self._log_to(log_path)
+            started = time.perf_counter()
+            _preimport()
+            print(f"[standby {gpu}] pid {os.getpid()}, imported in "
+                  f"{time.perf_counter() - started:.3f} s")  # fmt: skip
+            return
+        self._serve(spec, gpu, log_path)
+
+    def _serve(self, spec: dict[str, Any], gpu: str, log_path: str) -> None:
+        self.spec = ServiceSpec.from_json(spec)
+        self.gpu = gpu
+        self._log_to(log_path)
         # The router never sends more than ``concurrency`` calls at once (a call past
         # its deadline restarts the replica); this refuses one more, should it.
         self._slots = threading.BoundedSemaphore(self.spec.concurrency)
         print(f"[{self.spec.name} {gpu}] replica pid {os.getpid()}")
+
+    @staticmethod
+    def _log_to(log_path: str) -> None:
+        out = open(log_path, "a", buffering=1)  # noqa: SIM115 (lives with the actor)
+        sys.stdout = sys.stderr = out
+
+    def become(self, spec: dict[str, Any], gpu: str, log_path: str, resource: str) -> int:
+        """Promote this standby to a replica of ``spec`` on ``gpu``, whose Ray resource
+        is ``resource``: ask for it by a placement group of this actor's (placed once
+        the GPU's previous holder is gone; removed by Ray when this actor dies), and
+        return at once; :meth:`load` waits for the group. Returns the process id.
+
+        Raises:
+            RuntimeError: it is a replica already (promoted, or started as one).
+        """
+        from ray.util.placement_group import placement_group
+
+        with self._lock:
+            if hasattr(self, "spec"):
+                raise RuntimeError(f"already a replica of {self.spec.name} on {self.gpu}")
+            self._placement = placement_group([{resource: 1.0}], strategy="STRICT_PACK")
+            self._serve(spec, gpu, log_path)
+        return os.getpid()
+
+    def _wait_for_gpu(self) -> None:
+        """A promoted standby: block until its GPU is its own (the placement group is
+        placed), at most :data:`PLACEMENT_WAIT_S`."""
+        if self._placement is None:
+            return
+        import ray
+
+        started = time.perf_counter()
+        ray.get(self._placement.ready(), timeout=PLACEMENT_WAIT_S)
+        print(f"[{self.spec.name} {self.gpu}] promoted standby: had the GPU after "
+              f"{time.perf_counter() - started:.3f} s")  # fmt: skip
 
     def load(self) -> dict[str, Any]:
         """Build the handler: from the node's cache when it holds the model and the
@@ -112,6 +192,7 @@ class ServiceReplica:
         with self._lock:
             if self._handler is not None:
                 return {"seconds": 0.0, "start": ""}
+            self._wait_for_gpu()  # before the clock: a queued replica's wait is Ray's
             started = time.perf_counter()
             try:
                 import torch
@@ -210,3 +291,13 @@ class ServiceReplica:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def _preimport() -> None:
+    """A standby's imports: torch (when installed), as a replica's load would."""
+    try:
+        import torch
+
+        torch.set_num_threads(1)  # one core's worth per logical GPU
+    except ImportError:  # a cluster whose services have no torch
+        pass

@@ -22,7 +22,7 @@ from typing import Any
 from deepboot.core.cluster import Pool
 from deepboot.core.gpu import GpuId, GpuState
 from deepboot.runtime.polling import Polling
-from deepboot.runtime.replica import replica_name
+from deepboot.runtime.replica import STANDBY_CONCURRENCY, replica_name, standby_name
 from deepboot.runtime.store import LogKind
 from deepboot.runtime.world import gpu_name
 from deepboot.scheduler.control import ReplicaLoad
@@ -32,6 +32,10 @@ from deepboot.world.gpus import apply_gpu_op
 log = logging.getLogger("deepboot.controller")
 
 _NO_REPLICAS: Mapping[GpuId, ReplicaLoad] = MappingProxyType({})
+
+STANDBY_CALL_TIMEOUT_S = 2.0
+"""Longest wait for a ready standby to take its service (a call that returns at once:
+a longer one means its process is in trouble; then a new replica starts instead)."""
 
 CACHE_CALL_TIMEOUT_S = 10.0
 """Longest wait for a model cache to start or to say what it holds (then the
@@ -98,26 +102,84 @@ class Replicas(Polling):
         self.warming[op.gpu] = Warming(name, op.service, op.until, self.clock())
 
     def _new_replica(self, gpu_id: GpuId, service: str, task: str) -> str:
-        """Start a new replica actor of ``service`` on ``gpu_id`` (already RUNNING on
-        the ledger) for request ``task`` ("": pre-warmed, none) and tell the router;
-        returns the actor's name. The log row is durable before the actor exists: a
-        controller that dies in between finds a row naming a replica that is not
-        there (the GPU comes back FREE), never a live replica no row names."""
+        """Start a new replica of ``service`` on ``gpu_id`` (already RUNNING on the
+        ledger) for request ``task`` ("": pre-warmed, none) and tell the router;
+        returns the actor's name. The node's standby becomes it when there is one
+        (``--standby-replicas``), else a new actor.
+
+        A new actor's log row is durable before the actor exists: a controller that
+        dies in between finds a row naming a replica that is not there (the GPU comes
+        back FREE), never a live replica no row names. A standby is promoted before
+        its row: one that dies in between finds a live promoted standby that no row
+        names, which recovery kills (as it kills every standby no row names)."""
         rec = self.board.get(gpu_id)
         gpu = gpu_name(gpu_id)
         spec = self.specs[service]
-        name = replica_name(service, gpu, self._next_incarnation(f"replica:{service}"))
-        rec.replica = name
+        log_path = str(self.state.logs / f"service-{service}.log")
         extra: dict[str, Any] = {} if task else {"prewarm": True}
-        self.note(LogKind.REPLICA, gpu=gpu, service=service, op="start", cold=True, **extra)
-        self.flush()
-        self.fault("cold.recorded")
-        handle = self.actors.create_replica(
-            name, spec.to_json(), gpu, str(self.state.logs / f"service-{service}.log")
-        )
+        promoted = self._promote_standby(gpu_id, spec.to_json(), spec.concurrency, log_path)
+        if promoted is not None:
+            name, handle = promoted
+            self.fault("standby.promoted")
+            rec.replica = name
+            self.note(LogKind.REPLICA, gpu=gpu, service=service, op="start", cold=True,
+                      standby=True, **extra)  # fmt: skip
+            self.flush()
+        else:
+            name = replica_name(service, gpu, self._next_incarnation(f"replica:{service}"))
+            rec.replica = name
+            self.note(LogKind.REPLICA, gpu=gpu, service=service, op="start", cold=True, **extra)
+            self.flush()
+            self.fault("cold.recorded")
+            handle = self.actors.create_replica(name, spec.to_json(), gpu, log_path)
         if self.router is not None:
             self.router.start_replica(gpu, service, name, handle, cold=True, task=task)
         return name
+
+    # -- standby replicas (--standby-replicas) -----------------------------------------------
+
+    def start_standbys(self) -> None:
+        """A standby on every inference node that has none (``--standby-replicas``;
+        nothing without). Never waits: each imports in its own process, and is used
+        once it answers (:meth:`Actors.standby_ready`)."""
+        if not self.settings.standby_replicas:
+            return
+        for node in self.cluster.pool_nodes(Pool.INFERENCE):
+            if node.node_id in self.standbys:
+                continue
+            name = standby_name(node.node_id, self._next_incarnation(f"standby:{node.node_id}"))
+            try:
+                self.actors.create_standby(
+                    name, node.node_id, str(self.state.logs / f"standby-{node.node_id}.log")
+                )
+            except Exception as exc:  # noqa: BLE001 (without one, replicas start as before)
+                log.warning("could not start node %d's standby: %s", node.node_id, exc)
+                continue
+            self.standbys[node.node_id] = name
+
+    def _promote_standby(
+        self, gpu_id: GpuId, spec: dict[str, Any], concurrency: int, log_path: str
+    ) -> tuple[str, Any] | None:
+        """The node's standby made a replica of ``spec`` on ``gpu_id``: its name and
+        handle; None when there is none ready (off, still importing, or too few call
+        slots for the service), or it failed (killed; the caller starts a new actor).
+        The next standby starts once this one's replica is ready (``start_standbys``
+        from the router's Ready): not now, when it would take the CPU from this load."""
+        name = self.standbys.get(gpu_id[0])
+        if name is None or concurrency + 1 > STANDBY_CONCURRENCY:
+            return None
+        if not self.actors.standby_ready(name):
+            return None
+        del self.standbys[gpu_id[0]]
+        try:
+            handle = self.actors.promote(name, spec, gpu_name(gpu_id), log_path,
+                                         STANDBY_CALL_TIMEOUT_S)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 (a new actor instead: never an error)
+            log.warning("standby %s could not be promoted (%s: %s); a new replica instead",
+                        name, type(exc).__name__, exc)  # fmt: skip
+            self.actors.kill(name)
+            return None
+        return name, handle
 
     def warming_loads(self) -> Mapping[GpuId, ReplicaLoad]:
         """The snapshot's ``replicas``: each pre-warmed replica still loading, as full

@@ -57,6 +57,9 @@ class ControllerSettings:
             controller waits for it); then it is evicted anyway.
         slow_turn_s: A turn of the controller's loop longer than this is logged
             with the loop's stack at that moment (where it is stuck).
+        standby_replicas: Keep one replica process started ahead of need on each
+            inference node (``--standby-replicas``; :mod:`deepboot.runtime.replica`):
+            a new replica there skips its process start and imports.
     """
 
     policy: str = "deepboot"
@@ -76,6 +79,7 @@ class ControllerSettings:
     node_check: float = 5.0
     export_timeout: float = 5.0
     slow_turn_s: float = 5.0
+    standby_replicas: bool = False
 
     def __post_init__(self) -> None:
         if not self.export_timeout > 0:

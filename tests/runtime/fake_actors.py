@@ -12,6 +12,10 @@ then None, as a dead Ray actor's) and reads what the controller did from ``creat
 Model caches are real :class:`~deepboot.runtime.modelcache.ModelCache` objects (their
 ``put`` the identity); a fake replica exports ``export_bytes`` bytes of weights (0:
 its handler has no ``export_weights``), or raises if its name is in ``export_fails``.
+
+Standbys (``--standby-replicas``) are listed with the replicas (their "GPU" is their
+node until promoted); one in ``importing`` is not ready yet, and promoting one in
+``promote_fails`` raises.
 """
 
 from __future__ import annotations
@@ -62,6 +66,10 @@ class FakeActors:
     export_bytes: int = 0
     export_fails: set[str] = field(default_factory=set)
     exported: list[str] = field(default_factory=list)  # replicas asked to export
+    standbys: list[tuple[str, int]] = field(default_factory=list)  # created: name, node
+    promoted: list[tuple[str, str]] = field(default_factory=list)  # name, gpu
+    importing: set[str] = field(default_factory=set)
+    promote_fails: set[str] = field(default_factory=set)
 
     def create(self, name: str, config: WorkerConfig, gpu: str, first: Generation) -> None:
         assert name not in self.workers, f"{name} created twice"
@@ -76,6 +84,25 @@ class FakeActors:
     def create_replica(self, name: str, spec: dict[str, Any], gpu: str, log_path: str) -> Any:
         self.replicas[name] = gpu
         self.models[name] = spec["model"]
+        return name
+
+    def create_standby(self, name: str, node: int, log_path: str) -> None:
+        assert name not in self.replicas, f"{name} created twice"
+        self.replicas[name] = str(node)
+        self.standbys.append((name, node))
+
+    def standby_ready(self, name: str) -> bool:
+        return name not in self.importing
+
+    def promote(
+        self, name: str, spec: dict[str, Any], gpu: str, log_path: str, timeout: float
+    ) -> Any:
+        if name in self.promote_fails or name not in self.replicas:
+            raise TimeoutError(f"{name} did not take its service within {timeout} s")
+        assert "." not in self.replicas[name], f"{name} promoted twice"
+        self.replicas[name] = gpu
+        self.models[name] = spec["model"]
+        self.promoted.append((name, gpu))
         return name
 
     def ensure_cache(self, node: int, capacity_gb: float, timeout: float) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ from deepboot.core.service import ServiceSpec
 from deepboot.runtime.controller import Controller
 from deepboot.runtime.faults import point_names
 from deepboot.runtime.jobspec import JobSpec
+from deepboot.runtime.replica import is_standby_name
 from deepboot.runtime.settings import ControllerSettings
 from deepboot.runtime.statedir import StateDir
 from deepboot.runtime.store import JobState, JobStore, LogKind
@@ -53,9 +54,12 @@ def controller(
     crash_at: str = "",
     afe: bool = True,
     host_cache_gb: float = 0.0,
+    standby: bool = False,
 ) -> Controller:
     shared = SharedCluster(afe=afe, host_cache_gb=host_cache_gb)
-    settings = ControllerSettings(policy="fifo", interval=2.0, shared=shared, crash_at=crash_at)
+    settings = ControllerSettings(
+        policy="fifo", interval=2.0, shared=shared, crash_at=crash_at, standby_replicas=standby
+    )
     sd = StateDir.at(state).ensure()
     return Controller(sd, settings, CLUSTER, fake, clock=clock, crash=_crash)
 
@@ -153,6 +157,18 @@ def warm_replica_then_restart(ctl: Controller, fake: FakeActors) -> None:
     raise Crashed("the first controller dies between turns")
 
 
+def standby_replica(ctl: Controller, fake: FakeActors) -> None:
+    """A job formed; a replica starts on GPU 1.1 as node 1's promoted standby
+    (``--standby-replicas``)."""
+    register(ctl)
+    submit(ctl, "j")
+    move(ctl, "j", ("0.0", "0.1"))
+    settle(ctl)
+    ctl.start_standbys()
+    ctl.backend.apply(Step(ops=(StartReplica((1, 1), "svc", "r1", cold=True, hits=0),)))
+    ctl.flush()
+
+
 Scenario = Callable[[Controller, FakeActors], None]
 
 SCENARIOS: dict[str, tuple[Scenario, bool]] = {
@@ -176,6 +192,7 @@ SCENARIOS: dict[str, tuple[Scenario, bool]] = {
     "cold.recorded": (replica, True),
     "evict.exported": (replica, True),
     "evict.killed": (replica, True),
+    "standby.promoted": (standby_replica, True),
     "recovery.planned": (warm_replica_then_restart, True),
     "recovery.killed": (warm_replica_then_restart, True),
     "recovery.replicas": (warm_replica_then_restart, True),
@@ -212,14 +229,20 @@ def test_a_controller_killed_at_a_crash_point_loses_nothing(tmp_path: Path, poin
     # The replica's scenarios with the node-local model cache on (its replica
     # exports 1 kB at its eviction); the others as without it.
     gb = 1.0 if scenario is replica else 0.0
+    standby = scenario is standby_replica
     fake = FakeActors(work={"j": WORK}, clock=clock, export_bytes=1000)
     state = tmp_path / "state"
-    first = controller(state, fake, clock, crash_at=point, afe=afe, host_cache_gb=gb)
+    first = controller(
+        state, fake, clock, crash_at=point, afe=afe, host_cache_gb=gb, standby=standby
+    )
     first.start_caches()
     with pytest.raises(Crashed):
         scenario(first, fake)
     first.store.close()
-    replicas_before = set(fake.replicas)
+    # Standbys aside: recovery kills every one that no row names (a promoted one
+    # whose row was not flushed among them), checked below.
+    replicas_before = {n for n in fake.replicas if not is_standby_name(n)}
+    promoted = [n for n, _ in fake.promoted]
     if point.startswith("recovery."):
         second = controller(state, fake, clock, crash_at=point, afe=afe, host_cache_gb=gb)
         with pytest.raises(Crashed, match=point):
@@ -229,10 +252,14 @@ def test_a_controller_killed_at_a_crash_point_loses_nothing(tmp_path: Path, poin
     finished_before = {r.name for r in store.jobs() if r.state is JobState.FINISHED}
     store.close()
 
-    ctl = controller(state, fake, clock, afe=afe, host_cache_gb=gb)
+    ctl = controller(state, fake, clock, afe=afe, host_cache_gb=gb, standby=standby)
     ctl.start(serve=False)
     # No warm replica killed by recovery (one the scenario itself evicted is gone).
-    assert replicas_before == set(fake.replicas)
+    assert replicas_before == {n for n in fake.replicas if not is_standby_name(n)}
+    if point == "standby.promoted":
+        assert promoted and promoted[0] in fake.killed, "a promoted standby no row names"
+        assert ctl.board.get((1, 1)).replica is None
+        assert ctl.standbys and set(ctl.standbys.values()) <= set(fake.replicas)
     run_to_the_end(ctl, fake, clock, {"j"})
 
     rows = {r.name: r for r in ctl.store.jobs()}

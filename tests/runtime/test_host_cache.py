@@ -68,20 +68,48 @@ def _replica_ops(state: Path) -> list[dict[str, object]]:
     return [e.detail for e in events(state) if e.kind is LogKind.REPLICA]
 
 
-def test_a_replica_evicted_for_lending_starts_again_from_its_nodes_cache(
-    tmp_path: Path,
-) -> None:
+FLAGS = (
+    "--training-nodes", "1", "--inference-nodes", "1", "--gpus-per-node", "1",
+    "--protect-factor", "0.05", "--host-cache-gb", "0.05",
+)  # fmt: skip
+"""The local cluster's: 1 training + 1 inference node x 1 GPU, a 50 MB cache."""
+
+
+def _weights(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    """A 4 MB weights file for the big service, and its matrix."""
     import sys
 
     sys.path.insert(0, str(BIG.parent))
     from big_service import make_weights  # type: ignore[import-not-found]
 
     weights = make_weights(tmp_path / "w.npy", mb=4)
-    matrix = np.load(weights)
+    return weights, np.load(weights)
+
+
+def _lend_after_export(tmp_path: Path, state: Path) -> None:
+    """Submit a job that never ends, and wait until the sleeping replica on GPU 1.0 was
+    evicted for lending (its model exported into node 1's cache) and the GPU lent."""
+    job = write_job(
+        tmp_path, "train", threshold=1e-12, delay=0.0, sample_delay=0.005, max_workers=2
+    )
+    cli(state, "submit", str(job))
+
+    def lent_after_export() -> bool:
+        ops = _replica_ops(state)
+        evicted = any(d["op"] == "evict" and d.get("cache") == "exported" for d in ops)
+        gpus = [e.detail for e in events(state) if e.kind is LogKind.GPU]
+        return evicted and any(d["gpu"] == "1.0" and d["op"] == "lend" for d in gpus)
+
+    wait_for("the replica's eviction (exported) and its GPU lent", lent_after_export, 300)
+
+
+def test_a_replica_evicted_for_lending_starts_again_from_its_nodes_cache(
+    tmp_path: Path,
+) -> None:
+    weights, matrix = _weights(tmp_path)
     loads = tmp_path / "loads.txt"
     state = tmp_path / "state"
-    flags = ("--training-nodes", "1", "--inference-nodes", "1", "--gpus-per-node", "1")
-    with local_cluster(state, *flags, "--protect-factor", "0.05", "--host-cache-gb", "0.05"):
+    with local_cluster(state, *FLAGS):
         cli(state, "serve", str(_service(tmp_path, weights, loads)))
         x = [1.0, -2.0, 0.5]
         want = (matrix[:8, :3] @ np.array(x, np.float32)).tolist()
@@ -99,18 +127,7 @@ def test_a_replica_evicted_for_lending_starts_again_from_its_nodes_cache(
         #    workers are slower than 1, and whether the fit has seen that depends on
         #    timing (whether a grow formed before a reclaim), and with it whether
         #    the policy lends it the GPU again after the restart.
-        job = write_job(
-            tmp_path, "train", threshold=1e-12, delay=0.0, sample_delay=0.005, max_workers=2
-        )
-        cli(state, "submit", str(job))
-
-        def lent_after_export() -> bool:
-            ops = _replica_ops(state)
-            evicted = any(d["op"] == "evict" and d.get("cache") == "exported" for d in ops)
-            gpus = [e.detail for e in events(state) if e.kind is LogKind.GPU]
-            return evicted and any(d["gpu"] == "1.0" and d["op"] == "lend" for d in gpus)
-
-        wait_for("the replica's eviction (exported) and its GPU lent", lent_after_export, 300)
+        _lend_after_export(tmp_path, state)
         [cache] = status(state)["caches"]
         assert cache["node"] == 1 and cache["models"] == ["big-matrix"]
         assert 0 < cache["used_bytes"] <= cache["bound_bytes"] == 50_000_000
@@ -191,3 +208,56 @@ def test_a_replica_evicted_for_lending_starts_again_from_its_nodes_cache(
     # replays exactly, across the restart.
     same = cli(state, "replay", check=False)
     assert same.returncode == 0 and "no divergence" in same.stdout, same.stdout
+
+
+def test_a_promoted_standby_restores_from_the_cache_and_gives_its_gpu_back(
+    tmp_path: Path,
+) -> None:
+    """``--standby-replicas``: the replica that takes a lent GPU back is node 1's
+    standby (its process started and imported ahead of need), promoted: it restores
+    from the cache and answers the same; evicted, its placement group goes with it,
+    so the job's worker gets GPU 1.0 back and forms."""
+    weights, matrix = _weights(tmp_path)
+    loads = tmp_path / "loads.txt"
+    state = tmp_path / "state"
+    with local_cluster(state, *FLAGS, "--standby-replicas"):
+        cli(state, "serve", str(_service(tmp_path, weights, loads)))
+        x = [1.0, -2.0, 0.5]
+        want = (matrix[:8, :3] @ np.array(x, np.float32)).tolist()
+        code, body = post(state, "big", "first", {"x": x})
+        assert code == 200, body
+        _lend_after_export(tmp_path, state)
+        code, body = post(state, "big", "second", {"x": x})
+        assert code == 200, body
+        assert np.allclose(body["result"]["y"], want, rtol=1e-5)
+
+        def readies() -> list[dict[str, object]]:
+            return [d for d in _replica_ops(state) if d["op"] == "ready"]
+
+        assert wait_for("the second replica's ready", lambda: len(readies()) == 2, 60)
+        assert readies()[-1]["start"] == "host"
+        assert loads.read_text().count("\n") == 1, "the handler loaded in full again"
+        second_start = [d for d in _replica_ops(state) if d["op"] == "start"][-1]
+        assert second_start.get("standby") is True, "the node's standby was not used"
+        log_text = (state / "logs" / "service-big.log").read_text()
+        assert "promoted standby: had the GPU after" in log_text
+        evicted_at = len(_replica_ops(state))
+
+        # Evicted again for lending: Ray removes its placement group with it, and the
+        # job's worker on GPU 1.0 (which asks Ray for the GPU's own resource) forms.
+        def grown_onto_1_0() -> bool:
+            ops = _replica_ops(state)
+            if not any(d["op"] == "evict" for d in ops[evicted_at - 1 :]):
+                return False
+            last_evict = max(
+                e.seq for e in events(state)
+                if e.kind is LogKind.REPLICA and e.detail["op"] == "evict"
+            )  # fmt: skip
+            return any(
+                e.seq > last_evict and e.kind is LogKind.RESIZED and "1.0" in e.detail["digests"]
+                for e in events(state)
+            )
+
+        wait_for("the job to form on GPU 1.0 after the promoted standby's eviction",
+                 grown_onto_1_0, 300)  # fmt: skip
+        cli(state, "cancel", "train")

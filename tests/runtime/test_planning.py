@@ -11,7 +11,7 @@ from deepboot.runtime.actors import actor_name
 from deepboot.runtime.generations import CHANGES, Change, GenerationPlan, plan_generation
 from deepboot.runtime.jobspec import JobSpec
 from deepboot.runtime.recovery import JobPlan, Outcome, plan_recovery, plan_replicas
-from deepboot.runtime.replica import replica_name
+from deepboot.runtime.replica import replica_name, standby_name
 from deepboot.runtime.store import GpuRow, JobRow, JobState
 
 # -- generations ------------------------------------------------------------------------
@@ -182,3 +182,13 @@ def test_a_replica_its_gpus_row_does_not_name_is_killed() -> None:
     stored = [gpu_row("2.0", "sleep", "s", mine)]
     keep, kill = plan_replicas(stored, [other, mine], {"s"}, {"2.0"}, ())
     assert [n for n, _ in keep] == [mine] and kill == (other,)
+
+
+def test_a_promoted_standby_is_kept_by_the_name_its_row_records() -> None:
+    # A standby's name names its node, not its GPU: the row that names it keeps it;
+    # one no row names (never promoted, or promoted before a crash could flush its
+    # row) is killed.
+    promoted, idle = standby_name(2, 1), standby_name(2, 2)
+    stored = [gpu_row("2.1", "running", "s", promoted)]
+    keep, kill = plan_replicas(stored, [promoted, idle], {"s"}, {"2.0", "2.1"}, ())
+    assert keep == ((promoted, stored[0]),) and kill == (idle,)
