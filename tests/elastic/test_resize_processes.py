@@ -167,17 +167,28 @@ def test_a_member_whose_rendezvous_failed_inside_the_group_still_forms_the_next(
 
 def test_a_generations_first_step_is_not_measured(tmp_path: Path) -> None:
     """The throughput fit gets every step but each generation's first (its warm-up):
-    60 steps over two generations give 58 measurements, each of its own generation's
+    100 steps over two generations give 98 measurements, each of its own generation's
     size."""
     g1 = gen(tmp_path, 1, ["1", "2"])
-    a, b = spawn("1", g1, steps=60, delay=0.05), spawn("2", g1, steps=60, delay=0.05)
+    a, b = spawn("1", g1, steps=100, delay=0.05), spawn("2", g1, steps=100, delay=0.05)
     procs = [a, b]
     measured: list[int] = []  # the world size of each measurement, in order
     try:
-        reports = wait_until([a, b], lambda r: r.status is WorkerStatus.RUNNING)
-        measured += [m.num_replicas for m in reports["1"].measurements]
+        # The move is offered once generation 1 has taken a few steps: offered as
+        # soon as it runs, it can reach the first step's collective (slow: gloo
+        # connects on it) and move the job after that unmeasured step, leaving
+        # generation 1 no measurement at all. Every report's measurements are kept
+        # (a report hands them over once).
+        deadline = time.monotonic() + 90
+        while True:
+            r = a.report()
+            measured += [m.num_replicas for m in r.measurements]
+            if r.status is WorkerStatus.RUNNING and r.step >= 5:
+                break
+            assert time.monotonic() < deadline, f"generation 1 did not run: {r}"
+            time.sleep(0.1)
         g2 = gen(tmp_path, 2, ["1"])
-        for p in (a, b):  # early (3 s of steps): the move comes at a step boundary
+        for p in (a, b):  # early (95 steps left): the move comes at a step boundary
             p.offer(g2)
         deadline = time.monotonic() + 90
         while True:
@@ -190,8 +201,8 @@ def test_a_generations_first_step_is_not_measured(tmp_path: Path) -> None:
         at_two = measured.count(2)
         at_one = measured.count(1)
         assert measured == [2] * at_two + [1] * at_one
-        # Every step of the 60 but the first of each generation.
-        assert at_two + at_one == 60 - 2
+        # Every step of the 100 but the first of each generation.
+        assert at_two + at_one == 100 - 2
         assert at_two >= 1 and at_one >= 1
     finally:
         stop_all(procs)
