@@ -31,7 +31,9 @@ jittered by +-30 s, the same K workloads for every run.
 ``--host-cache`` (issue 23) runs instead, per workload: ``limit`` (Pollux on every
 GPU, the inference dropped: the all-GPU limit the issue's probe ratios are against)
 and ``limit-deepboot`` (DeepBoot's allocator so), ``slo-0.99`` and
-``pollux-slo-0.99`` without and with the host cache (``+cache``), ``deepboot+cache``
+``pollux-slo-0.99`` without and with the host cache (``+cache``: preloaded with the
+services' models, ``--host-cache-preload``; ``pollux-slo-0.99+lazy``: the cache
+filled only by evicted replicas), ``deepboot+cache``
 (DeepBoot's reactive lending with the cache) and ``probe-0.5s`` (every cold start
 set to 0.5 s, reactive DeepBoot without the replica lifecycle: the rough probe the
 issue sets the bar by), in the ``1s`` setting; genai-day also in ``2xcold`` (its ``1s`` is out of
@@ -103,15 +105,19 @@ PROBE_COLD_S = 0.5
 
 
 def cache_runs(gb: float) -> tuple[tuple[str, str, bool], ...]:
-    """``--host-cache``'s runs, each (name, run text, with the probe's services)."""
+    """``--host-cache``'s runs, each (name, run text, with the probe's services).
+    ``+cache``: the cache preloaded with the services' models; ``+lazy``: filled
+    only by evicted replicas."""
+    cache = f"host-cache-gb={gb:g},host-cache-preload"
     return (
         ("limit", "pollux:no-inference", False),
         ("limit-deepboot", "deepboot:no-inference", False),
         ("slo-0.99", "deepboot:slo,slo-target=0.99", False),
-        ("slo-0.99+cache", f"deepboot:slo,slo-target=0.99,host-cache-gb={gb:g}", False),
+        ("slo-0.99+cache", f"deepboot:slo,slo-target=0.99,{cache}", False),
         ("pollux-slo-0.99", "pollux:slo,slo-target=0.99", False),
-        ("pollux-slo-0.99+cache", f"pollux:slo,slo-target=0.99,host-cache-gb={gb:g}", False),
-        ("deepboot+cache", f"deepboot:host-cache-gb={gb:g}", False),
+        ("pollux-slo-0.99+cache", f"pollux:slo,slo-target=0.99,{cache}", False),
+        ("pollux-slo-0.99+lazy", f"pollux:slo,slo-target=0.99,host-cache-gb={gb:g}", False),
+        ("deepboot+cache", f"deepboot:{cache}", False),
         ("probe-0.5s", "deepboot:no-lifecycle", True),
     )
 
@@ -344,6 +350,8 @@ def figure(pts: Sequence[Point], path: Path) -> None:
                 color, marker = "tab:cyan", "v"
             elif p.run.endswith("+cache") and "slo" in p.run:
                 color, marker = "darkgreen", "*"
+            elif p.run.endswith("+lazy"):
+                color, marker = "yellowgreen", "*"
             elif p.run in SLO_RUNS or p.run.startswith("slo-idle-"):
                 color, marker = "tab:green", "P"
             else:

@@ -142,6 +142,7 @@ def simulate(
     warm_pool: bool = False,
     oracle: bool = False,
     host_cache_gb: float = 0.0,
+    host_cache_preload: bool = False,
 ) -> Result:
     """Simulate ``policy`` on ``workload`` and ``cluster``, as ``deepboot simulate``.
 
@@ -166,6 +167,8 @@ def simulate(
             its two references (``deepboot simulate --help``, docs/slo.md).
         host_cache_gb: GB of each inference node's host memory that keeps evicted
             replicas' models (``deepboot simulate --host-cache-gb``; 0: off).
+        host_cache_preload: Stage the services' models in those caches before the
+            first request (``--host-cache-preload``).
 
     Returns:
         The summary and the per-job and per-task records.
@@ -205,6 +208,7 @@ def simulate(
         warm_pool=warm_pool,
         oracle=oracle,
         host_cache_gb=host_cache_gb,
+        host_cache_preload=host_cache_preload,
     ).sim_kwargs(inference_nodes=inference_nodes, policy=policy)
     from deepboot.policies import inference
 

@@ -66,6 +66,8 @@ run syntax:  --run NAME=POLICY[:FLAG,FLAG...]   (NAME= is optional)
   host-cache-gb=GB  keep evicted replicas' models in each inference node's host
                     memory, up to GB (ours, docs/slo.md); a replica of a cached
                     model starts from there instead of cold (default 0: off)
+  host-cache-preload with host-cache-gb: stage the services' models in the caches
+                    before the first request (spread over the nodes)
   no-inference      drop the workload's inference tasks and give training every
                     node (the all-GPU limit)
   KEY=VALUE         a parameter of the training policy (as simulate --param)
@@ -88,6 +90,7 @@ _BOOL_FLAGS: Mapping[str, tuple[str, bool]] = MappingProxyType(
         "slo": ("slo", True),
         "warm-pool": ("warm_pool", True),
         "oracle": ("oracle", True),
+        "host-cache-preload": ("host_cache_preload", True),
     }
 )
 
@@ -114,6 +117,7 @@ class RunSpec:
         oracle: The oracle reference.
         host_cache_gb: GB of each inference node's host-memory model cache (None:
             off).
+        host_cache_preload: Stage the services' models in those caches first.
         no_inference: Drop inference tasks and use every node for training.
         params: Training-policy parameters, as ``(key, value)`` strings.
         inference_params: Inference-policy parameters (``ats-i.KEY=VALUE`` flags).
@@ -136,6 +140,7 @@ class RunSpec:
     warm_pool: bool = False
     oracle: bool = False
     host_cache_gb: float | None = None
+    host_cache_preload: bool = False
     no_inference: bool = False
     params: tuple[tuple[str, str], ...] = ()
     inference_params: tuple[tuple[str, str], ...] = ()
@@ -265,6 +270,7 @@ def sim_config(run: RunSpec, interval: float, seed: int, inference_nodes: int) -
         warm_pool=run.warm_pool,
         oracle=run.oracle,
         host_cache_gb=run.host_cache_gb or 0.0,
+        host_cache_preload=run.host_cache_preload,
     ).sim_kwargs(inference_nodes=0 if run.no_inference else inference_nodes, policy=run.policy)
     return SimConfig(interval=interval, seed=seed, **settings)
 
@@ -302,6 +308,8 @@ def describe_config(run: RunSpec, config: SimConfig) -> str:
             parts.append(f"idle target {config.slo.idle_target:g}")
     if config.host_cache.enabled:
         parts.append(f"host cache {config.host_cache.capacity_gb:g} GB per node")
+        if config.host_cache.preload:
+            parts.append("models preloaded")
     return ", ".join(parts)
 
 

@@ -69,6 +69,25 @@ def test_the_runtime_refuses_the_simulators_model_of_a_host_start(
     assert not (tmp_path / "state").exists()
 
 
+def test_preloaded_caches_start_the_first_replicas_from_host_memory(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Without the preload each model's first start on a node is cold (nothing was
+    evicted there yet); with it the caches hold the models from the start (the cold
+    starts left are on the training pool's FREE GPUs, which have no cache)."""
+    code, lazy, _ = _simulate(capsys, tmp_path, "--host-cache-gb", "8")
+    assert code == 0 and lazy is not None
+    code, pre, _ = _simulate(capsys, tmp_path, "--host-cache-gb", "8", "--host-cache-preload")
+    assert code == 0 and pre is not None
+    before, after = lazy["inference"], pre["inference"]
+    assert isinstance(before, dict) and isinstance(after, dict)
+    assert after["cold_starts"] < before["cold_starts"]
+    assert after["host_starts"] > before["host_starts"]
+    assert after["tasks"] == before["tasks"]
+    code, _, err = _simulate(capsys, tmp_path, "--host-cache-preload")
+    assert code == 2 and "--host-cache-preload needs --host-cache-gb" in err
+
+
 def test_compare_runs_and_the_api_take_it() -> None:
     from deepboot.matrix import describe_config, parse_run, sim_config
 
@@ -77,6 +96,9 @@ def test_compare_runs_and_the_api_take_it() -> None:
     assert config.host_cache.enabled and config.host_cache.capacity_gb == 16.0
     assert "host cache 16 GB per node" in describe_config(run, config)
     assert not sim_config(parse_run("deepboot"), 60.0, 0, 2).host_cache.enabled
+    pre = parse_run("deepboot:host-cache-gb=16,host-cache-preload")
+    config = sim_config(pre, 60.0, 0, 2)
+    assert config.host_cache.preload and "models preloaded" in describe_config(pre, config)
 
 
 def test_the_api_counts_host_starts() -> None:
@@ -86,3 +108,5 @@ def test_the_api_counts_host_starts() -> None:
     cluster = deepboot.cluster("4x4", inference_nodes=2)
     result = deepboot.simulate(workload, cluster, "deepboot", host_cache_gb=8)
     assert result.summary["inference"]["host_starts"] > 0
+    pre = deepboot.simulate(workload, cluster, "deepboot", host_cache_gb=8, host_cache_preload=True)
+    assert pre.summary["inference"]["cold_starts"] < result.summary["inference"]["cold_starts"]

@@ -227,6 +227,15 @@ def add_shared_cluster_flags(parser: argparse.ArgumentParser) -> None:
         help="with --host-cache-gb: fixed seconds of a start from host memory, before "
         "the copy (default 0.5; an assumption, set a measured one)",
     )
+    host.add_argument(
+        "--host-cache-preload",
+        action="store_true",
+        help="with --host-cache-gb: stage the services' models in every inference "
+        "node's cache before the first request (spread over the nodes when they do "
+        "not all fit), as a platform copies a deployed model to its nodes; without "
+        "it a cache holds only what evicted replicas left, so the first starts of "
+        "each model are cold",
+    )
     parser.add_argument(
         "--ats-i",
         dest="ats_i",
@@ -297,6 +306,7 @@ def shared_cluster(args: argparse.Namespace) -> SharedCluster:
         host_cache_gb=float(getattr(args, "host_cache_gb", 0.0) or 0.0),
         host_gbps=getattr(args, "host_gbps", None),
         host_init_s=getattr(args, "host_init_s", None),
+        host_cache_preload=bool(getattr(args, "host_cache_preload", False)),
     )
 
 

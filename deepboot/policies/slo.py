@@ -83,6 +83,7 @@ def _no_schedules() -> Mapping[str, DemandSchedule]:
 
 
 _NONE: Mapping[str, float] = MappingProxyType({})
+_NO_COUNTS: Mapping[str, int] = MappingProxyType({})
 
 
 SLO_FORECAST = ForecastConfig(bin_s=60.0, halflife_s=300.0)
@@ -114,8 +115,9 @@ class SloConfig:
         idle_target: In the relaxed regime, the fraction of cold starts that should
             find an idle GPU (a sleeping replica or a FREE GPU) rather than wait on
             a reclaim (:func:`idle_need`). docs/benchmarks.md has the sweep behind
-            0.75: at 0.5 most reclaims stay reactive; at 0.9-0.99 the held GPUs
-            cost genai-day.csv's training 8-12% JCT.
+            0.75: the lowest JCT of 0.5-0.99 on small, middle and genai-day.csv's
+            relaxed setting; 0.5 reclaims 1.5-2.7x more, 0.99 costs genai-day's
+            training 5% JCT.
         forecast: The demand forecast's parameters (:data:`SLO_FORECAST`).
         oracle: Per service, its exact future demand: the ``oracle`` reference holds
             the peak of it over the horizon instead of a forecast (a reference that
@@ -324,14 +326,23 @@ def idle_need(
     interval: float,
     config: SloConfig,
     starts: Mapping[str, float] = _NONE,
+    serving: Mapping[str, int] = _NO_COUNTS,
 ) -> int:
     """Idle inference GPUs (sleeping replicas or FREE) to keep from lending for the
-    relaxed services, which share them: Erlang B's replicas for
+    relaxed services, which share them: Erlang B's servers for
     ``config.idle_target`` at their pooled offered load, each service's forecast
     peak over its horizon times the GPU-seconds a request that starts a replica
     takes (its start, cold or from host memory per ``starts``, plus the mean task
-    duration, over its concurrency). 0 with ``enabled``
-    off, or when no relaxed service has a forecast demand.
+    duration, over its concurrency), less the relaxed services' replicas serving
+    now (``serving``). 0 with ``enabled`` off, or when no relaxed service has a
+    forecast demand.
+
+    Why less the serving ones: Erlang B counts every server, busy or idle, and a
+    replica that finishes its task rejoins the pool at once (SLEEP, reusable by
+    any relaxed service's next start). The pool's servers are the idle GPUs held
+    plus the replicas serving, so holding the whole count idle beside them held
+    the serving ones twice: on ``middle.csv`` about 3 GPUs more than the target
+    needs, for the whole run (docs/benchmarks.md, issue 23).
 
     Args:
         services: Every service's spec.
@@ -341,20 +352,26 @@ def idle_need(
         interval: Seconds between scheduling rounds.
         config: The SLO parameters.
         starts: Host starts (:func:`host_starts`), as for :func:`service_needs`.
+        serving: Replicas serving a task (RUNNING, a load included) per service now;
+            the relaxed services' are subtracted (missing: none).
     """
     if not config.enabled or config.oracle:
         return 0
     offered = 0.0
+    busy = 0
     for name in sorted(services):
         spec = services[name]
         if not relaxed(spec, config, starts):
             continue
+        busy += serving.get(name, 0)
         demand = _demand(name, spec, histories, loads, interval, config, starts)
         if demand is None:
             continue
         peak, duration = demand
         offered += peak * (start_s(spec, starts) + duration) / max(spec.concurrency, 1)
-    return replicas_for(offered, config.idle_target, 1) if offered > 0 else 0
+    if offered <= 0:
+        return 0
+    return max(replicas_for(offered, config.idle_target, 1) - busy, 0)
 
 
 def _demand(

@@ -133,6 +133,8 @@ RUNTIME_REFUSED = {
     "host_gbps": "the runtime's host starts are measured (a real copy from its node's "
     "cache), not modelled by a bandwidth",
     "host_init_s": "the runtime's host starts are measured, not modelled by a fixed part",
+    "host_cache_preload": "the runtime's node caches hold what evicted replicas exported; "
+    "staging a model needs a replica to load and export it, not built yet",
 }
 """Shared-cluster knobs the runtime refuses, and why (``--host-cache-gb`` runs: the
 node-local model cache, :mod:`deepboot.runtime.modelcache`; so does ``--slo``, with its
@@ -161,8 +163,8 @@ def check_runnable(shared: SharedCluster) -> None:
     """Refuse, with the reason, the shared-cluster knobs this world cannot run.
 
     Raises:
-        ConfigError: ``--warm-pool``, ``--oracle``, ``--host-gbps`` or
-            ``--host-init-s``.
+        ConfigError: ``--warm-pool``, ``--oracle``, ``--host-gbps``,
+            ``--host-init-s`` or ``--host-cache-preload``.
     """
     for name, why in RUNTIME_REFUSED.items():
         value = getattr(shared, name)

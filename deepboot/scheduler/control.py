@@ -52,6 +52,7 @@ the :class:`Backend` protocol: ``snapshot(event)`` and ``apply(step)``.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -373,7 +374,16 @@ class ControlLoop:
         needs = service_needs(
             snap.services, snap.arrivals, snap.loads, snap.now, s.interval, s.slo, pool, starts
         )
-        idle = idle_need(snap.services, snap.arrivals, snap.loads, s.interval, s.slo, starts)
+        # Replicas serving on the inference pool: servers of the relaxed services'
+        # shared pool that rejoin it when their task ends (idle_need).
+        serving = Counter(
+            g.service
+            for g in snap.gpus
+            if g.pool is Pool.INFERENCE and g.state is GpuState.RUNNING and g.service
+        )
+        idle = idle_need(
+            snap.services, snap.arrivals, snap.loads, s.interval, s.slo, starts, serving
+        )
         return guard(
             needs, snap.gpus, snap.jobs, snap.services, snap.cluster, snap.now, s.interval, idle,
             snap.cached, snap.loading,

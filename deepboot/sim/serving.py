@@ -168,6 +168,11 @@ class Serving:
                 )
             self._model_gb[name] = gb
         self.cache = cache
+        if cache.config.preload:
+            models: dict[str, float] = {}
+            for name in sorted(self.services):
+                models.setdefault(self.services[name].model, self._model_gb[name])
+            cache.preload(models.items())
         self.host_start_s = MappingProxyType(
             {name: cache.config.start_s(gb) for name, gb in self._model_gb.items()}
         )

@@ -57,6 +57,10 @@ class HostCacheConfig:
             (every start is cold, as DeepBoot's).
         gbps: Host-to-GPU copy bandwidth, GB/s (:data:`DEFAULT_HOST_GBPS`).
         init_s: Fixed seconds of a host start (:data:`DEFAULT_HOST_INIT_S`).
+        preload: Stage the services' models in the caches before the first request
+            (:meth:`HostCache.preload`), as a serving platform copies a deployed
+            model's weights to its nodes' host memory; off: a cache holds only what
+            evicted replicas left.
 
     Raises:
         ConfigError: a value out of range (the message names it).
@@ -65,6 +69,7 @@ class HostCacheConfig:
     capacity_gb: float = 0.0
     gbps: float = DEFAULT_HOST_GBPS
     init_s: float = DEFAULT_HOST_INIT_S
+    preload: bool = False
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.capacity_gb) and self.capacity_gb >= 0):
@@ -129,6 +134,30 @@ class HostCache:
             used -= freed
             self._view = None
         cached[model] = gb
+
+    def preload(self, models: Iterable[tuple[str, float]]) -> None:
+        """Stage ``models`` (name, GB) before any replica ran: each node in turn takes
+        the next models in the given order, wrapping round, until the next one
+        would not fit or it holds every model, so that models that do not all fit
+        in one node are spread over the nodes (each model on about the same number
+        of them) rather than the same few on all. Deterministic; the first model a
+        node takes is its least recently used."""
+        order = [(m, gb) for m, gb in dict(models).items() if gb <= self.config.capacity_gb]
+        if not order:
+            return
+        nxt = 0
+        for node in sorted(self._nodes):
+            cached = self._nodes[node]
+            used = sum(cached.values())
+            for _ in range(len(order)):
+                model, gb = order[nxt]
+                if model not in cached:
+                    if used + gb > self.config.capacity_gb:
+                        break
+                    cached[model] = gb
+                    used += gb
+                nxt = (nxt + 1) % len(order)
+        self._view = None
 
     def use(self, node: int, model: str) -> None:
         """A replica started from ``node``'s copy of ``model``: it is the most

@@ -69,6 +69,8 @@ class SharedCluster:
             of evicted replicas (:mod:`deepboot.world.hostcache`); 0 = off.
         host_gbps: Its host-to-GPU copy bandwidth, GB/s (None: the default).
         host_init_s: The fixed seconds of a start from it (None: the default).
+        host_cache_preload: Stage every service's model in the caches before the
+            first request (:attr:`HostCacheConfig.preload`; the simulator's only).
 
     Raises:
         ConfigError: ``protect_factor``, ``reserve_target``, ``reserve_window``,
@@ -95,6 +97,7 @@ class SharedCluster:
     host_cache_gb: float = 0.0
     host_gbps: float | None = None
     host_init_s: float | None = None
+    host_cache_preload: bool = False
 
     def __post_init__(self) -> None:
         # Numbers as numbers, whichever door they came in by (a matrix cell, JSON).
@@ -137,6 +140,8 @@ class SharedCluster:
             self.host_cache_gb
         ):
             raise ConfigError("--host-gbps and --host-init-s need --host-cache-gb")
+        if self.host_cache_preload and not self.host_cache_gb:
+            raise ConfigError("--host-cache-preload needs --host-cache-gb")
         self.host_cache  # noqa: B018 - HostCacheConfig checks the three
 
     def _chosen(self) -> list[str]:
@@ -178,6 +183,7 @@ class SharedCluster:
             capacity_gb=self.host_cache_gb,
             gbps=default.gbps if self.host_gbps is None else self.host_gbps,
             init_s=default.init_s if self.host_init_s is None else self.host_init_s,
+            preload=bool(self.host_cache_preload),
         )
 
     @property

@@ -162,6 +162,23 @@ def test_the_relaxed_services_share_an_idle_pool_sized_by_erlang_b() -> None:
     assert idle_need(halved, hist, loads, 60.0, ON) == replicas_for(1.4, 0.75)
 
 
+def test_the_idle_pool_counts_the_relaxed_replicas_serving_as_its_servers() -> None:
+    """Erlang B's 6 servers for 5.6 Erlangs are busy and idle ones together, and a
+    replica that ends its task rejoins the pool: with 4 relaxed replicas serving, 2
+    idle GPUs make the 6. The pre-warm service's replicas are not the pool's."""
+    services = {
+        "r1": spec("r1", slo_wait_s=20.0),
+        "r2": spec("r2", slo_wait_s=20.0),
+        "p": spec("p"),
+    }
+    hist = {"r1": steady(6), "r2": steady(6), "p": steady(60)}
+    loads = {n: ServiceLoad(0.1, 20.0) for n in services}
+    servers = replicas_for(5.6, 0.75)
+    assert idle_need(services, hist, loads, 60.0, ON, serving={"r1": 3, "r2": 1}) == servers - 4
+    assert idle_need(services, hist, loads, 60.0, ON, serving={"p": 5}) == servers
+    assert idle_need(services, hist, loads, 60.0, ON, serving={"r1": 9}) == 0  # never below 0
+
+
 def test_relaxed_services_take_no_share_of_a_full_pool() -> None:
     """When the pre-warm needs exceed the pool, a relaxed service's forecast does not
     compete for it (it would hold only its guarantee anyway)."""

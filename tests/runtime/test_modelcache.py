@@ -220,6 +220,8 @@ def test_the_runtime_runs_the_cache_but_refuses_the_simulators_model_of_it() -> 
         check_runnable(SharedCluster(host_cache_gb=4.0, host_gbps=10.0))
     with pytest.raises(ConfigError, match="--host-init-s"):
         check_runnable(SharedCluster(host_cache_gb=4.0, host_init_s=0.0))
+    with pytest.raises(ConfigError, match="--host-cache-preload: the runtime's node caches"):
+        check_runnable(SharedCluster(host_cache_gb=4.0, host_cache_preload=True))
     with pytest.raises(ConfigError, match="--export-timeout"):
         ControllerSettings(export_timeout=0.0)
 

@@ -58,6 +58,22 @@ def test_bad_settings_are_refused_by_name(kwargs: dict[str, float], flag: str) -
         HostCacheConfig(**kwargs)
 
 
+def test_a_preload_fills_every_node_and_spreads_what_does_not_fit_in_one() -> None:
+    """Four 4 GB models, 10 GB per node: two per node, the next two on the next node,
+    so each model is on half of the nodes; one that fits nowhere is skipped."""
+    cache = HostCache(HostCacheConfig(capacity_gb=10.0, preload=True), nodes=(7, 5, 6, 8))
+    models = [("a", 4.0), ("b", 4.0), ("c", 4.0), ("d", 4.0), ("huge", 11.0)]
+    cache.preload(models)
+    assert [cache.contents(n) for n in (5, 6, 7, 8)] == [
+        ("a", "b"), ("c", "d"), ("a", "b"), ("c", "d"),
+    ]  # fmt: skip
+    assert all(cache.used_gb(n) <= 10.0 for n in (5, 6, 7, 8))
+    assert cache.host_starts == 0 and cache.view()[5] == frozenset({"a", "b"})
+    roomy = HostCache(HostCacheConfig(capacity_gb=100.0), nodes=(1, 2))
+    roomy.preload(models)  # all fit: every node holds each once
+    assert roomy.contents(1) == roomy.contents(2) == ("a", "b", "c", "d", "huge")
+
+
 def test_the_catalog_sizes_every_deepboot_model() -> None:
     from deepboot.sim.config import DEEPBOOT_COLD_START
 
