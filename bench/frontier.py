@@ -27,6 +27,11 @@ jittered by +-30 s, the same K workloads for every run.
     .venv/bin/python bench/frontier.py --quick --only small      # 1 replication, small
     .venv/bin/python bench/frontier.py --idle-sweep --procs 2    # the relaxed idle pool
     .venv/bin/python bench/frontier.py --host-cache --procs 2    # issue 23: host memory
+    .venv/bin/python bench/frontier.py --host-cache --interval 30   # rounds every 30 s
+
+Every run rounds every ``--interval`` seconds, the limits included (default 60:
+Pollux's and DeepBoot's; with the host cache, 30 s rounds close most of the rest of
+``middle``'s gap to the limit: docs/benchmarks.md, "30 s rounds").
 
 ``--host-cache`` (issue 23) runs instead, per workload: ``limit`` (Pollux on every
 GPU, the inference dropped: the all-GPU limit the issue's probe ratios are against)
@@ -204,6 +209,7 @@ def make_cells(
     reps: int,
     runs: Sequence[tuple[str, str]] = RUNS,
     settings: Sequence[str] = SETTINGS,
+    interval: float = 60.0,
 ) -> list[tuple[str, str, str, int, RunTask]]:
     plan = [
         (w, setting, name, text, services_file(folder, w, setting))
@@ -211,11 +217,17 @@ def make_cells(
         for setting in settings
         for name, text in runs
     ]
-    return _expand(plan, profiles, reps)
+    return _expand(plan, profiles, reps, interval)
 
 
 def cache_cells(
-    folder: Path, works: Sequence[Workload], profiles: str, reps: int, gb: float, genai_gb: float
+    folder: Path,
+    works: Sequence[Workload],
+    profiles: str,
+    reps: int,
+    gb: float,
+    genai_gb: float,
+    interval: float = 60.0,
 ) -> list[tuple[str, str, str, int, RunTask]]:
     """``--host-cache``'s cells (see the module docstring)."""
     plan = []
@@ -226,20 +238,24 @@ def cache_cells(
                 if setting != "1s" and name.startswith(("limit", "probe")):
                     continue  # the same runs as in 1s (the probe meets both settings)
                 plan.append((w, setting, name, text, services_file(folder, w, setting, probe)))
-    return _expand(plan, profiles, reps)
+    return _expand(plan, profiles, reps, interval)
 
 
 def _expand(
-    plan: Sequence[tuple[Workload, str, str, str, Path]], profiles: str, reps: int
+    plan: Sequence[tuple[Workload, str, str, str, Path]],
+    profiles: str,
+    reps: int,
+    interval: float = 60.0,
 ) -> list[tuple[str, str, str, int, RunTask]]:
     """Each (workload, setting, run name, run text, services file) of ``plan``,
-    ``reps`` times: (workload, setting, run, replication, task)."""
+    ``reps`` times, with a round every ``interval`` seconds: (workload, setting,
+    run, replication, task)."""
     cells: list[tuple[str, str, str, int, RunTask]] = []
     for w, setting, name, text, services in plan:
         run = parse_run(f"{name}={text}")
         for r in range(reps):
             task = bench_task(len(cells), w.csv, w.name, run, services, profiles, r, reps,
-                              (CLUSTER, INFERENCE_NODES))  # fmt: skip
+                              (CLUSTER, INFERENCE_NODES), interval)  # fmt: skip
             cells.append((w.name, setting, name, r, task))
     return cells
 
@@ -451,7 +467,17 @@ def main(argv: list[str] | None = None) -> int:
         default=320.0,
         help="--host-cache: GB per inference node on genai-day (default 320: all 11 models)",
     )
+    ap.add_argument(
+        "--interval",
+        type=float,
+        default=60.0,
+        help="seconds between scheduling rounds for every run, the limits included "
+        "(default 60: Pollux's and DeepBoot's; docs/benchmarks.md measures 30 with "
+        "--host-cache)",
+    )
     args = ap.parse_args(argv)
+    if not 1.0 <= args.interval <= 3600.0:
+        ap.error(f"--interval must be in [1, 3600] seconds; got {args.interval:g}")
     reps, out = matrix_setup(ap, args, TRACES, "deepboot-frontier-")
     out.mkdir(parents=True, exist_ok=True)
     works = workloads(args.only)
@@ -460,11 +486,13 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     if args.host_cache:
-        cells = cache_cells(out, works, args.profiles, reps, args.cache_gb, args.genai_cache_gb)
+        cells = cache_cells(
+            out, works, args.profiles, reps, args.cache_gb, args.genai_cache_gb, args.interval
+        )
     elif args.idle_sweep:
-        cells = make_cells(out, works, args.profiles, reps, IDLE_SWEEP, ("2xcold",))
+        cells = make_cells(out, works, args.profiles, reps, IDLE_SWEEP, ("2xcold",), args.interval)
     else:
-        cells = make_cells(out, works, args.profiles, reps)
+        cells = make_cells(out, works, args.profiles, reps, interval=args.interval)
     print(f"{len(cells)} runs on {args.procs} processes", file=sys.stderr, flush=True)
     outcomes = run_matrix([c[4] for c in cells], args.procs, Ticker(len(cells), every=20))
     samples: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
@@ -483,9 +511,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = cache_rows(pts) if args.host_cache else [cells_of(p) for p in pts]
     dom = dominance(pts)
     console = Console(width=160)
-    title = f"SLO frontier, {CLUSTER} with {INFERENCE_NODES} inference nodes: " + (
-        f"means over {reps} replications ± 95% interval" if reps > 1 else "one run"
-    )
+    title = (
+        f"SLO frontier, {CLUSTER} with {INFERENCE_NODES} inference nodes, "
+        f"{args.interval:g} s rounds: "
+    ) + (f"means over {reps} replications ± 95% interval" if reps > 1 else "one run")
     console.print(table(title, headers, rows))
     dom_headers = ("workload", "SLO", "rival", "dominated by (attainment >=, JCT <=)")
     plain = not (args.idle_sweep or args.host_cache)

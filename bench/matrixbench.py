@@ -65,11 +65,13 @@ def bench_task(
     replication: int,
     reps: int,
     cluster: tuple[str, int] = ("16x4", 8),
+    interval: float = 60.0,
 ) -> RunTask:
     """One run of a bench's matrix: ``workload`` (CSV, named ``name``) with its
-    ``services`` file, on ``cluster`` (shape, inference nodes), 60 s ticks, policy
-    seed 0; with more than one replication, replication ``replication`` (its own
-    seed and jittered submissions)."""
+    ``services`` file, on ``cluster`` (shape, inference nodes), a scheduling round
+    every ``interval`` seconds (60: Pollux's and DeepBoot's), policy seed 0; with
+    more than one replication, replication ``replication`` (its own seed and
+    jittered submissions)."""
     return RunTask(
         index=index,
         workload_path=str(workload),
@@ -78,7 +80,7 @@ def bench_task(
         cluster=cluster[0],
         inference_nodes=cluster[1],
         profiles=profiles,
-        interval=60.0,
+        interval=interval,
         seed=0,
         replication=replication if reps > 1 else None,
         services=str(services),

@@ -52,3 +52,22 @@ def test_genai_day_runs_in_three_settings_with_the_whole_cache(tmp_path: Path) -
     assert {s.model_gb for s in specs} == {frontier.GENAI_MODEL_GB}
     # 320 GB per node holds all eleven models.
     assert frontier.GENAI_MODEL_GB * len(specs) <= 320.0
+
+
+def test_the_interval_reaches_every_run_the_limits_included(tmp_path: Path) -> None:
+    works = frontier.workloads("genai-day")  # in the repository: no traces needed
+    default = frontier.cache_cells(tmp_path, works, "profiles", 2, 1.0, 320.0)
+    assert {task.interval for *_, task in default} == {60.0}
+    cells = frontier.cache_cells(tmp_path, works, "profiles", 2, 1.0, 320.0, interval=30.0)
+    assert {task.interval for *_, task in cells} == {30.0}
+    assert {run for _, _, run, _, _ in cells} >= {"limit", "pollux-slo-0.99+cache"}
+    sweep = frontier.make_cells(
+        tmp_path, works, "profiles", 1, frontier.IDLE_SWEEP, ("2xcold",), 20.0
+    )
+    assert {task.interval for *_, task in sweep} == {20.0}
+
+
+def test_an_interval_out_of_range_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        frontier.main(["--interval", "0.5", "--host-cache", "--quick"])
+    assert "--interval must be in [1, 3600] seconds; got 0.5" in capsys.readouterr().err
