@@ -49,9 +49,11 @@ The shared-cluster flags are deepboot simulate's, with the same meaning and chec
 --warm-pool and --oracle are refused: they are simulator references that read the
 whole workload ahead.
 
-  # then, from the directory that holds .deepboot (the header file keeps the token
-  # off curl's command line, where ps would show it to every user)
-  curl -H @.deepboot/http-header http://127.0.0.1:8470/v1/services
+  # then (the header file keeps the token off curl's command line, where ps would
+  # show it to every user; the state directory is ~/.local/state/deepboot/default
+  # unless --state-dir or $XDG_STATE_HOME say otherwise)
+  curl -H @$HOME/.local/state/deepboot/default/http-header \
+       http://127.0.0.1:8470/v1/services
 
 The local cluster listens on loopback only, with Ray's token authentication on (the
 token is STATE_DIR/ray-token, readable by its owner only); Ray's directory is a new
@@ -92,7 +94,7 @@ example service file (paths are relative to it):
   [args]
   hidden = 64
 
-then: curl -X POST -H @.deepboot/http-header -H 'Content-Type: application/json' \\
+then: curl -X POST -H @STATE_DIR/http-header -H 'Content-Type: application/json' \\
         -H 'X-Request-Id: r1' -d '{"x": [1, 2]}' http://127.0.0.1:8470/v1/echo/infer
 (STATE_DIR/http-header: the bearer token's header, mode 0600; the body must be JSON,
 sent as application/json, else 415). See examples/runtime/ and docs/runtime.md.
@@ -125,13 +127,17 @@ that cannot be read (removed by 'deepboot down', say) is a line on the screen, a
 the next refresh reads it again."""
 
 
+STATE_DIR_HELP = (
+    "the runtime's state directory (cluster record, tokens, job store, logs); default "
+    "$XDG_STATE_HOME/deepboot/default, else ~/.local/state/deepboot/default (a "
+    "./.deepboot that holds a running cluster is used, with a warning). It must be "
+    "yours: a directory another user owns or can write, a symlink, or token files "
+    "deepboot did not create are refused"
+)
+
+
 def _state_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--state-dir",
-        default=".deepboot",
-        metavar="DIR",
-        help="the runtime's state directory (cluster record, token, job store, logs)",
-    )
+    p.add_argument("--state-dir", default=None, metavar="DIR", help=STATE_DIR_HELP)
 
 
 def _command(
@@ -288,8 +294,9 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         "and check that it returns the same operations. With --policy or --param: where "
         "would that policy have decided otherwise on this cluster's own history? Exit "
         "status 1 at the first divergence, which is printed.",
-        epilog="examples:\n  deepboot replay .deepboot\n"
-        "  deepboot replay .deepboot --param restart_delay=120",
+        epilog="examples:\n  deepboot replay\n"
+        "  deepboot replay --param restart_delay=120\n"
+        "  deepboot replay /var/lib/deepboot",
     )
     rep.add_argument(
         "state", nargs="?", metavar="STATE_DIR", help="the state directory (or --state-dir)"
@@ -323,6 +330,7 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepboot.cli.params import shared_cluster, split_pairs
     from deepboot.runtime.controller import ControllerSettings, check_runnable
     from deepboot.runtime.lifecycle import up
+    from deepboot.runtime.statedir import check_not_committable
 
     shared = shared_cluster(args)
     check_runnable(shared)
@@ -355,6 +363,7 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
         standby_replicas=args.standby_replicas,
     )
     state = StateDir.at(args.state_dir)
+    check_not_committable(state.root)  # before anything is written there
     restarting = state.cluster_file.exists()
     started = time.monotonic()
     with err.status("starting the cluster ..."):

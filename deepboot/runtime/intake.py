@@ -221,7 +221,8 @@ class Intake(Nodes):
 
         s = self.settings
         # The token guards every route that accepts work, on loopback too.
-        token = self.state.ensure_http_token().read_text().strip()
+        self.state.ensure_http_token()
+        token = self.state.read_http_token()
         port = s.http_port
         if port == 0 and self.state.http_file.exists():
             # A restarted controller keeps its address, so clients reconnect.
