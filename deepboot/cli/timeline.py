@@ -39,11 +39,11 @@ service registered earlier).
 It reads the store only: a running controller's directory may be drawn too (the
 picture ends at the log's newest entry).
 
-examples:
-  deepboot timeline .deepboot
-  deepboot timeline .deepboot --requests requests.csv --slo-wait 0.5 --out run.png
-  deepboot timeline .deepboot --last 3600 --out last-hour.png   # the dashboard's picture
-  deepboot timeline state --requests requests.csv --load-offset 12.5"""
+examples (without STATE_DIR: the default state directory, as 'deepboot up' uses):
+  deepboot timeline
+  deepboot timeline --requests requests.csv --slo-wait 0.5 --out run.png
+  deepboot timeline --last 3600 --out last-hour.png   # the dashboard's picture
+  deepboot timeline out/demo-runtime/state --requests requests.csv --load-offset 12.5"""
 
 
 def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -61,7 +61,9 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     p.add_argument(
         "state_dir",
         metavar="STATE_DIR",
-        help="the run's state directory (the --state-dir of 'deepboot up'; holds deepboot.db)",
+        nargs="?",
+        help="the run's state directory (the --state-dir of 'deepboot up'; holds "
+        "deepboot.db); default: the one 'deepboot up' uses without --state-dir",
     )
     p.add_argument(
         "--requests", metavar="CSV", help="a 'deepboot load' requests CSV to plot (--out of load)"
@@ -123,7 +125,10 @@ def cmd_timeline(args: argparse.Namespace, out: Console, err: Console) -> int:
     )
     from deepboot.report.timeline_figure import require_matplotlib, timeline_figure
 
-    state_dir = require_path(args.state_dir, "STATE_DIR")
+    state_dir = require_path(
+        args.state_dir if args.state_dir is not None else str(StateDir.at(None).root),
+        "STATE_DIR",
+    )
     target = require_path(args.out, "--out")
     if not (math.isfinite(args.slo_wait) and args.slo_wait > 0):
         raise ConfigError(f"--slo-wait must be a positive number of seconds, got {args.slo_wait}")
