@@ -9,7 +9,13 @@ One page, ``/dashboard``, and the routes it reads, all on the controller's endpo
 - ``GET /dashboard/login?code=CODE`` spends the code: it sets a session cookie
   (``HttpOnly; SameSite=Strict; Path=/dashboard``, named after the port, since
   cookies do not tell ports apart) and redirects to ``/dashboard``, so the code
-  leaves the address bar. A spent, expired or unknown code is a 401.
+  leaves the address bar. A spent, expired or unknown code is a 401. ``deepboot
+  dashboard`` opens the browser on a page in the state directory that goes on to this
+  URL (the code never in a process's argv); a ``file:`` page's origin is opaque, so
+  its navigation is cross-site: this route takes a top-level navigation from any site
+  (the code is the credential) and then answers a page that goes on to
+  ``/dashboard`` from the endpoint's own origin (a redirect would keep the chain
+  cross-site: refused below, and the strict cookie not sent).
 - Every other ``/dashboard`` route (the page, its script and style, ``api/status``,
   ``api/timeline.png``) needs that cookie or the bearer token; with neither, 401.
   They are refused to cross-site requests: a foreign ``Origin`` (the front door's
@@ -83,6 +89,26 @@ _HEADERS = {
 }
 
 
+_HOP_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8">
+<meta http-equiv="refresh" content="0; url=/dashboard">
+<title>deepboot dashboard</title></head>
+<body><p>Logged in: <a href="/dashboard">open the dashboard</a>.</p></body></html>
+"""
+
+
+def _cross_site(request: web.Request) -> bool:
+    return request.headers.get("Sec-Fetch-Site", "none") not in ("same-origin", "none")
+
+
+def _top_level_navigation(request: web.Request) -> bool:
+    """A browser's navigation of a whole tab (not a frame, an image or a fetch)."""
+    headers = request.headers
+    return (
+        headers.get("Sec-Fetch-Mode") == "navigate" and headers.get("Sec-Fetch-Dest") == "document"
+    )
+
+
 @dataclass
 class _Drawn:
     """The timeline image last drawn, and when (the dashboard's clock); ``png`` None:
@@ -135,8 +161,12 @@ class Dashboard:
         return path == "/dashboard" or path.startswith("/dashboard/")
 
     def cross_site(self, request: web.Request) -> bool:
-        """A request another site (another port of this host included) made."""
-        return request.headers.get("Sec-Fetch-Site", "none") not in ("same-origin", "none")
+        """A request another site (another port of this host included) made, except a
+        top-level navigation to the login route (its code is the credential; the page
+        ``deepboot dashboard`` opens is a ``file:`` page, cross-site to every origin)."""
+        if request.path == LOGIN_PATH and _top_level_navigation(request):
+            return False
+        return _cross_site(request)
 
     def allowed(self, request: web.Request) -> bool:
         """The login route (its code is the credential), or a live session cookie."""
@@ -173,7 +203,15 @@ class Dashboard:
                 "new one.\n",
                 headers=_HEADERS,
             )
-        response = web.Response(status=303, headers={**_HEADERS, "Location": "/dashboard"})
+        if _cross_site(request):
+            # A navigation from another site (the file deepboot dashboard opened): a
+            # redirect would leave the chain cross-site, so /dashboard would be refused
+            # and the strict cookie not sent; this page's own navigation is same-origin.
+            response = web.Response(
+                status=200, text=_HOP_PAGE, content_type="text/html", headers=_HEADERS
+            )
+        else:
+            response = web.Response(status=303, headers={**_HEADERS, "Location": "/dashboard"})
         response.set_cookie(
             self.cookie,
             session,

@@ -108,24 +108,27 @@ def load_job(path: str | Path) -> JobSpec:
             key, or a value out of range; the message names the file and the key.
     """
     raw, where, base = read_toml(path, "job")
-    return parse_job(raw, where, base)
+    return parse_job(raw, where, base, name_paths=True)
 
 
-def parse_job(raw: dict[str, Any], where: str, base: Path) -> JobSpec:
+def parse_job(raw: dict[str, Any], where: str, base: Path, *, name_paths: bool = False) -> JobSpec:
     """Validate a job's keys (a job file's table, or a JSON body of POST /v1/jobs).
 
     Args:
         raw: The keys, as in a job file.
         where: What to name in errors (the file, or the endpoint).
         base: Directory a relative ``entry`` file is resolved against.
+        name_paths: Whether an error may name the entry file looked for (a job file
+            on the command line); never for a spec that came over HTTP (the default).
 
     Raises:
-        InputError: unknown or missing key, or a value out of range (names ``where``
-            and the key).
+        InputError: unknown or missing key, a bad entry (a file that does not exist
+            or cannot be read, a NUL byte, a path too long) or a value out of range
+            (names ``where`` and the key).
     """
     check_keys(where, raw, _KNOWN, ("name", "entry"))
     name = raw["name"]
-    entry = resolve_callable(where, base, "entry", raw["entry"], "function")
+    entry = resolve_callable(where, base, "entry", raw["entry"], "function", name_paths=name_paths)
     lo = int_key(where, raw, "min_workers", 1, 1, MAX_WORKERS)
     hi = int_key(where, raw, "max_workers", max(lo, 4), 1, MAX_WORKERS)
     if hi < lo:

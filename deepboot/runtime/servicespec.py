@@ -80,7 +80,7 @@ def load_service(path: str | Path) -> ServiceSpec:
             the key.
     """
     raw, where, base = read_toml(path, "service")
-    return parse_service(raw, where, base)
+    return parse_service(raw, where, base, name_paths=True)
 
 
 def load_service_file(path: str | Path) -> tuple[ServiceSpec, ...]:
@@ -96,7 +96,7 @@ def load_service_file(path: str | Path) -> tuple[ServiceSpec, ...]:
     raw, text = read_document(path)
     where, base = str(path), Path(path).parent
     if not is_services_document(raw):
-        return (parse_service(raw, where, base),)
+        return (parse_service(raw, where, base, name_paths=True),)
     parse_services(raw, where, text)  # the file's own checks, each naming its line
     lines = header_lines(text)
     specs = []
@@ -105,29 +105,36 @@ def load_service_file(path: str | Path) -> tuple[ServiceSpec, ...]:
         if "handler" not in table:
             raise InputError(where, line, "handler", "missing (required by deepboot serve)")
         try:
-            specs.append(parse_service(table, where, base))
+            specs.append(parse_service(table, where, base, name_paths=True))
         except InputError as exc:
             raise InputError(where, line, exc.field, exc.message) from None
     return tuple(specs)
 
 
-def parse_service(raw: dict[str, Any], where: str, base: Path) -> ServiceSpec:
+def parse_service(
+    raw: dict[str, Any], where: str, base: Path, *, name_paths: bool = False
+) -> ServiceSpec:
     """Validate a service's keys (a service file's table, or a JSON body).
 
     Args:
         raw: The keys, as in a service file.
         where: What to name in errors (the file, or the endpoint).
         base: Directory a relative ``handler`` file is resolved against.
+        name_paths: Whether an error may name the handler file looked for (a file on
+            the command line); never for a spec that came over HTTP (the default).
 
     Raises:
-        InputError: unknown or missing key, a bad handler, or a value out of range
+        InputError: unknown or missing key, a bad handler (a file that does not exist
+            or cannot be read, a NUL byte, a path too long), or a value out of range
             (names ``where`` and the key).
     """
     check_keys(where, raw, _KNOWN, ("name", "model", "handler"))
     name = raw["name"]
     if not raw["model"]:
         raise InputError(where, 0, "model", "must not be empty")
-    handler = resolve_callable(where, base, "handler", raw["handler"], "factory")
+    handler = resolve_callable(
+        where, base, "handler", raw["handler"], "factory", name_paths=name_paths
+    )
     args = raw.get("args", {})
     if not isinstance(args, dict):
         raise InputError(where, 0, "args", "must be a table ([args])")

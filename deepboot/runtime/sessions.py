@@ -9,8 +9,9 @@ import secrets
 import time
 from collections.abc import Callable
 
-LOGIN_TTL_S = 120.0
-"""How long a login code may wait to be spent."""
+LOGIN_TTL_S = 30.0
+"""How long a login code may wait to be spent: long enough for a browser to start,
+short enough that a code someone else saw is dead soon (issue 42)."""
 SESSION_TTL_S = 12 * 3600.0
 """How long a session cookie is good for."""
 MAX_SESSIONS = 32

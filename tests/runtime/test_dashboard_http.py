@@ -23,6 +23,7 @@ pytest.importorskip("prometheus_client")
 from deepboot.core.service import ServiceSpec  # noqa: E402
 from deepboot.runtime import router as rt  # noqa: E402
 from deepboot.runtime.metrics import Metrics  # noqa: E402
+from deepboot.runtime.sessions import LOGIN_TTL_S  # noqa: E402
 from deepboot.runtime.statedir import StateDir  # noqa: E402
 from deepboot.runtime.store import GpuRow, JobStore  # noqa: E402
 from tests.runtime.test_front_door_http import TOKEN, send  # noqa: E402
@@ -67,7 +68,7 @@ def login(router: rt.Router) -> str:
     headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
     code, _, answer = send(router.url, "/v1/dashboard/login", headers=headers)
     assert code == 200, answer
-    assert answer["expires_in_s"] == 120
+    assert answer["expires_in_s"] == LOGIN_TTL_S == 30
     path = answer["login"]
     assert re.fullmatch(r"/dashboard/login\?code=[0-9a-f]{64}", path), path
     return str(path)
@@ -130,7 +131,7 @@ def test_a_login_code_is_spent_once_and_expires(router: rt.Router) -> None:
     assert router.dashboard is not None
     sessions = router.dashboard.sessions
     real = sessions.clock
-    sessions.clock = lambda: real() + 121.0
+    sessions.clock = lambda: real() + LOGIN_TTL_S + 1.0
     try:
         assert send(router.url, late, method="GET", headers={})[0] == 401
     finally:

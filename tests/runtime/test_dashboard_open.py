@@ -86,11 +86,6 @@ def run_dashboard(state: StateDir, tmp_path: Path, *flags: str) -> tuple[str, li
     return done.stdout, opened
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 42 finding 6: webbrowser.open(url) puts the one-time code in the "
-    "browser launcher's argv",
-)
 def test_the_browser_gets_a_private_file_never_the_code(
     controller: tuple[rt.Router, StateDir], tmp_path: Path
 ) -> None:
@@ -115,11 +110,6 @@ def test_the_browser_gets_a_private_file_never_the_code(
     assert status == 200 and headers["Set-Cookie"].startswith(f"deepboot_dashboard_{router.port}=")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 42 finding 6: the redirect file's navigation is cross-site (a file: "
-    "page's origin is opaque); the login route refuses it (403)",
-)
 def test_a_cross_site_navigation_to_the_login_logs_in_through_a_same_origin_hop(
     controller: tuple[rt.Router, StateDir],
 ) -> None:

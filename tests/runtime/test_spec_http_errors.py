@@ -77,11 +77,6 @@ def _assert_names_key_not_paths(text: str, key: str, *paths: str | Path) -> None
         assert str(path) not in text, (str(path), text)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 42 finding 5: an over-long name or path (ENAMETOOLONG), or a symlink "
-    "loop, raises out of specfile.resolve_callable: the route answers 500",
-)
 @pytest.mark.parametrize("key", ["entry", "handler"])
 @pytest.mark.parametrize("what", ["long_name", "long_path", "symlink_loop"])
 def test_a_path_the_system_refuses_is_a_400_naming_the_key(
@@ -100,11 +95,6 @@ def test_a_path_the_system_refuses_is_a_400_naming_the_key(
     _assert_names_key_not_paths(text, key, base)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 42 finding 7: a 400 names the resolved absolute path ('/etc/x.py does "
-    "not exist')",
-)
 @pytest.mark.parametrize("key", ["entry", "handler"])
 def test_a_bad_file_is_a_400_naming_the_key_never_a_resolved_path(
     endpoint: tuple[rt.Router, StateDir], key: str
@@ -127,11 +117,6 @@ def test_a_bad_file_is_a_400_naming_the_key_never_a_resolved_path(
     _assert_names_key_not_paths(text, key, base)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 42 finding 7: an entry or handler with a NUL byte answers a bare "
-    "'embedded null byte', without the key",
-)
 @pytest.mark.parametrize("key", ["entry", "handler"])
 def test_a_nul_byte_is_a_400_naming_the_key(endpoint: tuple[rt.Router, StateDir], key: str) -> None:
     router, state = endpoint

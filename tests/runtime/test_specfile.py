@@ -58,11 +58,6 @@ def _refused(check: Callable[[str, Path], Any], ref: str, base: Path) -> InputEr
     return info.value
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 42 finding 5: ENAMETOOLONG (OSError), a NUL byte (ValueError) and a "
-    "symlink loop (RuntimeError) escape resolve_callable instead of an InputError",
-)
 @pytest.mark.parametrize("key", ["entry", "handler"])
 @pytest.mark.parametrize("form", ["http", "cli"])
 @pytest.mark.parametrize("what", ["long_name", "long_path", "nul", "symlink_loop"])
@@ -85,11 +80,6 @@ def test_a_path_the_system_refuses_is_an_input_error_naming_the_key(
         assert str(tmp_path) not in str(err), str(err)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 42 finding 7: parse_job/parse_service name the resolved absolute path "
-    "('/etc/x.py does not exist') in what the endpoint answers",
-)
 @pytest.mark.parametrize("key", ["entry", "handler"])
 def test_a_spec_from_http_never_names_a_resolved_path(tmp_path: Path, key: str) -> None:
     check = _http(key)
