@@ -46,6 +46,7 @@ from deepboot.runtime import messages as rt
 from deepboot.runtime.actors import Actors, RayActors
 from deepboot.runtime.backend import RayBackend, check_applicable, next_tick
 from deepboot.runtime.faults import die
+from deepboot.runtime.logbounds import configure as configure_logging
 from deepboot.runtime.raycluster import ClusterRecord, ray_env
 from deepboot.runtime.recovery import Recovery
 from deepboot.runtime.replicas import Warming
@@ -254,11 +255,12 @@ def main(argv: list[str] | None = None) -> int:
     record = ClusterRecord.load(state)
     settings = ControllerSettings.load(settings_file(state))
     os.environ.update(ray_env(record))
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    # The log rotates, bounded; descriptors 1 and 2 (Ray's C++ core, a traceback at
+    # exit) go to it too (deepboot.runtime.logbounds).
+    log_path = state.logs / "controller.log"
+    if sys.stderr.isatty():
+        print(f"deepboot: the controller logs to {log_path}", file=sys.stderr)
+    configure_logging(log_path)
     import ray
 
     ray.init(

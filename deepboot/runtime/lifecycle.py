@@ -14,7 +14,7 @@ from pathlib import Path
 from deepboot.core.cluster import ClusterSpec
 from deepboot.core.errors import ConfigError
 from deepboot.policies import registry
-from deepboot.runtime import raycluster
+from deepboot.runtime import logbounds, raycluster
 from deepboot.runtime.controller import ControllerSettings, settings_file
 from deepboot.runtime.modelcache import bound_bytes
 from deepboot.runtime.raycluster import ClusterRecord, controller_alive, ray_env
@@ -120,7 +120,7 @@ def wait_for_endpoint(state: StateDir, pid: int, timeout: float = 120.0) -> dict
         if not raycluster.process_alive(pid):
             break
         time.sleep(0.2)
-    tail = "\n".join((state.logs / "controller.log").read_text().splitlines()[-15:])
+    tail = logbounds.tail(state.logs / "controller.log", 15)
     raise ConfigError(f"the controller did not start its HTTP endpoint; its log ends:\n{tail}")
 
 
@@ -135,6 +135,8 @@ def _endpoint(state: StateDir) -> dict[str, object] | None:
 def start_controller(state: StateDir, record: ClusterRecord) -> int:
     """Start the controller as a detached process; returns its pid. The controller
     writes ``controller.pid`` itself, once it holds the state directory's lock."""
+    # Its output until it sets up its log, which then takes descriptors 1 and 2 over
+    # and rotates the file (deepboot.runtime.logbounds).
     log_file = open(state.logs / "controller.log", "a")  # noqa: SIM115 (the child's)
     proc = subprocess.Popen(
         [sys.executable, "-m", "deepboot.runtime.controller", "--state-dir", str(state.root)],

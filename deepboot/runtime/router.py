@@ -23,6 +23,9 @@ Its parts, each in a module of its own:
 - :mod:`deepboot.runtime.dispatch`: on the router's loop, the per-service queues,
   the replicas' slots, the crash-loop back-offs, the bound on every wait, and the
   answer to every request; their records are :mod:`deepboot.runtime.routerstate`'s;
+- :mod:`deepboot.runtime.httpbounds`: the connections' bounds (header-read and idle
+  timeouts, connections open at once) and aiohttp's own errors (a request its parser
+  refuses) as one JSON line, logged once per peer per interval;
 - here, :class:`Router`: its life cycle (the thread, the loop, ``http.json``), what
   the controller tells it, and the HTTP handlers.
 
@@ -58,6 +61,14 @@ from deepboot.runtime.frontdoor import (
     error,
     is_loopback,
 )
+from deepboot.runtime.httpbounds import (
+    HEADER_TIMEOUT_S,
+    IDLE_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    ConnectionBounds,
+    serve,
+    track_requests,
+)
 from deepboot.runtime.messages import Inbox, Received
 from deepboot.runtime.metrics import Metrics
 from deepboot.runtime.routerstate import Pending, Replica, ServiceQueue
@@ -88,6 +99,10 @@ class Router(FrontDoor, Dispatcher):
             (:meth:`beat`) for this many seconds.
         state: The controller's state directory: the dashboard
             (:mod:`deepboot.runtime.dashboard`) is served when given.
+        header_timeout_s: Seconds a connection has to send a request's head, from its
+            start or the request's first byte (:mod:`deepboot.runtime.httpbounds`).
+        idle_timeout_s: Seconds a kept-alive connection may wait for its next request.
+        max_connections: Connections open at once; more are answered 503 and closed.
 
     Raises:
         ConfigError: no token.
@@ -105,6 +120,9 @@ class Router(FrontDoor, Dispatcher):
         instance: str = "",
         stall_s: float = 120.0,
         state: StateDir | None = None,
+        header_timeout_s: float = HEADER_TIMEOUT_S,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         if not token:
             raise ConfigError("the HTTP endpoint needs a bearer token")
@@ -121,6 +139,8 @@ class Router(FrontDoor, Dispatcher):
         self._ids: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
+        self.bounds = ConnectionBounds(header_timeout_s, idle_timeout_s, max_connections)
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._error: BaseException | None = None
@@ -172,6 +192,8 @@ class Router(FrontDoor, Dispatcher):
             return
 
         async def _down() -> None:
+            if self._listener is not None:
+                self._listener.close()  # no new connections; cleanup closes the rest
             if self._runner is not None:
                 await self._runner.cleanup()
             loop.stop()
@@ -195,8 +217,9 @@ class Router(FrontDoor, Dispatcher):
 
     async def _listen(self) -> None:
         # client_max_size bounds aiohttp's own readers; each route reads its body
-        # through _read_json with its own, smaller, limit.
-        app = web.Application(middlewares=[self._front_door], client_max_size=2**20)
+        # through _read_json with its own, smaller, limit. track_requests comes first:
+        # a request that reaches it has its head (the header-read timeout stops).
+        app = web.Application(middlewares=[track_requests, self._front_door], client_max_size=2**20)
         app.router.add_post("/v1/{service}/infer", self._infer)
         app.router.add_get("/v1/services", self._list_services)
         app.router.add_post("/v1/services", self._post_service)
@@ -211,13 +234,10 @@ class Router(FrontDoor, Dispatcher):
             app, access_log=None, handle_signals=False, handler_cancellation=True
         )
         await self._runner.setup()
-        # SO_REUSEADDR (asyncio's default on Unix): a restarted controller takes its
-        # old port back despite connections of the killed one in TIME_WAIT.
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        # The connections' bounds, and aiohttp's own errors as one JSON line
+        # (deepboot.runtime.httpbounds).
+        self._listener = await serve(self._runner, self.host, self.port, self.bounds)
+        self.port = self._listener.sockets[0].getsockname()[1]
         if self.dashboard is not None:
             self.dashboard.port = self.port  # names its cookie
 
