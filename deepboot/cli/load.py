@@ -30,6 +30,7 @@ from deepboot.core.service import DEFAULT_SLO_WAIT_S, MAX_REQUEST_TIMEOUT_S
 if TYPE_CHECKING:
     from deepboot.core.jobs import Workload
     from deepboot.runtime.loadgen import LoadSummary, PlannedRequest
+    from deepboot.runtime.provenhttp import Target
     from deepboot.sim.services import ServicesFile
 
 MAX_TIMEOUT_S = 3600.0
@@ -91,13 +92,23 @@ is estimated as latency minus exec_s (network and router time included, so
 pessimistic; the summary counts them); an answer without a wait (a 503, a timeout)
 missed.
 
-The endpoint: without --url, the one STATE_DIR/http.json records, and only once its
-GET /healthz has echoed the instance id of http.json (else http.json is stale, and
-whatever listens at its URL now is not the controller: nothing is sent, the token
-least of all); then every request carries the bearer token of STATE_DIR/http-token
-(or --token-file). With --url nothing is checked: the requests go to that URL as
-given, with the token of --token-file if given (without one, the endpoint answers
-401)."""
+The endpoint and its token: without --url, the endpoint STATE_DIR/http.json
+records, and the bearer token of STATE_DIR/http-token (or --token-file). The token
+only ever travels on a TCP connection that has first proved, on that same connection
+and without the token, that the process at the other end holds it: GET
+/healthz?challenge=C must echo http.json's instance id and answer the fresh random C
+with HMAC(token, C). Every new connection is proved so, at the address http.json
+records when it opens (a restarted controller is followed), so a process that takes
+the port of a controller that died never receives the token. Every answer counted is
+therefore the answer of a process that holds the token. When a new connection fails
+the proof (another instance id, a wrong or missing proof, not HTTP), load stops at
+once: it cancels what is in flight, saves the requests CSV, prints one error line and
+exits 2 (before the first request, nothing is written). A refused or reset connection
+is no proof either way: its request is recorded (status 0) and the run goes on.
+With --url URL --token-file F each connection proves itself with the same challenge
+(the instance id is not checked: none is known). With --url and no --token-file no
+proof is possible and no token is sent: the requests go to that URL unproven (the
+controller answers them 401)."""
 
 
 def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -215,7 +226,8 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         type=int,
         default=1000,
         metavar="N",
-        help=f"most connections open at once, 1 <= N <= {MAX_CONNECTIONS}",
+        help=f"most connections open at once, 1 <= N <= {MAX_CONNECTIONS} (each proves "
+        "the endpoint holds the token before it carries the token)",
     )
     p.add_argument(
         "--state-dir",
@@ -226,8 +238,10 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     p.add_argument(
         "--url",
         metavar="URL",
-        help="the endpoint's base URL, http://HOST:PORT, taken as given (not checked); "
-        "without it, STATE_DIR/http.json's, once the controller there proves itself",
+        help="the endpoint's base URL, http://HOST:PORT; with --token-file each connection "
+        "proves it holds that token before the token goes on it (no instance id is "
+        "checked), without it nothing is proved and no token is sent; without --url, "
+        "STATE_DIR/http.json's, each connection proving it is that controller",
     )
     p.add_argument(
         "--token-file",
@@ -315,12 +329,17 @@ def _body(text: str, trace: bool) -> Any:
 
 def _endpoint(
     args: argparse.Namespace,
-) -> tuple[Callable[[], tuple[str, str | None]], list[PathArg]]:
-    """(a function returning the URL and the token to send it, the files read for
-    them). Files are read here; the network is left to the function: without --url,
-    it checks the endpoint that STATE_DIR/http.json records
-    (:meth:`deepboot.runtime.endpoint.Recorded.check`)."""
-    from deepboot.runtime.endpoint import Recorded, check_url, read_token
+) -> tuple[Callable[[], tuple[str | Callable[[], Target], str | None]], list[PathArg]]:
+    """(a function returning where the requests go and the token, the files read for
+    them). Files are read here; the network is left to the function, which proves the
+    endpoint once before anything is sent (:func:`deepboot.runtime.endpoint.prove`:
+    without --url, the endpoint STATE_DIR/http.json records, whose instance id it
+    checks too; with --url and --token-file, that URL) and returns, without --url, a
+    function that re-reads http.json as each new connection opens. Each connection
+    then proves itself again before it carries the token
+    (:mod:`deepboot.runtime.provenhttp`)."""
+    from deepboot.runtime.endpoint import Recorded, check_url, prove, read_record, read_token
+    from deepboot.runtime.provenhttp import Target
     from deepboot.runtime.statedir import StateDir
 
     token_file = None
@@ -331,9 +350,15 @@ def _endpoint(
             url = check_url(args.url)
         except ValueError as exc:
             raise ConfigError(f"--url {exc}") from None
-        token = read_token(token_file) if token_file is not None else None
-        inputs = [PathArg("--token-file", token_file)] if token_file is not None else []
-        return (lambda: (url, token)), inputs
+        if token_file is None:
+            return (lambda: (url, None)), []
+        token = read_token(token_file)
+
+        def proved_url() -> tuple[str | Callable[[], Target], str | None]:
+            prove(url, token, None, source="--url").close()
+            return url, token
+
+        return proved_url, [PathArg("--token-file", token_file)]
     state = StateDir.at(args.state_dir)
     if not state.http_file.exists():
         raise ConfigError(
@@ -342,9 +367,14 @@ def _endpoint(
         )
     recorded = Recorded.read(state, Path(token_file) if token_file is not None else None)
 
-    def checked() -> tuple[str, str | None]:
-        endpoint = recorded.check()
-        return endpoint.url, endpoint.token
+    def locate() -> Target:
+        """Where a new connection goes: what http.json records now."""
+        url, instance = read_record(state.http_file)
+        return Target(url, instance, "http.json")
+
+    def checked() -> tuple[str | Callable[[], Target], str | None]:
+        recorded.check().close()
+        return locate, recorded.token
 
     inputs = [
         PathArg("http.json", str(state.http_file)),
@@ -508,7 +538,8 @@ def _trace_schedule(args: argparse.Namespace) -> _Schedule:
 
 def cmd_load(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``deepboot load``: build the schedule, then send it and print the summary."""
-    from deepboot.runtime.loadgen import run_requests
+    from deepboot.runtime.endpoint import EndpointError
+    from deepboot.runtime.loadgen import LoadStopped, run_requests
 
     _check_args(args)
     out_path = require_path(args.out, "--out")
@@ -516,23 +547,39 @@ def cmd_load(args: argparse.Namespace, out: Console, err: Console) -> int:
     endpoint, inputs = _endpoint(args)
     plan = _trace_schedule(args) if args.trace is not None else _profile_schedule(args)
     check_outputs([PathArg("--out", out_path)], [*plan.inputs, *inputs])
-    url, token = endpoint()  # last, once every local input is good: the network
+    where, token = endpoint()  # last, once every local input is good: the network
     show = not args.quiet and out.file.isatty()
-    with _LoadProgress(out, plan.label, len(plan.requests), show) as progress:
-        summary = asyncio.run(
-            run_requests(
-                url,
-                plan.requests,
-                token,
-                lambda text: write_text(out_path, text),  # atomic, also on Ctrl-C
-                body,
-                args.timeout,
-                progress=progress,
-                max_connections=args.max_connections,
-                slo_wait_s=plan.slo_wait_s,
+    try:
+        with _LoadProgress(out, plan.label, len(plan.requests), show) as progress:
+            summary = asyncio.run(
+                run_requests(
+                    where,
+                    plan.requests,
+                    token,
+                    lambda text: write_text(out_path, text),  # atomic, also on a stop
+                    body,
+                    args.timeout,
+                    progress=progress,
+                    max_connections=args.max_connections,
+                    slo_wait_s=plan.slo_wait_s,
+                )
             )
-        )
+    except LoadStopped as exc:
+        raise EndpointError(
+            f"{exc.reason}; load stopped at once: {exc.sent} of {exc.total} requests "
+            f"were sent, each answer on a proven connection, all recorded in {out_path}"
+        ) from None
     _print_summary(out, summary, plan, args)
+    if token is not None:
+        out.print(
+            "every answer came on a connection that proved it holds the token "
+            "(GET /healthz's challenge) before the token went on it"
+        )
+    else:
+        out.print(
+            "[yellow]note:[/] no token was sent (--url without --token-file), so no "
+            "connection proved anything: the answers are unproven"
+        )
     out.print(f"requests: {Path(out_path)}")
     return 0
 

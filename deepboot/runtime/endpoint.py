@@ -23,21 +23,41 @@ echoed http.json's ``instance`` and proved it holds the token by answering a fre
 random challenge (an instance id alone can be learnt from the live controller's
 ``/healthz`` by anyone, and replayed by a squatter once it dies).
 
-No aiohttp here (the base install's CLI imports this): urllib, with no proxy (a
-proxy would see the token) and no redirects (urllib would carry the token along).
+Why on the same connection (issue 42): the controller may die *after* the check, and
+a squatter bind the freed port at once. A check made once, or made again only after
+an error, does not stop a later new TCP connection from reaching the squatter (with
+every keep-alive connection idle at the controller's death, no error is ever seen).
+So the token only ever travels on a TCP connection that has itself proved, on that
+same connection, that its peer holds the token: a TCP connection belongs to the
+process that accepted it, and a process that binds the port later can never own
+one. :class:`Endpoint` holds such a proven connection (``http.client``, with
+``auto_open`` off, so that it cannot silently reconnect); once it is closed, the next
+request first proves a fresh connection, and a failed proof raises
+:class:`EndpointError` (the token not sent). ``deepboot load`` does the same with a
+pool of proven connections (:mod:`deepboot.runtime.provenhttp`).
+
+No aiohttp here (the base install's CLI imports this): urllib and ``http.client``,
+with no proxy (a proxy would see the token) and no redirects (urllib would carry the
+token along).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import http.client
+import io
 import json
 import re
 import secrets
+import select
+import socket
+import ssl
 import threading
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -68,9 +88,27 @@ class EndpointError(DeepbootError):
     controller; the token was not sent."""
 
 
+class _Held:
+    """An :class:`Endpoint`'s proven connection (None: none yet, or it was closed),
+    and the lock that serializes its requests."""
+
+    __slots__ = ("conn", "lock", "source")
+
+    def __init__(self) -> None:
+        self.conn: http.client.HTTPConnection | None = None
+        self.lock = threading.Lock()
+        self.source = "http.json"  # where the URL came from, for error messages
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """A controller's endpoint whose ``/healthz`` echoed the instance of http.json.
+    """A controller's endpoint whose ``/healthz`` echoed the instance of http.json
+    and proved it holds the token.
+
+    Its requests go on a TCP connection that proved so itself (see the module doc):
+    the one :meth:`Recorded.check` proved, while it stays open; then a fresh one,
+    proved first (``GET /healthz?challenge=C`` on it, without the token). One request
+    at a time (a lock); nothing is retried.
 
     Attributes:
         url: Its base URL, ``http://HOST:PORT`` (no trailing slash).
@@ -81,6 +119,7 @@ class Endpoint:
     url: str
     token: str
     instance: str
+    _held: _Held = field(default_factory=_Held, init=False, repr=False, compare=False)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -88,27 +127,232 @@ class Endpoint:
         return {"Authorization": f"Bearer {self.token}"}
 
     def get_json(self, path: str, timeout: float = HEALTH_TIMEOUT_S) -> Any:
-        """``GET {url}{path}`` with the token; the decoded JSON answer.
+        """``GET {url}{path}`` with the token, on a proven connection; the decoded
+        JSON answer.
 
         Raises:
-            urllib.error.URLError, OSError, ValueError: no answer, an HTTP error
-                (``HTTPError``, a redirect included), or not JSON.
+            EndpointError: a fresh connection was needed, and what answered on it
+                did not prove it holds the token (the token was not sent).
+            urllib.error.URLError, OSError, ValueError: no answer (the connection
+                refused, reset or closed; ``timeout`` seconds of silence), an HTTP
+                error (``HTTPError``, a redirect included), or not JSON.
         """
-        req = urllib.request.Request(self.url + path, headers=self.headers)
-        with _OPENER.open(req, timeout=timeout) as r:
-            return json.loads(r.read(_MAX_BODY))
+        return self._request("GET", path, None, timeout)
 
     def post_json(self, path: str, body: Any, timeout: float = HEALTH_TIMEOUT_S) -> Any:
-        """``POST {url}{path}`` of ``body`` as JSON, with the token; the decoded answer.
+        """``POST {url}{path}`` of ``body`` as JSON, with the token, on a proven
+        connection; the decoded answer.
 
         Raises:
-            urllib.error.URLError, OSError, ValueError: as :meth:`get_json`.
+            EndpointError, urllib.error.URLError, OSError, ValueError: as :meth:`get_json`.
         """
-        headers = {**self.headers, "Content-Type": "application/json"}
-        data = json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, headers=headers, method="POST")
-        with _OPENER.open(req, timeout=timeout) as r:
-            return json.loads(r.read(_MAX_BODY))
+        return self._request("POST", path, json.dumps(body).encode(), timeout)
+
+    def close(self) -> None:
+        """Close the proven connection (a later request proves a fresh one)."""
+        with self._held.lock:
+            _drop(self._held)
+
+    def _request(self, method: str, path: str, data: bytes | None, timeout: float) -> Any:
+        held = self._held
+        with held.lock:
+            conn = held.conn
+            if conn is None or not _idle_and_open(conn):
+                _drop(held)
+                try:
+                    instance = self.instance or None  # "": none known (--url)
+                    conn = _prove(self.url, self.token, instance, timeout, held.source)
+                except _Unreachable as exc:
+                    raise urllib.error.URLError(exc.reason) from None
+                held.conn = conn
+            headers = dict(self.headers)
+            if data is not None:
+                headers["Content-Type"] = "application/json"
+            try:
+                if conn.sock is not None:
+                    conn.sock.settimeout(timeout)
+                prefix = urlsplit(self.url).path.rstrip("/")
+                conn.request(method, prefix + path, body=data, headers=headers)
+                r = conn.getresponse()
+                raw = r.read(_MAX_BODY + 1)
+            except http.client.HTTPException as exc:  # not OSErrors: wrapped as urllib does
+                _drop(held)
+                raise urllib.error.URLError(exc) from None
+            except BaseException:
+                _drop(held)
+                raise
+            if len(raw) > _MAX_BODY or not r.isclosed() or conn.sock is None:
+                _drop(held)  # too long to read whole, or the endpoint closes it
+            if len(raw) > _MAX_BODY:
+                raise ValueError(f"the answer to {method} {path} is over {_MAX_BODY} bytes")
+            if not 200 <= r.status < 300:
+                raise urllib.error.HTTPError(
+                    self.url + path, r.status, r.reason, r.headers, io.BytesIO(raw)
+                )
+            return json.loads(raw)
+
+
+def _drop(held: _Held) -> None:
+    if held.conn is not None:
+        held.conn.close()
+        held.conn = None
+
+
+def _idle_and_open(conn: http.client.HTTPConnection) -> bool:
+    """``conn`` is connected, and its peer has neither closed it nor sent anything
+    unasked (either way it is dropped: a fresh connection is proved instead)."""
+    sock = conn.sock
+    if sock is None:
+        return False
+    poller = select.poll()
+    try:
+        poller.register(sock, select.POLLIN | select.POLLPRI)
+        return not poller.poll(0)
+    except (OSError, ValueError):
+        return False
+
+
+class _Unreachable(Exception):
+    """No answer to ``GET /healthz`` (refused, reset, closed, silent): no proof either
+    way; ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _prove(
+    url: str, token: str, instance: str | None, timeout: float, source: str
+) -> http.client.HTTPConnection:
+    """A fresh connection to ``url`` whose peer proved, on it, that it holds ``token``
+    (and echoed ``instance``, unless None); the whole exchange takes at most
+    ``timeout`` seconds. The connection never reopens itself (``auto_open`` off).
+
+    Raises:
+        _Unreachable: no answer (refused, reset, closed before answering, silent).
+        EndpointError: an answer, but no proof (the token was not sent).
+    """
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port
+    prefix = parts.path.rstrip("/")
+    conn: http.client.HTTPConnection
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(
+            host, port, timeout=timeout, context=ssl.create_default_context()
+        )
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    challenge = secrets.token_hex(16)
+    result: list[object] = []
+
+    def ask() -> None:
+        try:
+            conn.connect()
+            conn.auto_open = 0  # from now on, this connection or none
+            conn.request("GET", f"{prefix}/healthz?challenge={challenge}")
+            r = conn.getresponse()
+            result.append((r.status, r.read(_MAX_BODY + 1), conn.sock is not None))
+        except Exception as exc:  # no answer, or not HTTP (http.client's errors)
+            result.append(exc)
+
+    # A thread, so that an endpoint that answers a byte at a time cannot hold us
+    # past the deadline (the socket's timeout bounds each read, not the exchange).
+    asker = threading.Thread(target=ask, name="deepboot-healthz", daemon=True)
+    asker.start()
+    asker.join(timeout)
+    answer = result[0] if result else None
+    if answer is None or isinstance(answer, Exception):
+        _abandon(conn)
+        if answer is None or _timed_out(answer):
+            raise _Unreachable(f"did not answer GET /healthz within {timeout:g} s")
+        said = _one_line(answer) or type(answer).__name__
+        if isinstance(answer, OSError | http.client.IncompleteRead):  # refused, reset, closed
+            raise _Unreachable(f"does not answer ({said})")
+        raise _refused(url, f"does not answer HTTP ({said})", source)
+    assert isinstance(answer, tuple)
+    status, body, still_open = answer
+    why = proof_failure(status, body, token, challenge, instance, source)
+    if why:
+        conn.close()
+        raise _refused(url, why, source)
+    if not still_open:
+        conn.close()
+        raise _Unreachable("closed the connection on which it proved itself")
+    return conn
+
+
+def _abandon(conn: http.client.HTTPConnection) -> None:
+    """Close ``conn``, waking a thread blocked reading it."""
+    sock = conn.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+
+
+def proof_failure(
+    status: int,
+    body: bytes,
+    token: str,
+    challenge: str,
+    instance: str | None,
+    source: str = "http.json",
+) -> str:
+    """Why the answer (``status``, ``body``) to ``GET /healthz?challenge=<challenge>``
+    does not prove that its sender holds ``token`` (and, unless ``instance`` is None,
+    is that instance); "" when it does. ``source`` names where ``instance`` was read.
+    """
+    if status != 200:
+        return f"answered GET /healthz with HTTP {status}"
+    if len(body) > _MAX_BODY:
+        return f"answered GET /healthz with over {_MAX_BODY} bytes"
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return "answered GET /healthz with something other than JSON"
+    got = answer.get("instance") if isinstance(answer, dict) else None
+    if not isinstance(got, str):
+        return "answered GET /healthz without an instance id"
+    if instance is not None and got != instance:
+        return (
+            f"answered GET /healthz with another instance id than {source}'s (the file "
+            "is stale, and another process listens there)"
+        )
+    proof = answer.get("proof") if isinstance(answer, dict) else None
+    if not isinstance(proof, str) or not hmac.compare_digest(
+        proof.encode("utf-8", "surrogateescape"), healthz_proof(token, challenge).encode()
+    ):
+        return (
+            "did not prove it holds the token (a wrong answer to GET /healthz's challenge: "
+            "another process listens there)"
+        )
+    return ""
+
+
+def prove(
+    url: str,
+    token: str,
+    instance: str | None = None,
+    timeout: float = HEALTH_TIMEOUT_S,
+    source: str = "http.json",
+) -> Endpoint:
+    """The endpoint at ``url``, once a connection to it has proved it holds
+    ``token`` (and echoed ``instance``, unless None: ``--url``, where none is known);
+    its requests go on that connection while it stays open, then on fresh ones, each
+    proved the same way first.
+
+    Raises:
+        EndpointError: no answer within ``timeout``, or no proof (the token was not
+            sent).
+    """
+    try:
+        conn = _prove(url, token, instance, timeout, source)
+    except _Unreachable as exc:
+        raise _refused(url, exc.reason, source) from None
+    endpoint = Endpoint(url, token, instance or "")
+    endpoint._held.conn = conn
+    endpoint._held.source = source
+    return endpoint
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -262,28 +506,15 @@ class Recorded:
         return cls(url, instance, read_token(path), path)
 
     def check(self, timeout: float = HEALTH_TIMEOUT_S) -> Endpoint:
-        """The endpoint, once its ``GET /healthz`` (without the token) has echoed the
-        recorded instance id and answered a fresh challenge with the token's proof.
+        """The endpoint, once a connection to it has, without the token, echoed the
+        recorded instance id in ``GET /healthz`` and answered a fresh challenge with
+        the token's proof; its requests go on that connection (see :class:`Endpoint`).
 
         Raises:
             EndpointError: it does not answer within ``timeout``, or is not the
                 controller that wrote http.json (the token was not sent).
         """
-        challenge = secrets.token_hex(16)
-        instance, proof = health(self.url, timeout, challenge)
-        if instance != self.instance:
-            raise _refused(
-                self.url,
-                "answered GET /healthz with another instance id than http.json's (the "
-                "file is stale, and another process listens there)",
-            )
-        if not hmac.compare_digest(proof, healthz_proof(self.token, challenge)):
-            raise _refused(
-                self.url,
-                "did not prove it holds the token (a wrong answer to GET /healthz's "
-                "challenge: the file is stale, and another process listens there)",
-            )
-        return Endpoint(self.url, self.token, self.instance)
+        return prove(self.url, self.token, self.instance, timeout)
 
 
 def connect(
@@ -300,10 +531,17 @@ def connect(
     return Recorded.read(state, token_file).check(timeout)
 
 
-def _refused(url: str, what: str) -> EndpointError:
+def _refused(
+    url: str, what: str, source: str = "http.json", outcome: str = "the bearer token was not sent"
+) -> EndpointError:
+    """The error of an endpoint that did not prove itself; ``source``: where its URL
+    came from ("http.json", or a flag such as "--url")."""
+    if source == "http.json":
+        where, whose = "recorded in http.json", "this state directory's controller"
+    else:
+        where, whose = source, "the controller that holds the token"
     return EndpointError(
-        f"the endpoint at {url} (recorded in http.json) {what}: it is down, or not this "
-        "state directory's controller; the bearer token was not sent"
+        f"the endpoint at {url} ({where}) {what}: it is down, or not {whose}; {outcome}"
     )
 
 

@@ -10,6 +10,13 @@ The run: each request is sent at its time, without waiting for the answers of ea
 ones; one answer per request is recorded in a CSV (see :data:`CSV_COLUMNS`), written
 atomically. Nothing is retried: a 503 is an answer to measure, not an error to hide.
 
+The token (issue 42, finding 2): requests go on connections of a
+:class:`~deepboot.runtime.provenhttp.ProvenPool`, each of which, when there is a
+token, proved on itself that its peer holds the token before the token goes on it.
+Every answer recorded is therefore the answer of a process that holds the token. A
+new connection whose peer does not prove it stops the run at once
+(:class:`LoadStopped`); a refused or reset connection is a status-0 record.
+
 SLO attainment (:class:`ServiceSlo`): a request meets its service's ``slo_wait_s``
 when it waited at most that long from its arrival at the router to its hand-off to a
 ready replica. The router reports that wait in the ``X-Wait-Ms`` response header
@@ -28,12 +35,16 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import numpy as np
 
+from deepboot.core.errors import DeepbootError
 from deepboot.core.service import DEFAULT_SLO_WAIT_S
+
+if TYPE_CHECKING:
+    from deepboot.runtime.provenhttp import Target
 
 CSV_COLUMNS: tuple[str, ...] = (
     "id",
@@ -163,6 +174,22 @@ class LoadSummary:
         return self.by_status.get(200, 0)
 
 
+class LoadStopped(DeepbootError):
+    """A run stopped because a new connection's peer did not prove that it holds the
+    token (see :class:`~deepboot.runtime.provenhttp.ProofFailed`): nothing more was
+    sent, the requests CSV was saved.
+
+    Attributes:
+        reason: The proof's failure, one line.
+        sent: Requests sent before the stop.
+        total: Requests of the schedule.
+    """
+
+    def __init__(self, reason: str, sent: int, total: int) -> None:
+        super().__init__(f"{reason}; the run stopped after {sent} of {total} requests")
+        self.reason, self.sent, self.total = reason, sent, total
+
+
 ProgressCallback = Callable[[int, int, int], None]
 """``progress(sent, answered, total)``, called as requests go out and come back."""
 
@@ -172,13 +199,18 @@ def request_id(service: str, i: int) -> str:
     return f"{service}-{i:06d}"
 
 
+def infer_path(service: str) -> str:
+    """``/v1/{service}/infer`` (the service name is percent-encoded)."""
+    return f"/v1/{quote(service, safe='')}/infer"
+
+
 def infer_url(url: str, service: str) -> str:
     """``{url}/v1/{service}/infer`` (the service name is percent-encoded)."""
-    return f"{url.rstrip('/')}/v1/{quote(service, safe='')}/infer"
+    return url.rstrip("/") + infer_path(service)
 
 
 async def run_load(
-    url: str,
+    url: str | Callable[[], Target],
     service: str,
     times: Sequence[float],
     token: str | None,
@@ -192,18 +224,23 @@ async def run_load(
     """Send ``POST {url}/v1/{service}/infer`` at each of ``times`` and record the answers.
 
     Args:
-        url: The endpoint's base URL (``http://host:port``).
+        url: The endpoint's base URL (``http://host:port``; its ``/healthz``'s
+            instance id is not checked), or a function returning where each new
+            connection goes (a :class:`~deepboot.runtime.provenhttp.Target`, e.g. what
+            STATE_DIR/http.json records when it opens).
         service: The service name.
         times: Send times in seconds from the start (sorted; see
             :func:`~deepboot.runtime.rateprofile.send_times`).
-        token: The bearer token, or None to send no ``Authorization`` header. The
-            caller makes sure ``url`` is the endpoint it means to give the token to
-            (see :func:`deepboot.runtime.endpoint.connect`); redirects are not followed.
+        token: The bearer token, or None to send no ``Authorization`` header. With
+            one, each connection carries it only once its peer has proved, on that
+            connection, that it holds it (``GET /healthz``'s challenge; see
+            :mod:`deepboot.runtime.provenhttp`); redirects are not followed.
         save: Called once with the requests CSV's text (at the end, also when the run
             is cancelled: then unanswered requests get status 0, "cancelled").
         body: The JSON body of every request.
-        timeout_s: Client-side limit of one request (waiting for a connection
-            included); past it the request is recorded as status 0, "timeout".
+        timeout_s: Client-side limit of one request (waiting for a connection, and
+            opening and proving it, included); past it the request is recorded as
+            status 0, "timeout".
         progress: Called with (sent, answered, total) as the run goes.
         max_connections: Most connections open at once (more requests in flight wait
             for one, inside their timeout).
@@ -211,6 +248,11 @@ async def run_load(
 
     Returns:
         Counts by status, latency percentiles of the 200s, the run's duration.
+
+    Raises:
+        LoadStopped: a new connection's peer did not prove it holds the token (the
+            token was not sent on it); in-flight requests were cancelled and the CSV
+            saved (see ``save``).
     """
     return await run_requests(
         url,
@@ -226,7 +268,7 @@ async def run_load(
 
 
 async def run_requests(
-    url: str,
+    url: str | Callable[[], Target],
     requests: Sequence[PlannedRequest],
     token: str | None,
     save: Callable[[str], object],
@@ -250,31 +292,37 @@ async def run_requests(
     Raises:
         ValueError: a request has an ``exec_s`` and ``body`` is not a dict (before
             anything is sent).
+        LoadStopped: as :func:`run_load`.
     """
-    import aiohttp
+    from deepboot.runtime.provenhttp import ProofFailed, ProtocolError, ProvenPool, Target
 
     if any(r.exec_s is not None for r in requests) and not isinstance(body, dict):
         raise ValueError(f"a request with an {EXEC_KEY} needs a JSON object body")
+    if isinstance(url, str):
+        fixed = Target(url, None, "--url")
+        locate: Callable[[], Target] = lambda: fixed  # noqa: E731
+    else:
+        locate = url
     plain = json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
     records = [
         RequestRecord(request_id(r.service, i), r.due_s, r.service, r.exec_s)
         for i, r in enumerate(requests)
     ]
-    targets: dict[str, str] = {}  # service -> its URL, built once per service
+    paths: dict[str, str] = {}  # service -> its path, built once per service
     total = len(records)
     counts = [0, 0]  # sent, answered
     report = progress or (lambda sent, answered, total: None)
-    client_timeout = aiohttp.ClientTimeout(total=timeout_s)
+    pool = ProvenPool(locate, token, max_connections)
+    failed: list[ProofFailed] = []
+    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     start = loop.time()
 
-    async def one(session: aiohttp.ClientSession, rec: RequestRecord) -> None:
-        target = targets.get(rec.service)
-        if target is None:
-            target = targets[rec.service] = infer_url(url, rec.service)
+    async def one(rec: RequestRecord) -> None:
+        path = paths.get(rec.service)
+        if path is None:
+            path = paths[rec.service] = infer_path(rec.service)
         # Built per request, not up front: a long trace's bodies would all sit in memory.
         payload = (
             plain if rec.exec_s is None else json.dumps({**body, EXEC_KEY: rec.exec_s}).encode()
@@ -283,23 +331,25 @@ async def run_requests(
         rec.sent_at = time.time()
         counts[0] += 1
         try:
-            async with session.post(
-                target,
-                data=payload,
-                headers={**headers, "X-Request-Id": rec.id},
-                allow_redirects=False,  # a redirect is an answer, and keeps the token
-            ) as resp:
-                raw = await resp.read()
-                rec.status = resp.status
-                rec.wait_s = parse_wait_ms(resp.headers.get(WAIT_HEADER))
-                if rec.status == 200:
-                    rec.replica, rec.prewarmed = served_by(raw)
+            # A redirect is an answer (never followed); the token goes on proven
+            # connections only, which the pool alone puts it on.
+            resp = await pool.request(
+                "POST", path, {**headers, "X-Request-Id": rec.id}, payload, timeout_s
+            )
+            rec.status = resp.status
+            rec.wait_s = parse_wait_ms(resp.headers.get(WAIT_HEADER.lower()))
+            if rec.status == 200:
+                rec.replica, rec.prewarmed = served_by(resp.body)
         except TimeoutError:
             rec.error = "timeout"
-        except aiohttp.ClientError as exc:
+        except ProofFailed as exc:
+            rec.error = "not sent: the endpoint did not prove it holds the token"
+            failed.append(exc)
+            stop.set()
+        except (OSError, ProtocolError) as exc:  # refused, reset, closed; not HTTP
             rec.error = _one_line(f"{type(exc).__name__}: {exc}")
         except asyncio.CancelledError:
-            rec.error = "cancelled"
+            rec.error = rec.error or "cancelled"
             raise
         finally:
             rec.answer_s = loop.time() - start
@@ -307,26 +357,44 @@ async def run_requests(
             report(counts[0], counts[1], total)
 
     tasks: list[asyncio.Task[None]] = []
-    connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0)
-    try:
-        async with aiohttp.ClientSession(
-            connector=connector, timeout=client_timeout, raise_for_status=False
-        ) as session:
-            report(0, 0, total)
-            for rec in records:
-                delay = start + rec.due_s - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                tasks.append(asyncio.create_task(one(session, rec)))
-            if tasks:
-                await asyncio.gather(*tasks)
-    except asyncio.CancelledError:
-        for task in tasks:
+
+    async def schedule() -> None:
+        report(0, 0, total)
+        for rec in records:
+            delay = start + rec.due_s - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(rec)))
+        if tasks:
+            await asyncio.gather(*tasks)
+
+    async def stop_all() -> None:
+        for task in [scheduler, *tasks]:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(scheduler, *tasks, return_exceptions=True)
         _finish_unsent(records, loop.time() - start)
         save(_csv_text(records))
-        raise
+
+    scheduler = asyncio.create_task(schedule())
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        try:
+            await asyncio.wait([scheduler, stopped], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # from outside (Ctrl-C): save what was measured
+            await stop_all()
+            raise
+        if failed:  # a connection's peer did not prove itself: nothing more is sent
+            await stop_all()
+            raise LoadStopped(_one_line(str(failed[0])), counts[0], total)
+        scheduler.result()  # a bug's exception, if any
+    finally:
+        stopped.cancel()
+        if not scheduler.done():
+            scheduler.cancel()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(stopped, scheduler, *tasks, return_exceptions=True)
+        await pool.close()
     save(_csv_text(records))
     return _summarize(records, slo_wait_s or {})
 

@@ -50,6 +50,10 @@ class _Server:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            # Keep-alive, as the controller's: the token travels only on a connection
+            # that proved itself, so an endpoint that closes each one cannot get it.
+            protocol_version = "HTTP/1.1"
+
             def log_message(self, format: str, *args: object) -> None:
                 pass
 

@@ -57,7 +57,7 @@ state = Path(sys.argv[1])
 token = (state / "http-token").read_text().strip()
 r = Router(rt.Inbox(), Metrics(), token=token, instance=sys.argv[2])
 r.start()
-r.set_services({"svc": ServiceSpec("svc", "m", queue_bound=1, request_timeout_s=2)})
+r.set_services({"svc": ServiceSpec("svc", "m", queue_bound=1, request_timeout_s=0.5)})
 time.sleep(0.05)
 r.write_address(state / "http.json")
 print("ready", flush=True)
@@ -68,9 +68,9 @@ time.sleep(300)
 class Controller:
     """The router in a subprocess; ``wait_for(word, n)`` reads its stdout lines."""
 
-    def __init__(self, state: Path) -> None:
+    def __init__(self, state: Path, instance: str = INSTANCE) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _CONTROLLER, str(state), INSTANCE],
+            [sys.executable, "-c", _CONTROLLER, str(state), instance],
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -199,7 +199,9 @@ class Squatter:
 def _state(tmp_path: Path) -> Path:
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
-    (state / "http-token").write_text(TOKEN + "\n")
+    fd = os.open(state / "http-token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:  # a secret: 0600, as 'up' writes it
+        f.write(TOKEN + "\n")
     return state
 
 
@@ -212,11 +214,6 @@ def controller(tmp_path: Path) -> Iterator[Controller]:
         c.kill()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 42 finding 2: load proves the endpoint once, at its start, and then "
-    "sends the token on new connections to whatever listens on the port",
-)
 @pytest.mark.parametrize(
     ("how", "mode"),
     [("state-dir", "wrong-proof"), ("state-dir", "all-200"), ("url", "wrong-proof")],
@@ -262,11 +259,41 @@ def test_load_sends_no_token_to_a_squatter_after_the_controller_dies(
     assert "Traceback" not in stderr.decode() + stdout.decode()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 42 finding 2: the sync client (deepboot serve, dashboard) proves the "
-    "endpoint once, then sends the token on a new connection for every request",
-)
+def test_load_follows_a_restarted_controller_after_its_proof(
+    controller: Controller, tmp_path: Path
+) -> None:
+    """The controller is killed mid-run and another starts on the same state directory
+    (same token, another instance id and port): load's new connections go where
+    http.json now points, prove themselves there, and the run goes on to its end."""
+    state = tmp_path / "state"
+    profile = tmp_path / "p.csv"
+    profile.write_text("time_s,rps\n0,20\n2,0\n")  # 40 requests over 2 s
+    out = tmp_path / "out.csv"
+    argv = [sys.executable, "-m", "deepboot.cli.main", "load", "svc", "--rate-profile"]
+    argv += [str(profile), "--out", str(out), "--timeout", "5", "-q", "--state-dir", str(state)]
+    load = subprocess.Popen(
+        argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    restarted: Controller | None = None
+    try:
+        controller.wait_for("infer", 3)
+        controller.kill()
+        restarted = Controller(state, instance="5ca1ab1e" * 3)
+        assert restarted.port != controller.port
+        restarted.wait_for("infer", 3)  # load found it, and it proved itself
+        stdout, stderr = load.communicate(timeout=WAIT_S)
+    finally:
+        if load.poll() is None:
+            load.kill()
+            load.wait(WAIT_S)
+        if restarted is not None:
+            restarted.kill()
+    assert load.returncode == 0, stderr.decode()
+    assert b"proved it holds the token" in stdout
+    rows = out.read_text().splitlines()
+    assert len(rows) == 41
+
+
 def test_the_sync_client_sends_no_token_to_a_squatter_after_the_controller_dies(
     controller: Controller, tmp_path: Path
 ) -> None:
