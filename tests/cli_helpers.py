@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,19 @@ from deepboot.cli.main import main
 
 POLLUX_HEADER = "name,time,application,num_replicas,batch_size"
 PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster"
+
+
+def write_state_dir(state: Path, info: dict[str, object], token: str) -> Path:
+    """A state directory as a controller leaves it: the directory 0700, ``http.json``
+    recording ``info`` and ``http-token`` holding ``token``, both 0600 (whatever the
+    umask), so the ownership checks of ``StateDir`` accept it."""
+    state.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(state, 0o700)
+    for name, text in (("http.json", json.dumps(info)), ("http-token", token + "\n")):
+        path = state / name
+        path.write_text(text, encoding="utf-8")
+        os.chmod(path, 0o600)
+    return state
 
 
 def make_workload(path: Path) -> Path:

@@ -26,6 +26,7 @@ from deepboot.cli.files import PathArg, check_outputs, require_path, write_text
 from deepboot.cli.services import read_services_arg
 from deepboot.core.errors import ConfigError, InputError
 from deepboot.core.service import DEFAULT_SLO_WAIT_S, MAX_REQUEST_TIMEOUT_S
+from deepboot.runtime.statedir import STATE_DIR_HELP
 
 if TYPE_CHECKING:
     from deepboot.core.jobs import Workload
@@ -231,9 +232,9 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     )
     p.add_argument(
         "--state-dir",
-        default=".deepboot",
+        default=None,
         metavar="DIR",
-        help="the runtime's state directory (http.json, http-token)",
+        help=STATE_DIR_HELP,
     )
     p.add_argument(
         "--url",

@@ -19,7 +19,7 @@ from rich.table import Table
 from deepboot.cli.params import add_shared_cluster_flags
 from deepboot.core.cluster import ClusterSpec
 from deepboot.core.errors import ConfigError
-from deepboot.runtime.statedir import StateDir
+from deepboot.runtime.statedir import STATE_DIR_HELP, StateDir
 from deepboot.runtime.statusdoc import status_document
 
 _UP_EPILOG = """\
@@ -125,15 +125,6 @@ terminal's width: the GPUs by node, one line per service and per job, long names
 cut with an ellipsis. A controller that is down is shown with its last record; a state directory
 that cannot be read (removed by 'deepboot down', say) is a line on the screen, and
 the next refresh reads it again."""
-
-
-STATE_DIR_HELP = (
-    "the runtime's state directory (cluster record, tokens, job store, logs); default "
-    "$XDG_STATE_HOME/deepboot/default, else ~/.local/state/deepboot/default (a "
-    "./.deepboot that holds a running cluster is used, with a warning). It must be "
-    "yours: a directory another user owns or can write, a symlink, or token files "
-    "deepboot did not create are refused"
-)
 
 
 def _state_flag(p: argparse.ArgumentParser) -> None:

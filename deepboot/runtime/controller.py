@@ -57,7 +57,7 @@ from deepboot.runtime.settings import (
     settings_file,
 )
 from deepboot.runtime.slo import SloTally
-from deepboot.runtime.statedir import StateDir
+from deepboot.runtime.statedir import STATE_DIR_HELP, StateDir
 from deepboot.runtime.statelock import HeldElsewhereError, StateLock
 from deepboot.runtime.store import JobStore, LogKind
 from deepboot.runtime.warmup import warm_kernels
@@ -241,7 +241,7 @@ class Controller(Recovery):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deepboot.runtime.controller")
-    parser.add_argument("--state-dir", default=".deepboot")
+    parser.add_argument("--state-dir", default=None, help=STATE_DIR_HELP)
     args = parser.parse_args(argv)
     state = StateDir.at(args.state_dir)
     # One controller per state directory, whatever started it: the OS lock is held

@@ -57,12 +57,14 @@ import ssl
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from deepboot.core.errors import DeepbootError, InputError
+from deepboot.runtime.ownership import read_secret
 from deepboot.runtime.statedir import StateDir
 
 HEALTH_TIMEOUT_S = 5.0
@@ -365,15 +367,21 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
 
-def read_token(path: str | Path) -> str:
-    """The bearer token in ``path`` (surrounding whitespace removed).
+def read_token(path: str | Path, reader: Callable[[Path], str] | None = None) -> str:
+    """The bearer token in ``path`` (surrounding whitespace removed), read by ``reader``
+    (default: a plain read; a state directory's token goes through
+    :func:`~deepboot.runtime.ownership.read_secret`, which refuses a file not ours and
+    0600, raising :class:`~deepboot.runtime.ownership.UnsafePathError`).
 
     Raises:
         InputError: the file is missing, unreadable or empty.
     """
     spath = str(path)
     try:
-        token = Path(path).read_text(encoding="utf-8").strip()
+        if reader is None:
+            token = Path(path).read_text(encoding="utf-8").strip()
+        else:
+            token = reader(Path(path)).strip()
     except FileNotFoundError:
         raise InputError(spath, 0, "", "token file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -502,8 +510,11 @@ class Recorded:
                 http.json's key).
         """
         url, instance = read_record(state.http_file)
-        path = token_file if token_file is not None else state.http_token
-        return cls(url, instance, read_token(path), path)
+        if token_file is not None:  # the user's own file, named on the command line
+            return cls(url, instance, read_token(token_file), token_file)
+        # The state directory's token: only from a 0600 file of ours (finding 1 of
+        # issue 42), never one another user could have planted or read.
+        return cls(url, instance, read_token(state.http_token, read_secret), state.http_token)
 
     def check(self, timeout: float = HEALTH_TIMEOUT_S) -> Endpoint:
         """The endpoint, once a connection to it has, without the token, echoed the

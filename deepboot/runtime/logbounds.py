@@ -154,9 +154,9 @@ class SharedLog(io.TextIOBase):
     checks that ``path`` is still the file it holds (else another writer rotated it:
     it opens the new one). A write is at most one line late into a rotated file.
 
-    For ``sys.stdout = sys.stderr = SharedLog(path)`` in such a process (what
-    ``deepboot.runtime.replica`` and ``deepboot.elastic.worker`` could use instead of
-    ``open(path, "a", buffering=1)``).
+    For ``sys.stdout = sys.stderr = SharedLog(path)`` in such a process: a service
+    replica's output (``deepboot.runtime.replica``). A job's workers
+    (``deepboot.elastic.worker``, a layer below this one) still append without a bound.
     """
 
     def __init__(

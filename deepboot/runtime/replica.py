@@ -51,6 +51,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from deepboot.core.service import ServiceSpec
@@ -148,8 +149,12 @@ class ServiceReplica:
 
     @staticmethod
     def _log_to(log_path: str) -> None:
-        out = open(log_path, "a", buffering=1)  # noqa: SIM115 (lives with the actor)
-        sys.stdout = sys.stderr = out
+        # Bounded as the controller's log (issue 42, finding 3): a handler that prints
+        # on every request cannot fill the disk; the replicas of a service share the
+        # file and rotate it under one lock.
+        from deepboot.runtime.logbounds import SharedLog
+
+        sys.stdout = sys.stderr = SharedLog(Path(log_path))  # lives with the actor
 
     def become(self, spec: dict[str, Any], gpu: str, log_path: str, resource: str) -> int:
         """Promote this standby to a replica of ``spec`` on ``gpu``, whose Ray resource

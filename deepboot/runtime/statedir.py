@@ -88,6 +88,16 @@ def xdg_root(env: Mapping[str, str] | None = None) -> Path:
     return base / "deepboot" / DEFAULT_NAME
 
 
+#: The ``--state-dir`` help every command that reads or writes a state directory shows.
+STATE_DIR_HELP = (
+    "the runtime's state directory (cluster record, tokens, job store, logs); default "
+    "$XDG_STATE_HOME/deepboot/default, else ~/.local/state/deepboot/default (a "
+    "./.deepboot that holds a running cluster is used, with a warning). It must be "
+    "yours: a directory another user owns or can write, a symlink, or token files "
+    "deepboot did not create are refused"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class StateDir:
     """Paths under one state directory. Creating the object touches nothing."""

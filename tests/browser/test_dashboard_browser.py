@@ -1,7 +1,8 @@
 """The live dashboard in headless Chromium, on a real local cluster (make test-browser).
 
 A job holds a lent GPU and a service gets a replica: the page, loaded through the
-one-time link ``deepboot dashboard`` prints, shows that job on that GPU, the
+login page ``deepboot dashboard`` opens (a file: page going on to the one-time link),
+shows that job on that GPU, the
 service's SLO attainment, and the job's new size after the reclaim shrinks it; a
 load of a data route without the session cookie is refused.
 
@@ -23,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from deepboot.cli.dashboard import write_login_page
 from deepboot.runtime.statedir import StateDir
 from deepboot.runtime.statusdoc import status_document
 from tests.runtime.cluster_helpers import cli, job, local_cluster, wait_for
@@ -132,8 +134,19 @@ def test_the_dashboard_shows_lending_the_slo_and_resizes(browser: Any, tmp_path:
         link = cli(state, "dashboard", "--no-open").stdout.splitlines()[0]
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/dashboard/login\?code=[0-9a-f]{64}", link)
         base = link.split("/dashboard")[0]
-        browser.get(link)
-        assert browser.current_url == base + "/dashboard"  # the code left the address bar
+        # As 'deepboot dashboard' opens it: a 0600 file: page in the state directory
+        # that goes on to the link (cross-site: a file: origin is opaque); the login
+        # route hops to /dashboard from its own origin, where the cookie then works.
+        page = write_login_page(state, link)
+        browser.get(page.as_uri())
+        _page_shows(
+            browser,
+            "the dashboard after the login page",
+            lambda d: (
+                d.current_url == base + "/dashboard"  # the code left the address bar
+                and d.execute_script("return document.querySelector('[data-gpu]') !== null")
+            ),
+        )
 
         # The job on its lent GPU (the page polls; the job may have grown since).
         _page_shows(

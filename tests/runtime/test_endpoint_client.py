@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from deepboot.runtime.endpoint import healthz_proof
-from tests.cli_helpers import assert_one_line_error, run_cli
+from tests.cli_helpers import assert_one_line_error, run_cli, write_state_dir
 
 TOKEN = "s3cret-token"
 INSTANCE = "0123456789abcdef"
@@ -151,15 +151,11 @@ def controller() -> Iterator[_Server]:
 
 def _state(tmp_path: Path, url: str, auth: bool = True, instance: str | None = INSTANCE) -> Path:
     """A state directory whose http.json records ``url`` (and ``instance``)."""
-    state = tmp_path / "state"
-    state.mkdir(mode=0o700, exist_ok=True)
     host, port = url.rsplit(":", 1)
     info: dict[str, object] = {"url": url, "host": host[7:], "port": int(port), "auth": auth}
     if instance is not None:
         info["instance"] = instance
-    (state / "http.json").write_text(json.dumps(info))
-    (state / "http-token").write_text(TOKEN + "\n")
-    return state
+    return write_state_dir(tmp_path / "state", info, TOKEN)
 
 
 def _profile(tmp_path: Path) -> Path:

@@ -34,7 +34,7 @@ from deepboot.runtime.loadgen import (
 )
 from deepboot.runtime.rateprofile import MAX_REQUESTS, RateProfile, send_times
 from deepboot.runtime.tracereplay import parse_service_map, slo_waits, trace_schedule
-from tests.cli_helpers import assert_one_line_error, run_cli
+from tests.cli_helpers import assert_one_line_error, run_cli, write_state_dir
 
 try:
     from aiohttp import web
@@ -333,13 +333,9 @@ def test_run_load_unknown_service_and_connection_refused(server: _Server, tmp_pa
 
 
 def _state(tmp_path: Path, url: str, auth: bool = True) -> Path:
-    state = tmp_path / "state"
-    state.mkdir()
     host, port = url.rsplit(":", 1)
     info = {"url": url, "host": host[7:], "port": int(port), "auth": auth, "instance": INSTANCE}
-    (state / "http.json").write_text(json.dumps(info))
-    (state / "http-token").write_text(TOKEN + "\n")
-    return state
+    return write_state_dir(tmp_path / "state", info, TOKEN)
 
 
 @pytest.mark.runtime

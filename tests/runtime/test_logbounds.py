@@ -157,3 +157,32 @@ def test_a_log_two_processes_append_to_stays_bounded(tmp_path: Path) -> None:
     lines = [ln for f in files[:3] for ln in (tmp_path / f).read_text().splitlines()]
     assert all(re.fullmatch(r"[ab] line \d+ w{80}", ln) for ln in lines)  # whole lines
     assert path.read_text().splitlines()[-1].split()[1:3] == ["line", "2999"]
+
+
+def test_a_service_replica_writes_its_output_to_a_bounded_log(tmp_path: Path) -> None:
+    """What a replica's handler prints (``ServiceReplica._log_to``, the call a replica
+    makes when it starts serving) rolls over at ``LOG_BYTES`` and keeps ``LOG_BACKUPS``
+    old files: 60 MiB of prints leave that many files, each within a line of the
+    bound, the newest line last."""
+    path = tmp_path / "service-x.log"
+    script = textwrap.dedent(
+        """
+        import sys
+        from deepboot.runtime.replica import ServiceReplica
+
+        ServiceReplica._log_to(sys.argv[1])
+        line = "x" * 1023
+        for i in range(60 * 1024):
+            print(line)
+        print("last", file=sys.stderr)
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script, str(path)], cwd=REPO, capture_output=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    sizes = {p.name: p.stat().st_size for p in tmp_path.iterdir() if p.suffix != ".lock"}
+    kept = ["service-x.log"] + [f"service-x.log.{i}" for i in range(1, logbounds.LOG_BACKUPS + 1)]
+    assert sorted(sizes) == kept, sizes
+    assert all(n <= logbounds.LOG_BYTES + 1024 for n in sizes.values()), sizes
+    assert path.read_text().splitlines()[-1] == "last"
