@@ -57,9 +57,9 @@ sys.path.insert(0, str(REPO))
 
 from runtime_cli import cli, wait_for  # noqa: E402
 
-from deepboot.runtime.endpoint import connect  # noqa: E402
-from deepboot.runtime.statedir import StateDir  # noqa: E402
-from deepboot.runtime.store import EventRow, JobStore, LogKind  # noqa: E402
+from deepboot.runtime.client.endpoint import connect  # noqa: E402
+from deepboot.runtime.store.jobstore import EventRow, JobStore, LogKind  # noqa: E402
+from deepboot.runtime.store.statedir import StateDir  # noqa: E402
 
 BIG_MB = 200
 """The large service's weights, MB."""

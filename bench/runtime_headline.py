@@ -104,7 +104,7 @@ from twin import (  # noqa: E402
     write_jobs,
 )
 
-from deepboot.runtime.store import EventRow, LogKind  # noqa: E402
+from deepboot.runtime.store.jobstore import EventRow, LogKind  # noqa: E402
 
 # -- the workload ----------------------------------------------------------------------
 

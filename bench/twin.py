@@ -102,9 +102,9 @@ from deepboot.core.service import DEFAULT_SLO_WAIT_S, ServiceSpec  # noqa: E402
 from deepboot.perf.fit import fit_perf_params  # noqa: E402
 from deepboot.perf.goodput import compute_time, step_time  # noqa: E402
 from deepboot.report.timeline import load_offset  # noqa: E402
-from deepboot.runtime.raycluster import ClusterRecord, cluster_pids, process_alive  # noqa: E402
-from deepboot.runtime.statedir import StateDir  # noqa: E402
-from deepboot.runtime.store import EventRow, JobRow, JobStore, LogKind  # noqa: E402
+from deepboot.runtime.cluster.raycluster import ClusterRecord, cluster_pids, process_alive  # noqa: E402
+from deepboot.runtime.store.jobstore import EventRow, JobRow, JobStore, LogKind  # noqa: E402
+from deepboot.runtime.store.statedir import StateDir  # noqa: E402
 
 if TYPE_CHECKING:
     from deepboot.sim.engine import Simulation

@@ -40,7 +40,7 @@ from deepboot.matrix import (
 
 def _import_ray(address: str | None, token_dir: str) -> Any:
     if address is None:
-        # Before Ray is imported: it reads these once (see deepboot.runtime._raynode).
+        # Before Ray is imported: it reads these once (see deepboot.runtime.cluster.raynode).
         token = os.path.join(token_dir, "ray-token")
         fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:

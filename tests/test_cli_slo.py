@@ -91,8 +91,8 @@ def test_the_runtime_takes_slo_guarded_lending_with_its_knobs(
     """``deepboot up --slo`` reaches the cluster's start with the knobs as the
     simulator takes them (the start itself is stopped here: no Ray)."""
     from deepboot.core.errors import ConfigError
-    from deepboot.runtime import lifecycle
-    from deepboot.runtime.settings import build_loop
+    from deepboot.runtime.cluster import updown as lifecycle
+    from deepboot.runtime.controller.controller_settings import build_loop
 
     seen: list[object] = []
 

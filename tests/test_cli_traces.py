@@ -19,7 +19,7 @@ from trace_files import (
 )
 
 from deepboot.core.servicefile import load_services
-from deepboot.runtime.rateprofile import RateProfile
+from deepboot.runtime.client.rateprofile import RateProfile
 
 POLLUX = "name,time,application,num_replicas,batch_size\ncifar10-0,50,cifar10,6,2048\n"
 

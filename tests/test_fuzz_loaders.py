@@ -65,7 +65,7 @@ from deepboot.perf.profiles import (
     ProfiledApplication,
     load_profiles,
 )
-from deepboot.runtime.rateprofile import MAX_PROFILE_TIME_S, MAX_REQUESTS, RateProfile
+from deepboot.runtime.client.rateprofile import MAX_PROFILE_TIME_S, MAX_REQUESTS, RateProfile
 from deepboot.sim.philly import PHILLY_COLUMNS, PhillyConfig, generate_from_jobs, read_philly
 from deepboot.sim.services import ServicesFile, bind_services, read_services_file
 from deepboot.sim.traces import azure_llm, compose, genai, rateshape

@@ -35,7 +35,7 @@ from deepboot.cli.files import (
     write_atomic,
     write_text,
 )
-from deepboot.cli.params import (
+from deepboot.cli.policy_params import (
     describe,
     parameter_fields,
     shared_cluster_settings,

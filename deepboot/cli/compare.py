@@ -58,7 +58,7 @@ from deepboot.cli.files import (
     write_bytes,
     write_text,
 )
-from deepboot.cli.params import add_interval_and_seed
+from deepboot.cli.policy_params import add_interval_and_seed
 from deepboot.cli.progress import format_sim_time
 from deepboot.cli.services import SERVICES_EPILOG, add_services_flag, read_services_arg
 from deepboot.core.cluster import ClusterSpec

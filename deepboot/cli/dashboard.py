@@ -1,6 +1,6 @@
 """``deepboot dashboard``: a one-time login link to the controller's live dashboard.
 
-The page itself is the controller's (:mod:`deepboot.runtime.dashboard`); this command
+The page itself is the controller's (:mod:`deepboot.runtime.http.livedashboard`); this command
 only asks the running controller, with the state directory's bearer token, for a
 login code, prints the link and, where a browser exists, opens it.
 
@@ -31,7 +31,7 @@ from typing import Any
 from rich.console import Console
 
 from deepboot.core.errors import ConfigError
-from deepboot.runtime.sessions import LOGIN_TTL_S
+from deepboot.runtime.http.sessions import LOGIN_TTL_S
 
 LOGIN_PAGE_PREFIX = "dashboard-login-"
 """The login pages' names in the state directory: ``dashboard-login-<random>.html``."""
@@ -83,8 +83,8 @@ def login_url(state_dir: str, timeout: float = 10.0) -> str:
         ConfigError: no controller serves there, or it refused or did not answer
             within ``timeout``.
     """
-    from deepboot.runtime.endpoint import EndpointError, connect
-    from deepboot.runtime.statedir import StateDir
+    from deepboot.runtime.client.endpoint import EndpointError, connect
+    from deepboot.runtime.store.statedir import StateDir
 
     state = StateDir.at(state_dir)
     try:
@@ -137,7 +137,7 @@ def cmd_dashboard(
         opener: Opens a URL in a browser (injected for tests; default: a new tab of
             :func:`webbrowser.open`). It is given the page's ``file:`` URL only.
     """
-    from deepboot.runtime.statedir import StateDir
+    from deepboot.runtime.store.statedir import StateDir
 
     url = login_url(args.state_dir)
     out.print(url, markup=False, highlight=False, soft_wrap=True)

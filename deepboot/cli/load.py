@@ -1,7 +1,8 @@
 """``deepboot load SERVICE --rate-profile FILE`` and ``deepboot load --trace FILE``:
 drive the runtime's HTTP endpoint with a rate profile (one service) or replay a
 workload's inference rows (each to its service, with its execution time), and record
-every request (see :mod:`deepboot.runtime.loadgen`, :mod:`deepboot.runtime.tracereplay`)."""
+every request (see :mod:`deepboot.runtime.client.loadgen` and
+:mod:`deepboot.runtime.client.tracereplay`)."""
 
 from __future__ import annotations
 
@@ -26,12 +27,12 @@ from deepboot.cli.files import PathArg, check_outputs, require_path, write_text
 from deepboot.cli.services import read_services_arg
 from deepboot.core.errors import ConfigError, InputError
 from deepboot.core.service import DEFAULT_SLO_WAIT_S, MAX_REQUEST_TIMEOUT_S
-from deepboot.runtime.statedir import STATE_DIR_HELP
+from deepboot.runtime.store.statedir import STATE_DIR_HELP
 
 if TYPE_CHECKING:
     from deepboot.core.jobs import Workload
-    from deepboot.runtime.loadgen import LoadSummary, PlannedRequest
-    from deepboot.runtime.provenhttp import Target
+    from deepboot.runtime.client.loadgen import LoadSummary, PlannedRequest
+    from deepboot.runtime.client.provenhttp import Target
     from deepboot.sim.services import ServicesFile
 
 MAX_TIMEOUT_S = 3600.0
@@ -313,7 +314,7 @@ def _check_args(args: argparse.Namespace) -> None:
 def _body(text: str, trace: bool) -> Any:
     """The JSON of ``--body``; with ``--trace``, an object without ``exec_s`` (each
     request sets it)."""
-    from deepboot.runtime.loadgen import EXEC_KEY
+    from deepboot.runtime.client.loadgen import EXEC_KEY
 
     try:
         body = json.loads(text)
@@ -333,15 +334,15 @@ def _endpoint(
 ) -> tuple[Callable[[], tuple[str | Callable[[], Target], str | None]], list[PathArg]]:
     """(a function returning where the requests go and the token, the files read for
     them). Files are read here; the network is left to the function, which proves the
-    endpoint once before anything is sent (:func:`deepboot.runtime.endpoint.prove`:
+    endpoint once before anything is sent (:func:`deepboot.runtime.client.endpoint.prove`:
     without --url, the endpoint STATE_DIR/http.json records, whose instance id it
     checks too; with --url and --token-file, that URL) and returns, without --url, a
     function that re-reads http.json as each new connection opens. Each connection
     then proves itself again before it carries the token
-    (:mod:`deepboot.runtime.provenhttp`)."""
-    from deepboot.runtime.endpoint import Recorded, check_url, prove, read_record, read_token
-    from deepboot.runtime.provenhttp import Target
-    from deepboot.runtime.statedir import StateDir
+    (:mod:`deepboot.runtime.client.provenhttp`)."""
+    from deepboot.runtime.client.endpoint import Recorded, check_url, prove, read_record, read_token
+    from deepboot.runtime.client.provenhttp import Target
+    from deepboot.runtime.store.statedir import StateDir
 
     token_file = None
     if args.token_file is not None:
@@ -431,8 +432,8 @@ def _profile_schedule(args: argparse.Namespace) -> _Schedule:
     """The rate profile's requests (``--rate-profile``, one service)."""
     import numpy as np
 
-    from deepboot.runtime.loadgen import PlannedRequest
-    from deepboot.runtime.rateprofile import RateProfile, send_times
+    from deepboot.runtime.client.loadgen import PlannedRequest
+    from deepboot.runtime.client.rateprofile import RateProfile, send_times
 
     path = require_path(args.rate_profile, "--rate-profile")
     profile = RateProfile.load(path)
@@ -450,7 +451,7 @@ def _profile_schedule(args: argparse.Namespace) -> _Schedule:
 
 def read_trace(path: str | Path, services: ServicesFile | None = None) -> Workload:
     """Read a DeepBoot-format workload for ``--trace`` with the simulator's reader
-    (see :mod:`deepboot.runtime.tracereplay`).
+    (see :mod:`deepboot.runtime.client.tracereplay`).
 
     Args:
         path: The workload CSV.
@@ -506,9 +507,9 @@ def read_trace(path: str | Path, services: ServicesFile | None = None) -> Worklo
 
 
 def _trace_schedule(args: argparse.Namespace) -> _Schedule:
-    """The trace's requests (``--trace``; see :mod:`deepboot.runtime.tracereplay`)."""
-    from deepboot.runtime.tracereplay import parse_service_map, slo_waits
-    from deepboot.runtime.tracereplay import trace_schedule as schedule
+    """The trace's requests (``--trace``; see :mod:`deepboot.runtime.client.tracereplay`)."""
+    from deepboot.runtime.client.tracereplay import parse_service_map, slo_waits
+    from deepboot.runtime.client.tracereplay import trace_schedule as schedule
 
     path = require_path(args.trace, "--trace")
     mapping = parse_service_map(args.service_map)
@@ -539,8 +540,8 @@ def _trace_schedule(args: argparse.Namespace) -> _Schedule:
 
 def cmd_load(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``deepboot load``: build the schedule, then send it and print the summary."""
-    from deepboot.runtime.endpoint import EndpointError
-    from deepboot.runtime.loadgen import LoadStopped, run_requests
+    from deepboot.runtime.client.endpoint import EndpointError
+    from deepboot.runtime.client.loadgen import LoadStopped, run_requests
 
     _check_args(args)
     out_path = require_path(args.out, "--out")
@@ -625,7 +626,7 @@ def _print_summary(
             "the network and the router's own time too, so it is pessimistic"
         )
     if args.trace is not None and args.time_scale not in (None, 1.0):
-        from deepboot.runtime.tracereplay import COMPRESSION_NOTE
+        from deepboot.runtime.client.tracereplay import COMPRESSION_NOTE
 
         out.print(f"[yellow]note:[/] {COMPRESSION_NOTE}")
     if summary.max_send_lag_s > 0.1:

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from deepboot import __version__
 from deepboot.cli import commands, compare, dashboard, limits, load, runtime, timeline, traces
-from deepboot.cli.params import add_interval_and_seed, add_shared_cluster_flags
+from deepboot.cli.policy_params import add_interval_and_seed, add_shared_cluster_flags
 from deepboot.cli.services import SERVICES_EPILOG, add_services_flag
 from deepboot.core.errors import DeepbootError
 

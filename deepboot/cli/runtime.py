@@ -16,11 +16,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from deepboot.cli.params import add_shared_cluster_flags
+from deepboot.cli.policy_params import add_shared_cluster_flags
 from deepboot.core.cluster import ClusterSpec
 from deepboot.core.errors import ConfigError
-from deepboot.runtime.statedir import STATE_DIR_HELP, StateDir
-from deepboot.runtime.statusdoc import status_document
+from deepboot.runtime.client.statusdoc import status_document
+from deepboot.runtime.store.statedir import STATE_DIR_HELP, StateDir
 
 _UP_EPILOG = """\
 examples:
@@ -318,10 +318,10 @@ def _positive(name: str, value: float, integer: bool = True) -> None:
 
 
 def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
-    from deepboot.cli.params import shared_cluster, split_pairs
-    from deepboot.runtime.controller import ControllerSettings, check_runnable
-    from deepboot.runtime.lifecycle import up
-    from deepboot.runtime.statedir import check_not_committable
+    from deepboot.cli.policy_params import shared_cluster, split_pairs
+    from deepboot.runtime.cluster.updown import up
+    from deepboot.runtime.controller.controller_settings import ControllerSettings, check_runnable
+    from deepboot.runtime.store.statedir import check_not_committable
 
     shared = shared_cluster(args)
     check_runnable(shared)
@@ -388,7 +388,7 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def cmd_down(args: argparse.Namespace, out: Console, err: Console) -> int:
-    from deepboot.runtime.lifecycle import down
+    from deepboot.runtime.cluster.updown import down
 
     state = StateDir.at(args.state_dir)
     out.print(down(state))
@@ -398,7 +398,7 @@ def cmd_down(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from deepboot.runtime.store import JobStore
+    from deepboot.runtime.store.jobstore import JobStore
 
     state = StateDir.at(args.state_dir)
     if not state.db.exists() and not state.cluster_file.exists():
@@ -408,7 +408,7 @@ def _store(args: argparse.Namespace) -> Any:
 
 
 def cmd_submit(args: argparse.Namespace, out: Console, err: Console) -> int:
-    from deepboot.runtime.jobspec import load_job
+    from deepboot.runtime.client.jobspec import load_job
 
     spec = load_job(args.job_file)
     store = _store(args)
@@ -418,7 +418,7 @@ def cmd_submit(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
-    from deepboot.runtime.servicespec import load_service_file
+    from deepboot.runtime.client.servicespec import load_service_file
 
     specs = load_service_file(args.service_file)  # every service checked before any is stored
     store = _store(args)
@@ -446,12 +446,12 @@ def _wait_until_served(state: StateDir, service: str, timeout: float = 30.0) -> 
     Raises:
         ConfigError: the controller did not take the service up within ``timeout``,
             or its endpoint did not prove to be this state directory's controller
-            (then the token was not sent; see :mod:`deepboot.runtime.endpoint`).
+            (then the token was not sent; see :mod:`deepboot.runtime.client.endpoint`).
     """
     import urllib.error
 
-    from deepboot.runtime.endpoint import EndpointError, connect
-    from deepboot.runtime.raycluster import controller_alive
+    from deepboot.runtime.client.endpoint import EndpointError, connect
+    from deepboot.runtime.cluster.raycluster import controller_alive
 
     if controller_alive(state) is None or not state.http_file.exists():
         return ""
@@ -652,8 +652,8 @@ def cmd_logs(args: argparse.Namespace, out: Console, err: Console) -> int:
 def cmd_replay(args: argparse.Namespace, out: Console, err: Console) -> int:
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
-    from deepboot.cli.params import split_pairs
-    from deepboot.runtime.replay import describe, replay_state
+    from deepboot.cli.policy_params import split_pairs
+    from deepboot.runtime.client.replay import describe, replay_state
 
     state = StateDir.at(args.state or args.state_dir)
     params = split_pairs(args.param)

@@ -1,4 +1,4 @@
-"""``deepboot status --watch``: the status document (:mod:`deepboot.runtime.statusdoc`)
+"""``deepboot status --watch``: the status document (:mod:`deepboot.runtime.client.statusdoc`)
 as one screen that fits the terminal, redrawn every few seconds.
 
 :func:`status_view` is pure (a document and a width in, a rich renderable out), so
@@ -319,7 +319,7 @@ def status_view(
     line of ``width`` columns at most.
 
     Args:
-        doc: A status document (:func:`deepboot.runtime.statusdoc.status_document`),
+        doc: A status document (:func:`deepboot.runtime.client.statusdoc.status_document`),
             or None when none could be read yet.
         width: The terminal's width.
         refreshed: When the screen was made (Unix time; default now).

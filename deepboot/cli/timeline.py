@@ -13,9 +13,9 @@ from rich.console import Console
 
 from deepboot.cli.files import PathArg, check_outputs, require_path, write_bytes
 from deepboot.core.errors import ConfigError
-from deepboot.runtime.raycluster import controller_alive
-from deepboot.runtime.statedir import StateDir
-from deepboot.runtime.statusdoc import read_state_dir
+from deepboot.runtime.client.statusdoc import read_state_dir
+from deepboot.runtime.cluster.raycluster import controller_alive
+from deepboot.runtime.store.statedir import StateDir
 
 if TYPE_CHECKING:
     pass

@@ -508,8 +508,8 @@ def _finish(out: Console, outputs: _Outputs, command: str, stream: Any) -> int:
 
 def workload_rate_shape(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``deepboot workload rate-shape``."""
-    from deepboot.runtime.rateprofile import MAX_PROFILE_TIME_S
-    from deepboot.runtime.rateprofile import MAX_REQUESTS as LOAD_MAX_REQUESTS
+    from deepboot.runtime.client.rateprofile import MAX_PROFILE_TIME_S
+    from deepboot.runtime.client.rateprofile import MAX_REQUESTS as LOAD_MAX_REQUESTS
     from deepboot.sim.traces.rateshape import rate_shape, read_qps, write_profile
 
     qps = require_path(args.qps, "--qps")

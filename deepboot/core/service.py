@@ -2,7 +2,7 @@
 
 One :class:`ServiceSpec` per service. The simulator builds one per service of its
 workload (only ``name``, ``model`` and ``cold_start_s`` matter there); the runtime
-reads one from a TOML file (:mod:`deepboot.runtime.servicespec`). The control loop
+reads one from a TOML file (:mod:`deepboot.runtime.client.servicespec`). The control loop
 reads ``max_replicas``.
 """
 

@@ -1,6 +1,6 @@
 """SLO-guarded lending: how many replicas of each service to hold, from its forecast.
 
-A request meets its service's SLO (``slo_wait_s``, :mod:`deepboot.sim.slo`) when a
+A request meets its service's SLO (``slo_wait_s``, :mod:`deepboot.sim.slo_accounting`) when a
 ready replica takes it within that wait. Two regimes (docs/slo.md):
 
 * **pre-warm** (``slo_wait_s`` < the service's cold start): only a replica already

@@ -223,7 +223,7 @@ COMPARE_COLUMNS: tuple[Column, ...] = (
     Column("Cold starts", "inference", "cold_starts", only_if="tasks"),
     Column("Inference avg delay (s)", "inference", "avg_delay_s", decimals=2, only_if="tasks"),
     Column("Inference p99 delay (s)", "inference", "p99_delay_s", decimals=2, only_if="tasks"),
-    # Requests started within their service's slo_wait_s (deepboot.sim.slo).
+    # Requests started within their service's slo_wait_s (deepboot.sim.slo_accounting).
     Column(
         "SLO attained (%)",
         "inference",

@@ -1,13 +1,13 @@
 """A runtime run's timeline, rebuilt from its state directory's event log.
 
 Pure reconstruction (no matplotlib, no store): :func:`build_timeline` turns the
-event log (rows shaped as :class:`~deepboot.runtime.store.EventRow`, see
+event log (rows shaped as :class:`~deepboot.runtime.store.jobstore.EventRow`, see
 :class:`EventLike`) and each GPU's pool into step series; :func:`read_requests` and
 :func:`align_requests` put a ``deepboot load`` requests CSV on the same clock.
 ``deepboot timeline`` (:mod:`deepboot.cli.timeline`) reads the state directory, and
 :mod:`deepboot.report.timeline_figure` draws the result. (``report`` sits below
 ``runtime`` in the package's layers, so the log's kinds are matched by their values
-here; a test checks them against :class:`~deepboot.runtime.store.LogKind`.)
+here; a test checks them against :class:`~deepboot.runtime.store.jobstore.LogKind`.)
 
 The clock: seconds since the controller started (the log's first
 ``controller_started`` entry). Every series is a step function: value ``i`` holds
@@ -74,7 +74,7 @@ class KindLike(Protocol):
 
 
 class EventLike(Protocol):
-    """One entry of the event log (:class:`~deepboot.runtime.store.EventRow`)."""
+    """One entry of the event log (:class:`~deepboot.runtime.store.jobstore.EventRow`)."""
 
     @property
     def time(self) -> float: ...

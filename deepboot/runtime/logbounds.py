@@ -9,7 +9,7 @@ The controller's log, ``STATE_DIR/logs/controller.log``, holds two streams:
   (``controller.log.1`` the newest);
 - what the process writes to its file descriptors 1 and 2 (Ray's C++ core, a
   traceback at exit, a fatal signal's dump): ``deepboot up`` opens ``controller.log``
-  as the child's stdout and stderr (:mod:`deepboot.runtime.lifecycle`), and
+  as the child's stdout and stderr (:mod:`deepboot.runtime.cluster.updown`), and
   :func:`configure` points both descriptors at the handler's file, again after every
   rollover. The kernel writes them (no thread to die before a crash's last words are
   in the file); a watcher rolls the file over when they alone take it past its size,
@@ -155,7 +155,7 @@ class SharedLog(io.TextIOBase):
     it opens the new one). A write is at most one line late into a rotated file.
 
     For ``sys.stdout = sys.stderr = SharedLog(path)`` in such a process: a service
-    replica's output (``deepboot.runtime.replica``). A job's workers
+    replica's output (``deepboot.runtime.actors.replica_actor``). A job's workers
     (``deepboot.elastic.worker``, a layer below this one) still append without a bound.
     """
 

@@ -1,14 +1,24 @@
-"""Messages from the router (the HTTP endpoint's thread) to the controller's loop.
+"""What the controller's loop and the router (the HTTP endpoint's thread) exchange,
+and nothing else: messages from the router to the loop (plain values in a
+thread-safe queue) and the router's port, the calls the loop makes on it
+(:class:`RouterPort`).
 
-Plain values and a thread-safe queue, with no HTTP library: the controller imports
-them at start-up, the router (aiohttp) only when it serves.
+No HTTP library: ``controller/`` imports this module, never ``http/``
+(``tests/test_layers.py``); the process that runs both
+(:mod:`deepboot.runtime.controller_process`) builds the router and hands it to the
+controller as a :class:`RouterPort`.
 """
 
 from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from deepboot.core.service import ServiceSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +102,7 @@ class Served:
 @dataclass(frozen=True, slots=True)
 class Answered:
     """A request of ``service`` was answered; ``within``: it reached a replica within
-    the service's ``slo_wait_s`` (:mod:`deepboot.runtime.slo` says which count where).
+    the service's ``slo_wait_s`` (:mod:`deepboot.runtime.slotally` says which count where).
     One per answer, as the router's SLO counters count it. ``wait``: seconds from
     its arrival to its hand-off (to its answer when never handed); not compared."""
 
@@ -122,3 +132,50 @@ class Inbox:
                 out.append(self._items.popleft())
             except IndexError:
                 return out
+
+
+class RouterPort(Protocol):
+    """The calls the controller's loop makes on the router (every one returns at once:
+    the router acts on its own event loop). GPU names are ``gpu_name``'s."""
+
+    @property
+    def url(self) -> str:
+        """The endpoint's URL."""
+        ...
+
+    def beat(self) -> None:
+        """The loop completed a turn (``/healthz`` reports its age)."""
+        ...
+
+    def stop(self) -> None:
+        """Stop serving (the loop is ending)."""
+        ...
+
+    def write_address(self, path: Path) -> None:
+        """Record where the endpoint listens (``http.json``) for the CLI."""
+        ...
+
+    def set_services(
+        self, specs: Mapping[str, ServiceSpec], cold: Mapping[str, float] | None = None
+    ) -> None:
+        """The registered services, and the cold starts measured so far (seconds)."""
+        ...
+
+    def restore_backoff(self, service: str, failures: int, seconds_left: float) -> None:
+        """A restarted controller's record of a service's crash-loop back-off."""
+        ...
+
+    def start_replica(
+        self, gpu: str, service: str, name: str, handle: Any, cold: bool, task: str = ""
+    ) -> None:
+        """Arrival ``task`` placed on ``gpu``: a new replica (``cold``) or a warm reuse;
+        no ``task``: pre-warmed."""
+        ...
+
+    def adopt_replica(self, gpu: str, service: str, name: str, handle: Any) -> None:
+        """A live replica a restarted controller kept (idle)."""
+        ...
+
+    def stop_replica(self, gpu: str) -> None:
+        """The replica on ``gpu`` is evicted."""
+        ...

@@ -213,12 +213,12 @@ class SimResult:
 
         ``inference`` delays are over the tasks that started; its SLO fields
         (attainment, the worst window, late requests, ``per_service``) are
-        :func:`deepboot.sim.slo.slo_summary`'s; ``reclaims_proactive`` are the
+        :func:`deepboot.sim.slo_accounting.slo_summary`'s; ``reclaims_proactive`` are the
         reclaims made ahead of demand, ``reclaims_reactive`` the others.
         ``cluster.lent_gpu_s`` is the GPU-seconds spent LENT; ``reclaims`` counts GPUs
         taken back; ``util_*_pool`` is :meth:`utilisation`.
         """
-        from deepboot.sim.slo import slo_summary
+        from deepboot.sim.slo_accounting import slo_summary
 
         done = self.completed
         jcts = [r.jct for r in done if r.jct is not None]

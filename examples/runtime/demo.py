@@ -130,7 +130,7 @@ def _run(state: Path, out: Path, began: float) -> int:
 
 
 def _report(state: Path, requests: Path) -> None:
-    from deepboot.runtime.store import JobStore, LogKind
+    from deepboot.runtime.store.jobstore import JobStore, LogKind
 
     store = JobStore(state / "deepboot.db")
     try:

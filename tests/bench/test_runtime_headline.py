@@ -17,7 +17,7 @@ sys.path.insert(0, str(BENCH))
 import runtime_headline as h  # noqa: E402
 import twin  # noqa: E402
 
-from deepboot.runtime.store import EventRow, LogKind  # noqa: E402
+from deepboot.runtime.store.jobstore import EventRow, LogKind  # noqa: E402
 
 
 def _event(kind: LogKind, **detail: Any) -> EventRow:

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from deepboot.cli.dashboard import write_login_page
-from deepboot.runtime.statedir import StateDir
-from deepboot.runtime.statusdoc import status_document
+from deepboot.runtime.client.statusdoc import status_document
+from deepboot.runtime.store.statedir import StateDir
 from tests.runtime.cluster_helpers import cli, job, local_cluster, wait_for
 from tests.runtime.serving_helpers import gated_job, post, service_file
 

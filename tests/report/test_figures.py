@@ -28,7 +28,7 @@ from deepboot.report.figures import (
     wait_tail,
 )
 from deepboot.sim.metrics import InferenceRecord
-from deepboot.sim.slo import slo_summary
+from deepboot.sim.slo_accounting import slo_summary
 
 from .builders import Point
 

@@ -30,8 +30,8 @@ from deepboot.report.timeline import (
     read_requests,
     sent_offset,
 )
-from deepboot.runtime.jobspec import JobSpec
-from deepboot.runtime.store import EventRow, GpuRow, JobStore, LogKind
+from deepboot.runtime.client.jobspec import JobSpec
+from deepboot.runtime.store.jobstore import EventRow, GpuRow, JobStore, LogKind
 from tests.cli_helpers import assert_one_line_error, run_cli
 
 T0 = 1_000_000.0

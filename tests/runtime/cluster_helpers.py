@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from deepboot.runtime.store import EventRow, JobStore, LogKind
+from deepboot.runtime.store.jobstore import EventRow, JobStore, LogKind
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_CODE = REPO / "examples" / "runtime" / "regression.py"
@@ -100,7 +100,7 @@ def worker_pids(state: Path, job_name: str) -> list[int]:
 
 
 def alive(pid: int) -> bool:
-    from deepboot.runtime.raycluster import process_alive
+    from deepboot.runtime.cluster.raycluster import process_alive
 
     return process_alive(pid)
 
@@ -180,8 +180,8 @@ def local_cluster(
     0.3 s polls, 15 s collective timeout, any free HTTP port), the policy's ``params``
     (restart_delay=2 suits DeepBoot and Pollux) and ``flags``; on exit, ``deepboot
     down``, and no process of it may be left."""
-    from deepboot.runtime.raycluster import ClusterRecord, cluster_pids
-    from deepboot.runtime.statedir import StateDir
+    from deepboot.runtime.cluster.raycluster import ClusterRecord, cluster_pids
+    from deepboot.runtime.store.statedir import StateDir
 
     cli(
         state, "up", "--interval", "2", "--poll", "0.3", "--collective-timeout", "15",

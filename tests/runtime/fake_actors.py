@@ -1,4 +1,4 @@
-"""An in-memory :class:`~deepboot.runtime.actors.Actors`: obedient workers, for driving
+"""An in-memory :class:`~deepboot.runtime.actors.handles.Actors`: obedient workers, for driving
 the controller's generations, polls and recovery in-process (no Ray, no processes).
 
 Each fake worker, when asked for a report, has formed the newest generation offered
@@ -9,7 +9,7 @@ reaches ``work[job]``. A test kills one with :meth:`FakeActors.die` (its reports
 then None, as a dead Ray actor's) and reads what the controller did from ``created``,
 ``offers`` and ``killed``.
 
-Model caches are real :class:`~deepboot.runtime.modelcache.ModelCache` objects (their
+Model caches are real :class:`~deepboot.runtime.actors.modelcache.ModelCache` objects (their
 ``put`` the identity); a fake replica exports ``export_bytes`` bytes of weights (0:
 its handler has no ``export_weights``), or raises if its name is in ``export_fails``.
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deepboot.elastic.protocol import Generation, WorkerConfig, WorkerReport, WorkerStatus
-from deepboot.runtime.actors import ActorName
-from deepboot.runtime.modelcache import ModelCache
+from deepboot.runtime.actors.handles import ActorName
+from deepboot.runtime.actors.modelcache import ModelCache
 
 
 @dataclass

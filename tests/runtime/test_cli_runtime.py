@@ -85,7 +85,7 @@ def test_submit_status_cancel_without_a_cluster_use_the_store(
     state.mkdir()
     job = tmp_path / "job.toml"
     job.write_text('name = "a"\nentry = "m:f"\n')
-    from deepboot.runtime.store import JobStore
+    from deepboot.runtime.store.jobstore import JobStore
 
     JobStore(state / "deepboot.db").close()
     assert _run(capsys, "submit", str(job), "--state-dir", str(state))[0] == 0
@@ -111,8 +111,8 @@ def test_serve_bad_service_file_names_the_file_and_key(
 def test_serve_registers_a_service_in_the_store(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from deepboot.runtime.statedir import StateDir
-    from deepboot.runtime.store import JobStore
+    from deepboot.runtime.store.jobstore import JobStore
+    from deepboot.runtime.store.statedir import StateDir
 
     example = Path(__file__).resolve().parents[2] / "examples" / "runtime" / "echo.toml"
     state = StateDir.at(tmp_path / "s").ensure()
@@ -136,7 +136,7 @@ def _fake_ray_start(
 ) -> None:
     """Replace 'ray start' by a fake that records the head's --temp-dir and what the
     directory around it was when Ray would have started (None: missing)."""
-    from deepboot.runtime import raycluster
+    from deepboot.runtime.cluster import raycluster
 
     def fake(args: list[str], env: object, worker: bool) -> str:
         for arg in args:
@@ -155,8 +155,8 @@ def test_local_ray_dir_is_random_and_private_before_ray_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from deepboot.core.cluster import ClusterSpec
-    from deepboot.runtime import raycluster
-    from deepboot.runtime.statedir import StateDir
+    from deepboot.runtime.cluster import raycluster
+    from deepboot.runtime.store.statedir import StateDir
 
     seen: list[tuple[str, os.stat_result | None]] = []
     _fake_ray_start(monkeypatch, seen)
@@ -201,8 +201,8 @@ def test_up_refuses_a_ray_dir_it_does_not_own(
     """Another user created the directory first (or a link in its place): no Ray."""
     from deepboot.core.cluster import ClusterSpec
     from deepboot.core.errors import DeepbootError
-    from deepboot.runtime import raycluster
-    from deepboot.runtime.statedir import StateDir
+    from deepboot.runtime.cluster import raycluster
+    from deepboot.runtime.store.statedir import StateDir
 
     squatted = tmp_path / "squatted"
     _squat(kind, squatted)
@@ -221,8 +221,8 @@ def test_up_refuses_a_ray_dir_it_does_not_own(
 def _local_record(state_root: Path, temp_dir: Path) -> None:
     """A local cluster record whose processes are none (nothing names its directory
     or its address: port 99999 is no port, and no prefix of one)."""
-    from deepboot.runtime.raycluster import ClusterRecord
-    from deepboot.runtime.statedir import StateDir
+    from deepboot.runtime.cluster.raycluster import ClusterRecord
+    from deepboot.runtime.store.statedir import StateDir
 
     state = StateDir.at(state_root).ensure()
     ClusterRecord("local", "127.0.0.1:99999", str(temp_dir), ((0, "training", 1),), "").save(state)
@@ -244,7 +244,7 @@ def test_down_removes_http_json(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 @pytest.mark.parametrize("kind", ["symlink", "shared", "other-owner"])
 def test_down_leaves_a_ray_dir_it_does_not_own(tmp_path: Path, kind: str) -> None:
-    from deepboot.runtime.raycluster import ClusterRecord, remove_temp_dir, stop_local
+    from deepboot.runtime.cluster.raycluster import ClusterRecord, remove_temp_dir, stop_local
 
     squatted = tmp_path / "squatted"
     _squat(kind, squatted)
@@ -258,7 +258,7 @@ def test_down_leaves_a_ray_dir_it_does_not_own(tmp_path: Path, kind: str) -> Non
 
 def test_the_http_header_file_holds_the_token_mode_0600(tmp_path: Path) -> None:
     """For curl -H @FILE: the token stays off the command line (ps shows it)."""
-    from deepboot.runtime.statedir import StateDir
+    from deepboot.runtime.store.statedir import StateDir
 
     state = StateDir.at(tmp_path / "s")
     token = state.ensure_http_token().read_text().strip()
@@ -295,7 +295,7 @@ def _sleeper(*argv: str) -> subprocess.Popen[bytes]:
 def test_cluster_pids_match_whole_addresses_and_directories(tmp_path: Path) -> None:
     """'down' stops the processes naming the cluster's address or directory: not those
     of another cluster whose address or directory merely starts the same."""
-    from deepboot.runtime.raycluster import ClusterRecord, cluster_pids
+    from deepboot.runtime.cluster.raycluster import ClusterRecord, cluster_pids
 
     ours = tmp_path / "ray-ab"
     procs = [

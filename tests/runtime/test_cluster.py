@@ -23,9 +23,9 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("torch")
 
-from deepboot.runtime.raycluster import ClusterRecord, cluster_pids, ray_env  # noqa: E402
-from deepboot.runtime.statedir import StateDir  # noqa: E402
-from deepboot.runtime.store import LogKind  # noqa: E402
+from deepboot.runtime.cluster.raycluster import ClusterRecord, cluster_pids, ray_env  # noqa: E402
+from deepboot.runtime.store.jobstore import LogKind  # noqa: E402
+from deepboot.runtime.store.statedir import StateDir  # noqa: E402
 from tests.runtime.cluster_helpers import (  # noqa: E402
     alive,
     assert_exact_resizes,
@@ -144,7 +144,7 @@ def test_workers_keep_nccl_gloo_and_their_sockets_on_loopback(
     """Ray's processes, the controller and the workers Ray starts on every node have
     NCCL's and gloo's sockets pinned to loopback; with a job's torch workers running,
     nothing of the cluster listens beyond loopback."""
-    from deepboot.runtime.raycluster import run_on_ray
+    from deepboot.runtime.cluster.raycluster import run_on_ray
 
     record = ClusterRecord.load(StateDir.at(cluster))
     # What a Ray worker process sees, on each node (a task pinned there by its label).
@@ -317,8 +317,8 @@ def test_cancel_frees_the_gpus_and_logs_tell_the_story(cluster: Path, tmp_path: 
 
 def test_without_afe_resizes_checkpoint_and_restart(cluster: Path, tmp_path: Path) -> None:
     """Last in the module: it restarts the controller with --no-afe's setting."""
-    from deepboot.runtime.controller import ControllerSettings, settings_file
-    from deepboot.runtime.lifecycle import stop_controller
+    from deepboot.runtime.cluster.updown import stop_controller
+    from deepboot.runtime.controller.controller_settings import ControllerSettings, settings_file
 
     state = StateDir.at(cluster)
     stop_controller(state)

@@ -1,5 +1,5 @@
 """The runtime controller in-process, with fake actors (``fake_actors.py``): a real
-:class:`~deepboot.runtime.controller.Controller` on a real SQLite store in a temporary
+:class:`~deepboot.runtime.controller_process.Controller` on a real SQLite store in a temporary
 state directory, whose workers are in memory. Table by table: which generation each
 change of a job's GPUs starts (who is created, offered, told to leave), a worker's
 death decided by the control loop, and a recovery from the store and the live
@@ -13,12 +13,12 @@ import pytest
 
 from deepboot.core.cluster import ClusterSpec
 from deepboot.core.placement import EMPTY, Placement
-from deepboot.runtime.controller import Controller
-from deepboot.runtime.jobspec import JobSpec
-from deepboot.runtime.settings import ControllerSettings
-from deepboot.runtime.statedir import StateDir
-from deepboot.runtime.store import JobState, LogKind
-from deepboot.runtime.world import JobRec, gpu_name, parse_gpu
+from deepboot.runtime.client.jobspec import JobSpec
+from deepboot.runtime.controller.controller_settings import ControllerSettings
+from deepboot.runtime.controller.jobrecords import JobRec, gpu_name, parse_gpu
+from deepboot.runtime.controller.wiring import Controller
+from deepboot.runtime.store.jobstore import JobState, LogKind
+from deepboot.runtime.store.statedir import StateDir
 from deepboot.scheduler.control import Step
 from deepboot.scheduler.decision import Preempt, Resize, Start
 from deepboot.scheduler.events import EventKind

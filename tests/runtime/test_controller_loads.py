@@ -13,8 +13,9 @@ pytest.importorskip("prometheus_client")
 from deepboot.core.cluster import ClusterSpec  # noqa: E402
 from deepboot.policies.lending import ServiceLoad  # noqa: E402
 from deepboot.runtime import messages as msg  # noqa: E402
-from deepboot.runtime.controller import Controller, ControllerSettings  # noqa: E402
-from deepboot.runtime.statedir import StateDir  # noqa: E402
+from deepboot.runtime.controller.controller_settings import ControllerSettings  # noqa: E402
+from deepboot.runtime.controller.wiring import Controller  # noqa: E402
+from deepboot.runtime.store.statedir import StateDir  # noqa: E402
 from deepboot.scheduler.events import Event, EventKind  # noqa: E402
 from deepboot.world.settings import SharedCluster  # noqa: E402
 

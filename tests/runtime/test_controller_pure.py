@@ -12,7 +12,7 @@ import pytest
 from deepboot.core.cluster import ClusterSpec
 from deepboot.core.errors import InvalidDecisionError
 from deepboot.core.placement import Placement
-from deepboot.runtime.controller import RayBackend, check_applicable, next_tick
+from deepboot.runtime.controller.adapter import RayBackend, check_applicable, next_tick
 from deepboot.scheduler.control import Step
 from deepboot.scheduler.decision import Preempt, Resize, Start
 from deepboot.scheduler.operations import Bind, Lend, Reclaim, Release, WarmReplica

@@ -15,13 +15,13 @@ import pytest
 from deepboot.core.cluster import ClusterSpec, Node, Pool
 from deepboot.core.placement import Placement
 from deepboot.core.service import ServiceSpec
-from deepboot.runtime.controller import Controller
-from deepboot.runtime.faults import point_names
-from deepboot.runtime.jobspec import JobSpec
-from deepboot.runtime.replica import is_standby_name
-from deepboot.runtime.settings import ControllerSettings
-from deepboot.runtime.statedir import StateDir
-from deepboot.runtime.store import JobState, JobStore, LogKind
+from deepboot.runtime.actors.replica_actor import is_standby_name
+from deepboot.runtime.client.jobspec import JobSpec
+from deepboot.runtime.controller.controller_settings import ControllerSettings
+from deepboot.runtime.controller.faults import point_names
+from deepboot.runtime.controller.wiring import Controller
+from deepboot.runtime.store.jobstore import JobState, JobStore, LogKind
+from deepboot.runtime.store.statedir import StateDir
 from deepboot.scheduler.control import Step
 from deepboot.scheduler.decision import Resize
 from deepboot.scheduler.operations import (
@@ -246,14 +246,14 @@ def test_a_controller_killed_at_a_crash_point_loses_nothing(tmp_path: Path, poin
     if point.startswith("recovery."):
         second = controller(state, fake, clock, crash_at=point, afe=afe, host_cache_gb=gb)
         with pytest.raises(Crashed, match=point):
-            second.start(serve=False)
+            second.start()
         second.store.close()
     store = JobStore(StateDir.at(state).db)
     finished_before = {r.name for r in store.jobs() if r.state is JobState.FINISHED}
     store.close()
 
     ctl = controller(state, fake, clock, afe=afe, host_cache_gb=gb, standby=standby)
-    ctl.start(serve=False)
+    ctl.start()
     # No warm replica killed by recovery (one the scenario itself evicted is gone).
     assert replicas_before == {n for n in fake.replicas if not is_standby_name(n)}
     if point == "standby.promoted":

@@ -21,11 +21,11 @@ pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
 
 from deepboot.core.service import ServiceSpec  # noqa: E402
-from deepboot.runtime import router as rt  # noqa: E402
-from deepboot.runtime.metrics import Metrics  # noqa: E402
-from deepboot.runtime.sessions import LOGIN_TTL_S  # noqa: E402
-from deepboot.runtime.statedir import StateDir  # noqa: E402
-from deepboot.runtime.store import GpuRow, JobStore  # noqa: E402
+from deepboot.runtime.http import router as rt  # noqa: E402
+from deepboot.runtime.http.sessions import LOGIN_TTL_S  # noqa: E402
+from deepboot.runtime.prometheus_metrics import Metrics  # noqa: E402
+from deepboot.runtime.store.jobstore import GpuRow, JobStore  # noqa: E402
+from deepboot.runtime.store.statedir import StateDir  # noqa: E402
 from tests.runtime.test_front_door_http import TOKEN, send  # noqa: E402
 
 pytestmark = pytest.mark.runtime
@@ -219,8 +219,8 @@ class _Clock:
 
 
 def test_one_drawing_at_a_time_and_a_failure_waits_its_turn(tmp_path: Path) -> None:
-    from deepboot.runtime.dashboard import TIMELINE_EVERY_S, Dashboard
-    from deepboot.runtime.frontdoor import Refused
+    from deepboot.runtime.http.frontdoor import Refused
+    from deepboot.runtime.http.livedashboard import TIMELINE_EVERY_S, Dashboard
 
     clock, calls, fail = _Clock(), [], [False]
 
@@ -252,7 +252,7 @@ def test_one_drawing_at_a_time_and_a_failure_waits_its_turn(tmp_path: Path) -> N
 
 
 def test_a_client_that_leaves_does_not_cancel_the_drawing(tmp_path: Path) -> None:
-    from deepboot.runtime.dashboard import Dashboard
+    from deepboot.runtime.http.livedashboard import Dashboard
 
     started, release = threading.Event(), threading.Event()
     calls = []

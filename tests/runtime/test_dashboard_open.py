@@ -27,9 +27,9 @@ import pytest
 pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
 
-from deepboot.runtime import router as rt  # noqa: E402
-from deepboot.runtime.metrics import Metrics  # noqa: E402
-from deepboot.runtime.statedir import StateDir  # noqa: E402
+from deepboot.runtime.http import router as rt  # noqa: E402
+from deepboot.runtime.prometheus_metrics import Metrics  # noqa: E402
+from deepboot.runtime.store.statedir import StateDir  # noqa: E402
 from tests.runtime.test_front_door_http import send  # noqa: E402
 
 pytestmark = pytest.mark.runtime

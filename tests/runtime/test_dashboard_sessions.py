@@ -1,4 +1,4 @@
-"""The dashboard's login codes and sessions (deepboot.runtime.sessions): one-time,
+"""The dashboard's login codes and sessions (deepboot.runtime.http.sessions): one-time,
 short-lived, bounded in number; the clock is injected. And what ``deepboot dashboard``
 does with the link (deepboot.cli.dashboard) that needs no endpoint."""
 
@@ -8,7 +8,7 @@ import os
 import stat
 from pathlib import Path
 
-from deepboot.runtime.sessions import Sessions
+from deepboot.runtime.http.sessions import Sessions
 
 
 class Clock:
@@ -48,7 +48,7 @@ def test_codes_and_sessions_expire() -> None:
 
 
 def test_a_login_code_lives_30_seconds() -> None:
-    from deepboot.runtime.sessions import LOGIN_TTL_S
+    from deepboot.runtime.http.sessions import LOGIN_TTL_S
 
     assert LOGIN_TTL_S == 30.0
     clock = Clock()
@@ -113,7 +113,7 @@ def test_the_browser_is_given_a_private_page_never_the_code(tmp_path: Path) -> N
 
 def test_earlier_login_pages_go_once_their_codes_are_dead(tmp_path: Path) -> None:
     from deepboot.cli.dashboard import write_login_page
-    from deepboot.runtime.sessions import LOGIN_TTL_S
+    from deepboot.runtime.http.sessions import LOGIN_TTL_S
 
     first = write_login_page(tmp_path, URL)
     born = first.stat().st_mtime

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from deepboot.runtime.jobspec import load_job
-from deepboot.runtime.rateprofile import RateProfile
-from deepboot.runtime.servicespec import load_service
+from deepboot.runtime.client.jobspec import load_job
+from deepboot.runtime.client.rateprofile import RateProfile
+from deepboot.runtime.client.servicespec import load_service
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "runtime"
 README = Path(__file__).resolve().parents[2] / "README.md"

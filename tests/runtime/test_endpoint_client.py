@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from deepboot.runtime.endpoint import healthz_proof
+from deepboot.runtime.client.endpoint import healthz_proof
 from tests.cli_helpers import assert_one_line_error, run_cli, write_state_dir
 
 TOKEN = "s3cret-token"
@@ -212,7 +212,12 @@ def fake_controller(tmp_path: Path) -> Iterator[int]:
     """A process whose command line names deepboot's controller (what
     ``controller_alive`` looks for), so that the CLI believes one runs."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(120)", "deepboot.runtime.controller"],
+        [
+            sys.executable,
+            "-c",
+            "import time; time.sleep(120)",
+            "deepboot.runtime.controller_process",
+        ],
         stdin=subprocess.DEVNULL,
     )
     try:
@@ -225,7 +230,7 @@ def fake_controller(tmp_path: Path) -> Iterator[int]:
 def test_serve_never_sends_the_token_to_a_squatter(
     squatter: _Server, fake_controller: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from deepboot.runtime.store import JobStore
+    from deepboot.runtime.store.jobstore import JobStore
 
     state = _state(tmp_path, squatter.url)
     (state / "controller.pid").write_text(str(fake_controller))
@@ -242,8 +247,8 @@ def test_serve_never_sends_the_token_to_a_squatter(
 def test_connect_checks_the_instance_then_requests_carry_the_token(
     controller: _Server, tmp_path: Path
 ) -> None:
-    from deepboot.runtime.endpoint import connect
-    from deepboot.runtime.statedir import StateDir
+    from deepboot.runtime.client.endpoint import connect
+    from deepboot.runtime.store.statedir import StateDir
 
     endpoint = connect(StateDir.at(_state(tmp_path, controller.url, auth=False)))
     assert (endpoint.url, endpoint.token, endpoint.instance) == (controller.url, TOKEN, INSTANCE)
@@ -258,8 +263,8 @@ def test_connect_checks_the_instance_then_requests_carry_the_token(
 def test_connect_refuses_a_squatter_without_sending_the_token(
     squatter: _Server, tmp_path: Path
 ) -> None:
-    from deepboot.runtime.endpoint import EndpointError, connect
-    from deepboot.runtime.statedir import StateDir
+    from deepboot.runtime.client.endpoint import EndpointError, connect
+    from deepboot.runtime.store.statedir import StateDir
 
     with pytest.raises(EndpointError, match="the bearer token was not sent") as info:
         connect(StateDir.at(_state(tmp_path, squatter.url)))
@@ -271,8 +276,8 @@ def test_connect_refuses_a_squatter_without_sending_the_token(
 def test_connect_gives_up_on_an_endpoint_that_does_not_answer_in_time(
     squatter: _Server, tmp_path: Path
 ) -> None:
-    from deepboot.runtime.endpoint import EndpointError, connect
-    from deepboot.runtime.statedir import StateDir
+    from deepboot.runtime.client.endpoint import EndpointError, connect
+    from deepboot.runtime.store.statedir import StateDir
 
     with pytest.raises(EndpointError, match=r"did not answer GET /healthz within 0\.3 s"):
         connect(StateDir.at(_state(tmp_path, squatter.url)), timeout=0.3)
@@ -281,8 +286,8 @@ def test_connect_gives_up_on_an_endpoint_that_does_not_answer_in_time(
 
 def test_http_json_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
     from deepboot.core.errors import InputError
-    from deepboot.runtime.endpoint import EndpointError, connect
-    from deepboot.runtime.statedir import StateDir
+    from deepboot.runtime.client.endpoint import EndpointError, connect
+    from deepboot.runtime.store.statedir import StateDir
 
     state = StateDir.at(tmp_path / "s")
     state.ensure()
@@ -310,8 +315,8 @@ def test_requests_follow_no_proxy_and_no_redirect(
     """A proxy would see the token, and urllib carries it along a redirect."""
     import urllib.error
 
-    from deepboot.runtime.endpoint import connect
-    from deepboot.runtime.statedir import StateDir
+    from deepboot.runtime.client.endpoint import connect
+    from deepboot.runtime.store.statedir import StateDir
 
     for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.setenv(var, squatter.url)
@@ -330,7 +335,7 @@ def test_requests_follow_no_proxy_and_no_redirect(
 def test_serve_asks_a_checked_endpoint_with_the_token(
     controller: _Server, fake_controller: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from deepboot.runtime.store import JobStore
+    from deepboot.runtime.store.jobstore import JobStore
 
     state = _state(tmp_path, controller.url, auth=False)
     (state / "controller.pid").write_text(str(fake_controller))
@@ -346,7 +351,7 @@ def test_urllibs_own_timeout_is_no_answer_in_time() -> None:
     ends (CI, 2cd965b): that is "no answer in time", not "does not speak HTTP"."""
     import urllib.error
 
-    from deepboot.runtime.endpoint import _timed_out
+    from deepboot.runtime.client.endpoint import _timed_out
 
     assert _timed_out(TimeoutError("timed out"))
     assert _timed_out(urllib.error.URLError(TimeoutError("timed out")))

@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 
 from deepboot.core.params import BatchLimits  # noqa: E402
 from deepboot.perf.goodput import select_batch  # noqa: E402
-from deepboot.runtime.store import LogKind  # noqa: E402
+from deepboot.runtime.store.jobstore import LogKind  # noqa: E402
 from tests.runtime.cluster_helpers import (  # noqa: E402
     cancel_leftover_jobs,
     cli,

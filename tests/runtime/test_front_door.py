@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("aiohttp")
 
-from deepboot.runtime.store import LogKind  # noqa: E402
+from deepboot.runtime.store.jobstore import LogKind  # noqa: E402
 from tests.runtime.cluster_helpers import events, local_cluster, status, wait_for  # noqa: E402
 from tests.runtime.front_door_handlers import read_record  # noqa: E402
 

@@ -24,9 +24,9 @@ pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
 
 from deepboot.core.service import ServiceSpec  # noqa: E402
-from deepboot.runtime import router as rt  # noqa: E402
+from deepboot.runtime.http import router as rt  # noqa: E402
 from deepboot.runtime.messages import Arrival  # noqa: E402
-from deepboot.runtime.metrics import Metrics  # noqa: E402
+from deepboot.runtime.prometheus_metrics import Metrics  # noqa: E402
 
 pytestmark = pytest.mark.runtime
 

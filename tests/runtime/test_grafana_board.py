@@ -1,7 +1,7 @@
 """The Grafana dashboard ``examples/grafana/deepboot.json``: a dashboard that Grafana's
 "Import dashboard" takes (its data source an import input), whose panels do not overlap,
 and whose every query names only metrics and labels that the controller's registry
-exposes (:class:`deepboot.runtime.metrics.Metrics`, built here without Ray).
+exposes (:class:`deepboot.runtime.prometheus_metrics.Metrics`, built here without Ray).
 
 The PromQL is read by a small scanner, not a full parser: metric names are the
 ``deepboot_...`` identifiers, labels those of ``{...}`` selectors, ``by``/``without``
@@ -49,9 +49,9 @@ def exposed_metrics() -> Exposed:
 
     from deepboot.core.cluster import Pool
     from deepboot.core.gpu import GpuState
-    from deepboot.runtime.metrics import Metrics
-    from deepboot.runtime.slo import ServiceSlo
-    from deepboot.runtime.store import LogKind
+    from deepboot.runtime.prometheus_metrics import Metrics
+    from deepboot.runtime.slotally import ServiceSlo
+    from deepboot.runtime.store.jobstore import LogKind
 
     m = Metrics()
     m.set_world(

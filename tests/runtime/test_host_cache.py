@@ -24,7 +24,7 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("torch")
 
-from deepboot.runtime.store import LogKind  # noqa: E402
+from deepboot.runtime.store.jobstore import LogKind  # noqa: E402
 from tests.runtime.cluster_helpers import (  # noqa: E402
     REPO,
     alive,

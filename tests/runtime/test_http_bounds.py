@@ -27,11 +27,11 @@ pytest.importorskip("prometheus_client")
 
 from aiohttp import web  # noqa: E402
 
-from deepboot.runtime import httpbounds  # noqa: E402
-from deepboot.runtime import router as rt  # noqa: E402
+from deepboot.runtime.http import connbounds as httpbounds  # noqa: E402
+from deepboot.runtime.http import router as rt  # noqa: E402
 from deepboot.runtime.logbounds import configure  # noqa: E402
 from deepboot.runtime.messages import Inbox  # noqa: E402
-from deepboot.runtime.metrics import Metrics  # noqa: E402
+from deepboot.runtime.prometheus_metrics import Metrics  # noqa: E402
 
 pytestmark = pytest.mark.runtime
 
@@ -310,7 +310,7 @@ def test_connections_beyond_the_bound_are_answered_503_and_closed() -> None:
 
 
 def test_aiohttp_still_has_what_the_bounds_hang_on() -> None:
-    """deepboot.runtime.httpbounds subclasses aiohttp's request handler: its constructor
+    """deepboot.runtime.http.connbounds subclasses aiohttp's request handler: its constructor
     must take the arguments given, and aiohttp must still call ``handle_error`` (the
     JSON answers above) and ``log_exception`` as they are overridden."""
     params = list(inspect.signature(web.RequestHandler.handle_error).parameters)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from deepboot.core.errors import InputError
-from deepboot.runtime.jobspec import JobSpec, load_job
+from deepboot.runtime.client.jobspec import JobSpec, load_job
 
 GOOD = """\
 name = "job-a"

@@ -20,7 +20,7 @@ import pytest
 
 from deepboot.cli.load import read_trace
 from deepboot.core.errors import ConfigError, InputError
-from deepboot.runtime.loadgen import (
+from deepboot.runtime.client.loadgen import (
     CSV_COLUMNS,
     PlannedRequest,
     RequestRecord,
@@ -32,8 +32,8 @@ from deepboot.runtime.loadgen import (
     run_load,
     run_requests,
 )
-from deepboot.runtime.rateprofile import MAX_REQUESTS, RateProfile, send_times
-from deepboot.runtime.tracereplay import parse_service_map, slo_waits, trace_schedule
+from deepboot.runtime.client.rateprofile import MAX_REQUESTS, RateProfile, send_times
+from deepboot.runtime.client.tracereplay import parse_service_map, slo_waits, trace_schedule
 from tests.cli_helpers import assert_one_line_error, run_cli, write_state_dir
 
 try:
@@ -217,7 +217,7 @@ class _Server:
         return web.json_response({"id": rid, "echo": body})
 
     async def _health(self, request: web.Request) -> web.Response:
-        from deepboot.runtime.endpoint import healthz_proof
+        from deepboot.runtime.client.endpoint import healthz_proof
 
         challenge = request.query.get("challenge", "")
         proof = healthz_proof(TOKEN, challenge)

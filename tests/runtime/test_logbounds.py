@@ -16,7 +16,7 @@ import pytest
 
 from deepboot.core.errors import ConfigError
 from deepboot.runtime import logbounds
-from deepboot.runtime.statedir import StateDir
+from deepboot.runtime.store.statedir import StateDir
 
 pytestmark = pytest.mark.runtime
 
@@ -112,7 +112,7 @@ def test_tail_reads_across_a_rollover(tmp_path: Path) -> None:
 
 
 def test_a_failed_start_still_shows_the_end_of_the_log(tmp_path: Path) -> None:
-    from deepboot.runtime import lifecycle
+    from deepboot.runtime.cluster import updown as lifecycle
 
     state = StateDir.at(str(tmp_path / "state")).ensure()
     (state.logs / "controller.log.1").write_text("".join(f"old {i}\n" for i in range(30)))
@@ -168,7 +168,7 @@ def test_a_service_replica_writes_its_output_to_a_bounded_log(tmp_path: Path) ->
     script = textwrap.dedent(
         """
         import sys
-        from deepboot.runtime.replica import ServiceReplica
+        from deepboot.runtime.actors.replica_actor import ServiceReplica
 
         ServiceReplica._log_to(sys.argv[1])
         line = "x" * 1023

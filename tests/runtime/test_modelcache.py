@@ -14,11 +14,11 @@ from deepboot.core.cluster import ClusterSpec, Node, Pool
 from deepboot.core.errors import ConfigError
 from deepboot.core.service import ServiceSpec
 from deepboot.runtime import messages as rt
-from deepboot.runtime.controller import Controller
-from deepboot.runtime.modelcache import ModelCache, bound_bytes, weights_nbytes
-from deepboot.runtime.settings import ControllerSettings, check_runnable
-from deepboot.runtime.statedir import StateDir
-from deepboot.runtime.store import LogKind
+from deepboot.runtime.actors.modelcache import ModelCache, bound_bytes, weights_nbytes
+from deepboot.runtime.controller.controller_settings import ControllerSettings, check_runnable
+from deepboot.runtime.controller.wiring import Controller
+from deepboot.runtime.store.jobstore import LogKind
+from deepboot.runtime.store.statedir import StateDir
 from deepboot.scheduler.control import Step
 from deepboot.scheduler.events import Event, EventKind
 from deepboot.scheduler.operations import (
@@ -108,7 +108,7 @@ def controller(
     )
     state = StateDir.at(tmp_path / "state").ensure()
     ctl = Controller(state, settings, CLUSTER, fake, clock=clock or Clock())
-    ctl.start(serve=False)
+    ctl.start()
     ctl.store.register_service(ServiceSpec("svc", "tiny", handler="m:load", cold_start_s=1.0))
     ctl.take_services()
     return ctl
@@ -251,5 +251,5 @@ def test_a_restarted_controller_finds_the_caches_with_what_they_hold(tmp_path: P
     evict_after_start(first)
     first.store.close()
     second = Controller(first.state, first.settings, CLUSTER, fake, clock=Clock())
-    second.start(serve=False)
+    second.start()
     assert second.cached_models() == {1: frozenset({"tiny"})}

@@ -16,14 +16,14 @@ pytest.importorskip("ray")
 pytest.importorskip("torch")
 
 from deepboot.core.cluster import Node, Pool  # noqa: E402
-from deepboot.runtime.raycluster import (  # noqa: E402
+from deepboot.runtime.cluster.raycluster import (  # noqa: E402
     ClusterRecord,
     _cmdlines,
     cluster_pids,
     start_local_node,
 )
-from deepboot.runtime.statedir import StateDir  # noqa: E402
-from deepboot.runtime.store import LogKind  # noqa: E402
+from deepboot.runtime.store.jobstore import LogKind  # noqa: E402
+from deepboot.runtime.store.statedir import StateDir  # noqa: E402
 from tests.runtime.cluster_helpers import (  # noqa: E402
     alive,
     cli,

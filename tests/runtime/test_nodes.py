@@ -10,11 +10,11 @@ from pathlib import Path
 
 from deepboot.core.cluster import ClusterSpec, Node, Pool
 from deepboot.core.gpu import GpuState
-from deepboot.runtime.controller import Controller
-from deepboot.runtime.jobspec import JobSpec
-from deepboot.runtime.settings import ControllerSettings
-from deepboot.runtime.statedir import StateDir
-from deepboot.runtime.store import JobState, LogKind
+from deepboot.runtime.client.jobspec import JobSpec
+from deepboot.runtime.controller.controller_settings import ControllerSettings
+from deepboot.runtime.controller.wiring import Controller
+from deepboot.runtime.store.jobstore import JobState, LogKind
+from deepboot.runtime.store.statedir import StateDir
 from tests.runtime.fake_actors import FakeActors
 from tests.runtime.test_controller_inprocess import Clock, events
 
@@ -37,7 +37,7 @@ def test_a_lost_node_takes_its_gpus_out_until_it_returns(tmp_path: Path) -> None
     fake = FakeActors(work={"a": 400, "b": 400}, clock=clock, nodes={0, 1})
     settings = ControllerSettings(policy="fifo", interval=2.0, node_check=1.0)
     ctl = Controller(StateDir.at(tmp_path / "s").ensure(), settings, CLUSTER, fake, clock=clock)
-    ctl.start(serve=False)
+    ctl.start()
     ctl.store.submit(JobSpec("a", "m:f", max_workers=2, workers=2))
     ctl.store.submit(JobSpec("b", "m:f", max_workers=2, workers=2))
     _turns(ctl, fake, clock, 10)
@@ -72,6 +72,6 @@ def test_a_cluster_that_cannot_tell_changes_nothing(tmp_path: Path) -> None:
     fake = FakeActors(work={"j": 400}, clock=clock)  # live_nodes() -> None
     settings = ControllerSettings(interval=2.0, node_check=1.0)
     ctl = Controller(StateDir.at(tmp_path / "s").ensure(), settings, CLUSTER, fake, clock=clock)
-    ctl.start(serve=False)
+    ctl.start()
     _turns(ctl, fake, clock, 10)
     assert ctl.board.counts()[GpuState.DOWN] == 0 and not events(ctl, LogKind.NODE)

@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("torch")
 
-from deepboot.runtime.raycluster import ClusterRecord, cluster_pids  # noqa: E402
-from deepboot.runtime.statedir import StateDir  # noqa: E402
+from deepboot.runtime.cluster.raycluster import ClusterRecord, cluster_pids  # noqa: E402
+from deepboot.runtime.store.statedir import StateDir  # noqa: E402
 from tests.runtime.cluster_helpers import (  # noqa: E402
     REPO,
     alive,
@@ -60,7 +60,13 @@ def test_two_ups_at_once_and_a_controller_by_hand_leave_exactly_one(tmp_path: Pa
         workers = {p for p in worker_pids(state, "steady") if alive(p)}
 
         by_hand = subprocess.run(
-            [sys.executable, "-m", "deepboot.runtime.controller", "--state-dir", str(state)],
+            [
+                sys.executable,
+                "-m",
+                "deepboot.runtime.controller_process",
+                "--state-dir",
+                str(state),
+            ],
             capture_output=True,
             text=True,
             timeout=120,

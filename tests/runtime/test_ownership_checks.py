@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from deepboot.runtime.ownership import (
+from deepboot.runtime.store.ownership import (
     UnsafePathError,
     check_ancestors,
     check_own_dir,
     check_own_file,
     read_secret,
 )
-from deepboot.runtime.statedir import StateDir, check_not_committable, default_root, xdg_root
+from deepboot.runtime.store.statedir import StateDir, check_not_committable, default_root, xdg_root
 
 ME, OTHER, ROOT = 1000, 65534, 0
 
@@ -186,7 +186,7 @@ def test_a_legacy_state_dir_in_use_is_named_on_stderr(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from deepboot.cli.main import main
-    from deepboot.runtime.store import JobStore
+    from deepboot.runtime.store.jobstore import JobStore
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))

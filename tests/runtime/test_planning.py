@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from deepboot.elastic.protocol import WorkerReport, WorkerStatus
-from deepboot.runtime.actors import actor_name
-from deepboot.runtime.generations import CHANGES, Change, GenerationPlan, plan_generation
-from deepboot.runtime.jobspec import JobSpec
-from deepboot.runtime.recovery import JobPlan, Outcome, plan_recovery, plan_replicas
-from deepboot.runtime.replica import replica_name, standby_name
-from deepboot.runtime.store import GpuRow, JobRow, JobState
+from deepboot.runtime.actors.handles import actor_name
+from deepboot.runtime.actors.replica_actor import replica_name, standby_name
+from deepboot.runtime.client.jobspec import JobSpec
+from deepboot.runtime.controller.generations import CHANGES, Change, GenerationPlan, plan_generation
+from deepboot.runtime.controller.recovery import JobPlan, Outcome, plan_recovery, plan_replicas
+from deepboot.runtime.store.jobstore import GpuRow, JobRow, JobState
 
 # -- generations ------------------------------------------------------------------------
 

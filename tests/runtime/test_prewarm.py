@@ -20,13 +20,13 @@ from deepboot.core.service import ServiceSpec  # noqa: E402
 from deepboot.policies.forecast import ArrivalHistory  # noqa: E402
 from deepboot.policies.lending import ServiceLoad  # noqa: E402
 from deepboot.runtime import messages as rt  # noqa: E402
-from deepboot.runtime.controller import Controller  # noqa: E402
-from deepboot.runtime.intake import _planned  # noqa: E402
-from deepboot.runtime.replay import replay_state  # noqa: E402
-from deepboot.runtime.settings import ControllerSettings  # noqa: E402
-from deepboot.runtime.statedir import StateDir  # noqa: E402
-from deepboot.runtime.store import LogKind  # noqa: E402
-from deepboot.runtime.world import parse_gpu  # noqa: E402
+from deepboot.runtime.client.replay import replay_state  # noqa: E402
+from deepboot.runtime.controller.controller_settings import ControllerSettings  # noqa: E402
+from deepboot.runtime.controller.intake import _planned  # noqa: E402
+from deepboot.runtime.controller.jobrecords import parse_gpu  # noqa: E402
+from deepboot.runtime.controller.wiring import Controller  # noqa: E402
+from deepboot.runtime.store.jobstore import LogKind  # noqa: E402
+from deepboot.runtime.store.statedir import StateDir  # noqa: E402
 from deepboot.scheduler.control import ReplicaLoad, Step  # noqa: E402
 from deepboot.scheduler.events import Event, EventKind  # noqa: E402
 from deepboot.scheduler.operations import WarmReplica  # noqa: E402
@@ -96,7 +96,7 @@ def controller(
     state = StateDir.at(tmp_path / "state").ensure()
     ctl = Controller(state, settings, CLUSTER, fake, clock=Clock(), crash=_crash)
     fake.ctl = ctl
-    ctl.start(serve=False)  # posts the first tick (not run yet)
+    ctl.start()  # posts the first tick (not run yet)
     router = RecordingRouter()
     ctl.router = router  # type: ignore[assignment]
     spec = {"cold_start_s": 5.0, "slo_wait_s": 1.0, **service}

@@ -1,8 +1,8 @@
 """The proven-connection clients (issue 42, finding 2): the token goes only on a TCP
 connection that proved, on itself, that its peer holds the token.
 
-:mod:`deepboot.runtime.provenhttp` (``deepboot load``'s pool and its HTTP/1.1 parser)
-and :class:`deepboot.runtime.endpoint.Endpoint` (the sync client), in-process,
+:mod:`deepboot.runtime.client.provenhttp` (``deepboot load``'s pool and its HTTP/1.1 parser)
+and :class:`deepboot.runtime.client.endpoint.Endpoint` (the sync client), in-process,
 against :class:`Peer`: a raw-socket HTTP/1.1 server in a thread that records every
 connection's requests in order. No aiohttp, no Ray: these run in the default suite.
 """
@@ -21,8 +21,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from deepboot.runtime.endpoint import Endpoint, EndpointError, healthz_proof, prove
-from deepboot.runtime.provenhttp import (
+from deepboot.runtime.client.endpoint import Endpoint, EndpointError, healthz_proof, prove
+from deepboot.runtime.client.provenhttp import (
     MAX_HEADERS,
     ProofFailed,
     ProtocolError,

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from deepboot.cli.main import main
-from deepboot.runtime.jobspec import JobSpec
-from deepboot.runtime.replay import replay_state
-from deepboot.runtime.statedir import StateDir
-from deepboot.runtime.store import JobStore
+from deepboot.runtime.client.jobspec import JobSpec
+from deepboot.runtime.client.replay import replay_state
+from deepboot.runtime.store.jobstore import JobStore
+from deepboot.runtime.store.statedir import StateDir
 from tests.runtime.fake_actors import FakeActors
 from tests.runtime.test_controller_inprocess import Clock
 from tests.runtime.test_crash_points import WORK, controller, run_to_the_end
@@ -32,7 +32,7 @@ def recorded(tmp_path: Path) -> Path:
     clock = Clock()
     fake = FakeActors(work={"a": WORK, "b": WORK}, clock=clock)
     first = controller(state, fake, clock)
-    first.start(serve=False)
+    first.start()
     first.store.submit(JobSpec("a", "m:f", max_workers=3, workers=2))
     first.store.submit(JobSpec("b", "m:f", max_workers=3, workers=3))
     for _ in range(12):
@@ -42,7 +42,7 @@ def recorded(tmp_path: Path) -> Path:
     first.store.close()
     first.recorder.close()  # it dies here (nothing else of it runs again)
     second = controller(state, fake, clock)
-    second.start(serve=False)
+    second.start()
     run_to_the_end(second, fake, clock, {"a", "b"})
     second.recorder.close()
     store = JobStore(StateDir.at(state).db)

@@ -23,12 +23,14 @@ pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
 
 from deepboot.core.service import ServiceSpec  # noqa: E402
-from deepboot.runtime import router as rt  # noqa: E402
-from deepboot.runtime.controller import Controller, ControllerSettings  # noqa: E402
+from deepboot.runtime.controller.controller_settings import ControllerSettings  # noqa: E402
+from deepboot.runtime.controller.wiring import Controller  # noqa: E402
+from deepboot.runtime.controller_process import open_router  # noqa: E402
+from deepboot.runtime.http import router as rt  # noqa: E402
 from deepboot.runtime.messages import Arrival, Withdraw  # noqa: E402
-from deepboot.runtime.metrics import Metrics  # noqa: E402
-from deepboot.runtime.statedir import StateDir  # noqa: E402
-from deepboot.runtime.store import JobStore  # noqa: E402
+from deepboot.runtime.prometheus_metrics import Metrics  # noqa: E402
+from deepboot.runtime.store.jobstore import JobStore  # noqa: E402
+from deepboot.runtime.store.statedir import StateDir  # noqa: E402
 
 # Quick (seconds), but it needs the runtime extra (aiohttp, prometheus_client), so it
 # runs in `make test-runtime`.
@@ -177,7 +179,7 @@ def _controller(tmp_path: Path, host: str) -> Controller:
 def test_controller_requires_the_token_for_work_everywhere(tmp_path: Path, where: str) -> None:
     host = "127.0.0.1" if where == "loopback" else (_outward_address() or "0.0.0.0")
     ctl = _controller(tmp_path, host)
-    ctl.start_router()
+    ctl.connect_router(open_router(ctl))
     assert ctl.router is not None
     try:
         info = json.loads(ctl.state.http_file.read_text())
@@ -236,7 +238,7 @@ def test_a_restarted_controller_keeps_a_services_back_off(tmp_path: Path) -> Non
         store.set_backoff(db, "s1", 3, time.time() + 30)
     store.close()
     ctl.take_services()
-    ctl.start_router()
+    ctl.connect_router(open_router(ctl))
     assert ctl.router is not None
     try:
         deadline = time.monotonic() + 30

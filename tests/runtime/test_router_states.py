@@ -26,9 +26,9 @@ pytest.importorskip("prometheus_client")
 
 from deepboot.core.service import ServiceSpec  # noqa: E402
 from deepboot.runtime import messages as msg  # noqa: E402
-from deepboot.runtime import router as rt  # noqa: E402
-from deepboot.runtime.endpoint import healthz_proof  # noqa: E402
-from deepboot.runtime.metrics import Metrics  # noqa: E402
+from deepboot.runtime.client.endpoint import healthz_proof  # noqa: E402
+from deepboot.runtime.http import router as rt  # noqa: E402
+from deepboot.runtime.prometheus_metrics import Metrics  # noqa: E402
 
 pytestmark = pytest.mark.runtime
 

@@ -11,7 +11,7 @@ import pytest
 
 from deepboot.cli.main import main
 from deepboot.core.errors import InputError
-from deepboot.runtime.servicespec import load_service, load_service_file
+from deepboot.runtime.client.servicespec import load_service, load_service_file
 
 TWO = """\
 # two services
@@ -82,8 +82,8 @@ def test_every_error_names_the_file_the_services_line_and_the_key(
 def test_serve_registers_every_service_of_the_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from deepboot.runtime.statedir import StateDir
-    from deepboot.runtime.store import JobStore
+    from deepboot.runtime.store.jobstore import JobStore
+    from deepboot.runtime.store.statedir import StateDir
 
     state = StateDir.at(tmp_path / "s").ensure()
     JobStore(state.db).close()
@@ -99,8 +99,8 @@ def test_serve_registers_every_service_of_the_file(
 def test_serve_stores_nothing_from_a_file_with_one_bad_service(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from deepboot.runtime.statedir import StateDir
-    from deepboot.runtime.store import JobStore
+    from deepboot.runtime.store.jobstore import JobStore
+    from deepboot.runtime.store.statedir import StateDir
 
     state = StateDir.at(tmp_path / "s").ensure()
     JobStore(state.db).close()

@@ -15,7 +15,7 @@ import pytest
 from deepboot.core import ServiceSpec
 from deepboot.core.errors import ConfigError, InputError
 from deepboot.core.jobs import InferenceTaskSpec
-from deepboot.runtime.servicespec import load_service, parse_service
+from deepboot.runtime.client.servicespec import load_service, parse_service
 from deepboot.sim.serving import service_specs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "runtime"

@@ -25,7 +25,7 @@ pytest.importorskip("torch")
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from deepboot.runtime.store import EventRow, LogKind  # noqa: E402
+from deepboot.runtime.store.jobstore import EventRow, LogKind  # noqa: E402
 from tests.runtime.cluster_helpers import (  # noqa: E402
     alive,
     assert_exact_resizes,

@@ -18,14 +18,14 @@ from rich.console import Console  # noqa: E402
 
 from deepboot.cli.runtime import _attained, cmd_status, status_document  # noqa: E402
 from deepboot.core.service import ServiceSpec  # noqa: E402
-from deepboot.runtime.dispatch import Dispatcher  # noqa: E402
+from deepboot.runtime.client.statusdoc import _slo_entry  # noqa: E402
+from deepboot.runtime.http.dispatch import Dispatcher  # noqa: E402
+from deepboot.runtime.http.routerstate import Answer, Pending, ServiceQueue  # noqa: E402
 from deepboot.runtime.messages import Answered, Inbox  # noqa: E402
-from deepboot.runtime.metrics import Metrics  # noqa: E402
-from deepboot.runtime.routerstate import Answer, Pending, ServiceQueue  # noqa: E402
-from deepboot.runtime.slo import Attainment, SloTally, wait_header  # noqa: E402
-from deepboot.runtime.statedir import StateDir  # noqa: E402
-from deepboot.runtime.statusdoc import _slo_entry  # noqa: E402
-from deepboot.runtime.store import JobStore, LogKind  # noqa: E402
+from deepboot.runtime.prometheus_metrics import Metrics  # noqa: E402
+from deepboot.runtime.slotally import Attainment, SloTally, wait_header  # noqa: E402
+from deepboot.runtime.store.jobstore import JobStore, LogKind  # noqa: E402
+from deepboot.runtime.store.statedir import StateDir  # noqa: E402
 from tests.runtime.test_controller_inprocess import Clock, controller  # noqa: E402
 
 
@@ -323,8 +323,8 @@ def test_the_slo_a_service_is_held_to_is_flushed_scraped_and_shown(
     ``/metrics`` exposes (``deepboot_service_slo_*``, a board's target line) and
     what ``deepboot status`` shows."""
     from deepboot.core.cluster import ClusterSpec
-    from deepboot.runtime.controller import Controller
-    from deepboot.runtime.settings import ControllerSettings
+    from deepboot.runtime.controller.controller_settings import ControllerSettings
+    from deepboot.runtime.controller.wiring import Controller
     from deepboot.world.settings import SharedCluster
     from tests.runtime.test_controller_inprocess import FakeActors
 

@@ -44,7 +44,7 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("torch")
 
-from deepboot.runtime.store import EventRow, LogKind  # noqa: E402
+from deepboot.runtime.store.jobstore import EventRow, LogKind  # noqa: E402
 from tests.runtime.cluster_helpers import (  # noqa: E402
     cli,
     events,

@@ -3,8 +3,8 @@ a 400 that names the key, never a 500, and never names a path the controller res
 
 The real router on a real socket, without Ray (as tests/runtime/test_front_door_http.py),
 its ``submit`` and ``register`` the controller's own
-(:meth:`~deepboot.runtime.intake.Intake._http_submit`, ``_http_register``, which
-``start_router`` wires in): the real spec check runs, and a good spec reaches the store.
+(:func:`~deepboot.runtime.controller_process.submit_job` and ``register_service``,
+which ``open_router`` wires in): the real spec check runs, and a good spec reaches the store.
 """
 
 from __future__ import annotations
@@ -14,19 +14,18 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
 pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
 
-from deepboot.runtime import router as rt  # noqa: E402
-from deepboot.runtime.intake import Intake  # noqa: E402
-from deepboot.runtime.metrics import Metrics  # noqa: E402
-from deepboot.runtime.statedir import StateDir  # noqa: E402
-from deepboot.runtime.store import JobStore  # noqa: E402
+from deepboot.runtime.controller_process import register_service, submit_job  # noqa: E402
+from deepboot.runtime.http import router as rt  # noqa: E402
+from deepboot.runtime.prometheus_metrics import Metrics  # noqa: E402
+from deepboot.runtime.store.jobstore import JobStore  # noqa: E402
+from deepboot.runtime.store.statedir import StateDir  # noqa: E402
 from tests.runtime.test_front_door_http import TOKEN, authed, send  # noqa: E402
 
 pytestmark = pytest.mark.runtime
@@ -47,13 +46,12 @@ def endpoint(tmp_path: Path) -> Iterator[tuple[rt.Router, StateDir]]:
     under ``tmp_path/work`` (a relative entry resolves against ``tmp_path/work``)."""
     state = StateDir.at(tmp_path / "work" / ".deepboot").ensure()
     inbox = rt.Inbox()
-    controller = cast(Intake, SimpleNamespace(state=state, inbox=inbox))
     router = rt.Router(
         inbox,
         Metrics(),
         token=TOKEN,
-        submit=functools.partial(Intake._http_submit, controller),
-        register=functools.partial(Intake._http_register, controller),
+        submit=functools.partial(submit_job, state, inbox.wake),
+        register=functools.partial(register_service, state, inbox.wake),
     )
     router.start()
     try:

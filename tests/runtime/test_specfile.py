@@ -1,4 +1,4 @@
-"""Issue 42, findings 5 and 7, in the spec check itself (deepboot.runtime.specfile, as
+"""Issue 42, findings 5 and 7, in the spec check itself (deepboot.runtime.client.specfile, as
 jobspec and servicespec use it): a reference to a file the system refuses (a name
 over NAME_MAX, a path over PATH_MAX, a NUL byte, a symlink loop) is an InputError
 naming the key; a spec that came over HTTP (``parse_job``/``parse_service`` with an
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from deepboot.core.errors import InputError
-from deepboot.runtime.jobspec import load_job, parse_job
-from deepboot.runtime.servicespec import load_service, load_service_file, parse_service
+from deepboot.runtime.client.jobspec import load_job, parse_job
+from deepboot.runtime.client.servicespec import load_service, load_service_file, parse_service
 
 LONG_NAME = "a" * 300 + ".py"
 LONG_PATH = "/" + "/".join(["d" * 9] * 500) + "/x.py"

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from deepboot.core.service import ServiceSpec
 from deepboot.runtime import messages as rt
-from deepboot.runtime.controller import Controller
-from deepboot.runtime.replica import is_standby_name, standby_name
-from deepboot.runtime.settings import ControllerSettings
-from deepboot.runtime.statedir import StateDir
-from deepboot.runtime.store import LogKind
+from deepboot.runtime.actors.replica_actor import is_standby_name, standby_name
+from deepboot.runtime.controller.controller_settings import ControllerSettings
+from deepboot.runtime.controller.wiring import Controller
+from deepboot.runtime.store.jobstore import LogKind
+from deepboot.runtime.store.statedir import StateDir
 from deepboot.world.settings import SharedCluster
 from tests.runtime.fake_actors import FakeActors
 from tests.runtime.test_controller_inprocess import Clock
@@ -31,7 +31,7 @@ def controller(tmp_path: Path, fake: FakeActors, standby: bool = True) -> Contro
     )
     state = StateDir.at(tmp_path / "state").ensure()
     ctl = Controller(state, settings, CLUSTER, fake, clock=Clock())
-    ctl.start(serve=False)
+    ctl.start()
     ctl.store.register_service(ServiceSpec("svc", "tiny", handler="m:load", cold_start_s=1.0))
     ctl.take_services()
     return ctl
@@ -103,7 +103,7 @@ def test_a_restarted_controller_keeps_the_promoted_standby_its_row_names(
     first.flush()
     first.store.close()
     second = Controller(first.state, first.settings, CLUSTER, fake, clock=Clock())
-    second.start(serve=False)
+    second.start()
     assert second.board.get((1, 0)).replica == serving, "the promoted standby is kept"
     assert standby_name(1, 2) in fake.killed, "an unpromoted standby no row names is killed"
     assert serving not in fake.killed

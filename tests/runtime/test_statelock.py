@@ -1,4 +1,4 @@
-"""One controller per state directory, by an OS lock (``runtime/statelock.py``): real
+"""One controller per state directory, by an OS lock (``runtime/store/statelock.py``): real
 processes hold it; a second holder is refused with the first's pid; the lock dies with
 its holder, SIGKILL included. No Ray: the controller refuses before it connects."""
 
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from deepboot.runtime.statedir import StateDir
-from deepboot.runtime.statelock import HeldElsewhereError, StateLock, holding
+from deepboot.runtime.store.statedir import StateDir
+from deepboot.runtime.store.statelock import HeldElsewhereError, StateLock, holding
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from deepboot.runtime.statelock import StateLock
+from deepboot.runtime.store.statelock import StateLock
 StateLock(Path(sys.argv[1]), "a controller").acquire()
 print("held", flush=True)
 time.sleep(120)
@@ -59,7 +59,7 @@ def test_a_controller_started_by_hand_exits_naming_the_running_one(
         [
             sys.executable,
             "-m",
-            "deepboot.runtime.controller",
+            "deepboot.runtime.controller_process",
             "--state-dir",
             str(tmp_path / "state"),
         ],

@@ -22,10 +22,10 @@ from deepboot.cli.main import main
 from deepboot.cli.runtime import cmd_status
 from deepboot.cli.statusview import read_once, status_view, watch
 from deepboot.core.service import ServiceSpec
-from deepboot.runtime.jobspec import JobSpec
-from deepboot.runtime.statedir import StateDir
-from deepboot.runtime.statusdoc import status_document
-from deepboot.runtime.store import GpuRow, JobState, JobStore
+from deepboot.runtime.client.jobspec import JobSpec
+from deepboot.runtime.client.statusdoc import status_document
+from deepboot.runtime.store.jobstore import GpuRow, JobState, JobStore
+from deepboot.runtime.store.statedir import StateDir
 
 LONG_JOB = "finetune-with-a-name-far-too-long-for-any-column-of-80"  # 54 characters
 SHORT_JOB = "reg"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from deepboot.core.errors import ConfigError
-from deepboot.runtime.jobspec import JobSpec
-from deepboot.runtime.store import JobState, JobStore, LogKind
-from deepboot.runtime.storeschema import SCHEMA_VERSION, StoreVersionError
+from deepboot.runtime.client.jobspec import JobSpec
+from deepboot.runtime.store.jobstore import JobState, JobStore, LogKind
+from deepboot.runtime.store.tables import SCHEMA_VERSION, StoreVersionError
 
 
 def make_spec(name: str = "a") -> JobSpec:
@@ -84,8 +84,8 @@ def test_a_write_in_another_process_is_seen(tmp_path: Path) -> None:
     path = tmp_path / "db"
     store = JobStore(path)
     code = (
-        "import sys; from deepboot.runtime.store import JobStore; "
-        "from deepboot.runtime.jobspec import JobSpec; "
+        "import sys; from deepboot.runtime.store.jobstore import JobStore; "
+        "from deepboot.runtime.client.jobspec import JobSpec; "
         f"JobStore({str(path)!r}).submit(JobSpec(name='other', entry='m:f'))"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -96,7 +96,7 @@ def test_status_reports_the_loop_s_decisions_from_the_store(tmp_path: Path) -> N
     """``deepboot status --json``'s ``scheduler``: what the controller last wrote to
     the store (a real SQLite file), null before any round."""
     from deepboot.cli.runtime import status_document
-    from deepboot.runtime.statedir import StateDir
+    from deepboot.runtime.store.statedir import StateDir
 
     state = StateDir.at(tmp_path / "state").ensure()
     store = JobStore(state.db)

@@ -1,7 +1,7 @@
 """Issue 42, finding 2: no client sends the bearer token to a process that took the
 port of a controller that died mid-run.
 
-The controller here is the real :class:`deepboot.runtime.router.Router`, without Ray,
+The controller here is the real :class:`deepboot.runtime.http.router.Router`, without Ray,
 in a subprocess of its own (so that it can be SIGKILLed), with a state directory
 whose http.json it writes. Its one service has no replica: requests queue or are
 refused (503) at once; what matters here is who receives them. Once it has answered
@@ -45,8 +45,8 @@ _CONTROLLER = """
 import sys, time
 from pathlib import Path
 from deepboot.core.service import ServiceSpec
-from deepboot.runtime import router as rt
-from deepboot.runtime.metrics import Metrics
+from deepboot.runtime.http import router as rt
+from deepboot.runtime.prometheus_metrics import Metrics
 
 class Router(rt.Router):
     async def _infer(self, request):
@@ -297,8 +297,8 @@ def test_load_follows_a_restarted_controller_after_its_proof(
 def test_the_sync_client_sends_no_token_to_a_squatter_after_the_controller_dies(
     controller: Controller, tmp_path: Path
 ) -> None:
-    from deepboot.runtime.endpoint import EndpointError, connect
-    from deepboot.runtime.statedir import StateDir
+    from deepboot.runtime.client.endpoint import EndpointError, connect
+    from deepboot.runtime.store.statedir import StateDir
 
     endpoint = connect(StateDir.at(tmp_path / "state"))
     assert isinstance(endpoint.get_json("/v1/services"), list)

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from deepboot.core.errors import ConfigError
-from deepboot.runtime.warmup import warm_kernels
+from deepboot.runtime.controller.warmup import warm_kernels
 
 # In a fresh interpreter: in this one another test may have loaded them already.
 PROBE = """
@@ -16,7 +16,7 @@ from deepboot.perf import _fitkernel, _goodputkernel
 from deepboot.policies import _slotkernel
 kernels = (_fitkernel._lm, _goodputkernel.throughput_rows, _slotkernel.slot_knapsack)
 assert not any(k.signatures for k in kernels), "loaded before the warm-up"
-from deepboot.runtime.warmup import warm_kernels
+from deepboot.runtime.controller.warmup import warm_kernels
 warm_kernels({policy!r}, {{}})
 print(sorted(k.__name__ for k in kernels if k.signatures))
 """

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from deepboot.runtime.watchdog import TurnWatchdog
+from deepboot.runtime.controller.watchdog import TurnWatchdog
 
 
 class Clock:

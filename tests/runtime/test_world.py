@@ -10,9 +10,9 @@ from deepboot.core.params import GradParams
 from deepboot.core.placement import Placement
 from deepboot.elastic.protocol import Measurement, WorkerReport, WorkerStatus
 from deepboot.policies.packing import requested_replicas
-from deepboot.runtime.jobspec import JobSpec
-from deepboot.runtime.store import JobRow, JobState
-from deepboot.runtime.world import JobRec, OnlineModel
+from deepboot.runtime.client.jobspec import JobSpec
+from deepboot.runtime.controller.jobrecords import JobRec, OnlineModel
+from deepboot.runtime.store.jobstore import JobRow, JobState
 from deepboot.world.gpus import GpuBoard
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from deepboot.cli.main import build_parser, main
-from deepboot.cli.params import shared_cluster_settings
+from deepboot.cli.policy_params import shared_cluster_settings
 from deepboot.core import ConfigError
 from deepboot.perf.restart import AfeRestartCost, FlatRestartCost
 

@@ -1,4 +1,4 @@
-"""Per-request SLO accounting (deepboot.sim.slo): attainment, the worst window, and
+"""Per-request SLO accounting (deepboot.sim.slo_accounting): attainment, the worst window, and
 the summary fields every run reports."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deepboot.sim.metrics import InferenceRecord
-from deepboot.sim.slo import met, slo_summary, worst_window
+from deepboot.sim.slo_accounting import met, slo_summary, worst_window
 
 
 def rec(submit: float, delay: float | None, service: str = "a") -> InferenceRecord:

@@ -12,7 +12,7 @@ import pytest
 from trace_files import AZURE_DIR, GENAI_DIR, azure_file, qps_file
 
 from deepboot.core.errors import ConfigError, InputError
-from deepboot.runtime.rateprofile import RateProfile
+from deepboot.runtime.client.rateprofile import RateProfile
 from deepboot.sim.traces.azure_llm import (
     AzureConfig,
     CostModel,

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from deepboot.cli.params import add_shared_cluster_flags, shared_cluster
+from deepboot.cli.policy_params import add_shared_cluster_flags, shared_cluster
 from deepboot.core.errors import ConfigError
 from deepboot.matrix import parse_run, sim_config
 from deepboot.policies.lending import LendReserveConfig

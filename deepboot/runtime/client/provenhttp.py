@@ -1,0 +1,482 @@
+"""A minimal HTTP/1.1 client over asyncio streams whose connections carry the bearer
+token only once they have proved, each on itself, that their peer holds it
+(``deepboot load``; issue 42, finding 2).
+
+Why: a controller can die mid-run, and another process bind its freed port at once.
+Proving the endpoint once at the start, or again only after an error, still lets a
+later new TCP connection reach that process (with every keep-alive connection idle
+when the controller died, no error is ever seen). A TCP connection, though, belongs
+to the process that accepted it: one that binds the port later can never own it. So
+the token travels only on a connection that has proved itself, and aiohttp cannot be
+told to prove each new connection through its public API: hence this client.
+
+The contract (:class:`ProvenPool`):
+
+* **Where.** Each new connection goes where ``locate()`` says *when it opens* (a
+  :class:`Target`: a base URL and the instance id it must echo, or None when unknown);
+  ``deepboot load`` re-reads STATE_DIR/http.json there, so a restarted controller
+  (same token, new instance or port) is followed, after proof.
+* **Proof.** With a token, a new connection first carries ``GET
+  {prefix}/healthz?challenge=C`` (C: 32 fresh random hex digits; no token,
+  keep-alive), and its full answer must be a 200 whose JSON echoes the target's
+  instance (when known) and whose ``proof`` is
+  :func:`~deepboot.runtime.client.endpoint.healthz_proof` of the token and C. Only then do
+  requests go on it, each with ``Authorization: Bearer <token>``, which only the pool
+  adds: a caller cannot put the token on a request. An answer that is not that
+  (another instance, a wrong or missing proof, not HTTP, not JSON, another status)
+  raises :class:`ProofFailed`, and nothing more is sent on that connection. A
+  connection refused or reset, closed before answering, or silent is no proof either
+  way: its OSError (or TimeoutError) is raised, as for any request.
+* **Reuse.** A connection is kept for the next request while its answers allow
+  (HTTP/1.1 without ``Connection: close``, a body framed by Content-Length or
+  chunked); one that closes, errs, times out or answers out of turn is closed and
+  never reopened silently: the next request opens (and proves) a fresh one. At most
+  ``limit`` connections are open at once; a request beyond waits for one.
+* **Requests and answers.** A request line, headers (Host, Content-Length, the
+  caller's, the token) and a body. The answer: a status line and headers, bounded
+  (:data:`MAX_LINE` bytes a line, :data:`MAX_HEADERS` lines, :data:`MAX_HEAD` bytes in
+  all), informational (1xx) answers skipped, and a body framed by Content-Length,
+  chunked transfer coding, or the connection's close, of at most ``max_body`` bytes.
+  Each request is bounded by its timeout as a whole: waiting for a connection,
+  connecting, proving, sending and reading.
+* **Without a token** nothing can be proved and no token is sent: connections are
+  used unproven (``deepboot load --url`` without ``--token-file``).
+* **No proxy, no redirect** (a 3xx is an answer like any other), no TLS unless the
+  URL says ``https`` (then the system's default verification).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import secrets
+import ssl
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from deepboot.core.errors import DeepbootError
+from deepboot.runtime.client.endpoint import EndpointError, _refused, proof_failure
+
+MAX_LINE = 8 << 10
+"""Most bytes of a status or header line (the CRLF included)."""
+MAX_HEADERS = 100
+"""Most header lines of an answer."""
+MAX_HEAD = 64 << 10
+"""Most bytes of an answer's status line and headers together."""
+MAX_BODY = 16 << 20
+"""Most bytes of an answer's body (``ProvenPool``'s default)."""
+MAX_PROOF_BODY = 1 << 20
+"""Most bytes of the answer to ``GET /healthz``."""
+
+_STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([0-9]{3})(?: ([^\r\n]*))?\r?\n")
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"[^\r\n\x00]*")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a new connection goes.
+
+    Attributes:
+        url: The endpoint's base URL, ``http(s)://HOST[:PORT][/PREFIX]``.
+        instance: The instance id its ``/healthz`` must echo; None: not checked.
+        source: Where the URL came from, for error messages ("http.json", "--url").
+    """
+
+    url: str
+    instance: str | None = None
+    source: str = "http.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """An answer: its status, headers (lower-case names; repeated ones joined with
+    ", ") and body."""
+
+    status: int
+    reason: str
+    headers: Mapping[str, str]
+    body: bytes
+
+
+class ProtocolError(Exception):
+    """An answer that is not well-formed HTTP/1.x, or over a bound."""
+
+
+class NoEndpoint(ConnectionError):
+    """``locate()`` found no endpoint to connect to (e.g. no http.json)."""
+
+
+class ProofFailed(EndpointError):
+    """A new connection's peer answered ``GET /healthz?challenge=C`` without proving
+    that it holds the token (nothing else was sent on that connection).
+
+    Attributes:
+        url: The target's URL.
+        reason: What it answered, in words.
+    """
+
+    def __init__(self, url: str, reason: str, source: str = "http.json") -> None:
+        what = f"{reason} when a new connection opened"
+        outcome = "the bearer token was not sent on that connection"
+        super().__init__(str(_refused(url, what, source, outcome)))
+        self.url = url
+        self.reason = reason
+
+
+class _Conn:
+    """One connection: its streams, and whether it proved itself."""
+
+    __slots__ = ("reader", "writer", "host", "prefix", "proven")
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, prefix: str
+    ) -> None:
+        self.reader, self.writer = reader, writer
+        self.host, self.prefix = host, prefix
+        self.proven = False
+
+    def open_and_idle(self) -> bool:
+        """Neither closed by either side nor errored (an idle connection's peer that
+        closed it shows as end of file)."""
+        return (
+            not self.writer.is_closing()
+            and not self.reader.at_eof()
+            and self.reader.exception() is None
+        )
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class ProvenPool:
+    """Connections to ``locate()``'s target, each proved before it carries the token
+    (see the module doc).
+
+    Args:
+        locate: Where a new connection goes (called as each opens); may raise a
+            :class:`~deepboot.core.errors.DeepbootError` (no endpoint: the request
+            fails with :class:`NoEndpoint`).
+        token: The bearer token, or None (then nothing is proved, no token sent).
+        limit: Most connections open at once.
+        max_body: Most bytes of an answer's body.
+    """
+
+    def __init__(
+        self,
+        locate: Callable[[], Target],
+        token: str | None,
+        limit: int,
+        max_body: int = MAX_BODY,
+    ) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        self._locate = locate
+        self._token = token
+        self._limit = limit
+        self._max_body = max_body
+        self._idle: list[_Conn] = []
+        self._open = 0  # connections open or opening, idle included
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._closed = False
+        self.opened = 0
+        """Connections opened so far (each proved, with a token)."""
+
+    @property
+    def proves(self) -> bool:
+        """Whether connections prove themselves (there is a token)."""
+        return self._token is not None
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        timeout: float,
+    ) -> Response:
+        """Send ``method path`` (``path``: from the target's prefix on, e.g.
+        ``/v1/svc/infer``) on a proven connection and read the answer, all within
+        ``timeout`` seconds.
+
+        Raises:
+            ProofFailed: a new connection's peer did not prove it holds the token.
+            TimeoutError: no answer within ``timeout``.
+            NoEndpoint, OSError: no connection (refused, reset, closed before or
+                while answering; no endpoint recorded).
+            ProtocolError: an answer that is not HTTP, or over a bound.
+            ValueError: a header carries the token, or a CR or LF.
+        """
+        _check_headers(headers)
+        async with asyncio.timeout(timeout):
+            conn = await self._acquire()
+            reusable = False
+            try:
+                if conn is None:
+                    conn = await self._connect()
+                answer, reusable = await self._exchange(conn, method, path, headers, body)
+                return answer
+            finally:
+                self._release(conn, reusable)
+
+    async def close(self) -> None:
+        """Close every idle connection; busy ones close as their requests end."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            self._open -= 1
+            conn.close()
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.writer.wait_closed(), 1.0)
+
+    # -- the pool ----------------------------------------------------------------------
+
+    async def _acquire(self) -> _Conn | None:
+        """An idle connection that is still open, or None: a slot to open a new one."""
+        while True:
+            while self._idle:
+                conn = self._idle.pop()  # the most recent: the likeliest still open
+                if conn.open_and_idle():
+                    return conn
+                self._open -= 1
+                conn.close()
+            if self._open < self._limit:
+                self._open += 1
+                return None
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # it was this one's turn: pass it on
+                raise
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+
+    def _release(self, conn: _Conn | None, reusable: bool) -> None:
+        if conn is not None and reusable and not self._closed and conn.open_and_idle():
+            self._idle.append(conn)
+        else:
+            self._open -= 1
+            if conn is not None:
+                conn.close()
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    # -- one connection ------------------------------------------------------------------
+
+    async def _connect(self) -> _Conn:
+        """A new connection to where ``locate()`` says now, proved when there is a token."""
+        try:
+            target = self._locate()
+        except DeepbootError as exc:
+            raise NoEndpoint(" ".join(str(exc).split())) from None
+        parts = urlsplit(target.url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        context = ssl.create_default_context() if parts.scheme == "https" else None
+        reader, writer = await asyncio.open_connection(
+            host, port, ssl=context, limit=MAX_HEAD, server_hostname=host if context else None
+        )
+        conn = _Conn(reader, writer, parts.netloc.rpartition("@")[2], parts.path.rstrip("/"))
+        self.opened += 1
+        if self._token is None:
+            return conn
+        try:
+            await self._prove(conn, target, self._token)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    async def _prove(self, conn: _Conn, target: Target, token: str) -> None:
+        challenge = secrets.token_hex(16)
+        _send(conn, "GET", f"/healthz?challenge={challenge}", {}, b"", None)
+        await conn.writer.drain()
+        try:
+            answer, keep = await _read_answer(conn.reader, "GET", MAX_PROOF_BODY)
+        except ProtocolError as exc:
+            raise ProofFailed(
+                target.url, f"does not answer HTTP ({_one_line(str(exc))})", target.source
+            ) from None
+        why = proof_failure(
+            answer.status, answer.body, token, challenge, target.instance, target.source
+        )
+        if why:
+            raise ProofFailed(target.url, why, target.source)
+        if not keep:
+            raise ConnectionResetError(
+                "the endpoint closed the connection on which it proved itself (one that "
+                "closes each connection after one answer is never sent the token)"
+            )
+        conn.proven = True
+
+    async def _exchange(
+        self, conn: _Conn, method: str, path: str, headers: Mapping[str, str], body: bytes
+    ) -> tuple[Response, bool]:
+        """Send one request on ``conn`` and read its answer: (it, whether ``conn`` may
+        carry another)."""
+        # The one place the token is put on a request: a proven connection's.
+        _send(conn, method, path, headers, body, self._token if conn.proven else None)
+        await conn.writer.drain()
+        return await _read_answer(conn.reader, method, self._max_body)
+
+
+def _check_headers(headers: Mapping[str, str]) -> None:
+    for name, value in headers.items():
+        if name.lower() in ("authorization", "host", "content-length", "transfer-encoding"):
+            raise ValueError(f"header {name!r} is the pool's to set")
+        if not _TOKEN.fullmatch(name.encode("latin-1", "replace")) or not (
+            _HEADER_VALUE.fullmatch(value)
+        ):
+            raise ValueError(f"header {name!r}: a bad name, or a CR, LF or NUL in its value")
+
+
+def _send(
+    conn: _Conn,
+    method: str,
+    path: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    token: str | None,
+) -> None:
+    lines = [f"{method} {conn.prefix}{path} HTTP/1.1", f"Host: {conn.host}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    if body or method not in ("GET", "HEAD"):
+        lines.append(f"Content-Length: {len(body)}")
+    if token is not None:
+        lines.append(f"Authorization: Bearer {token}")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
+    conn.writer.write(head + body)
+
+
+async def _readline(reader: asyncio.StreamReader, first: bool = False) -> bytes:
+    """One line (LF-terminated, CRLF allowed), at most :data:`MAX_LINE` bytes."""
+    try:
+        line = await reader.readuntil(b"\n")
+    except asyncio.IncompleteReadError as exc:
+        if first and not exc.partial:
+            raise ConnectionResetError("the connection closed before an answer") from None
+        raise ProtocolError("the connection closed in the middle of an answer") from None
+    except asyncio.LimitOverrunError:
+        raise ProtocolError(f"a line of the answer is over {MAX_LINE} bytes") from None
+    if len(line) > MAX_LINE:
+        raise ProtocolError(f"a line of the answer is over {MAX_LINE} bytes")
+    return line
+
+
+async def _read_head(
+    reader: asyncio.StreamReader,
+) -> tuple[int, int, str, dict[str, str]]:
+    """(minor HTTP version, status, reason, headers) of one answer head."""
+    first = await _readline(reader, first=True)
+    m = _STATUS_LINE.fullmatch(first)
+    if m is None:
+        raise ProtocolError(f"not an HTTP status line: {first[:40]!r}")
+    size = len(first)
+    headers: dict[str, str] = {}
+    for _ in range(MAX_HEADERS + 1):
+        line = await _readline(reader)
+        size += len(line)
+        if size > MAX_HEAD:
+            raise ProtocolError(f"the answer's head is over {MAX_HEAD} bytes")
+        if line in (b"\r\n", b"\n"):
+            reason = (m.group(3) or b"").decode("latin-1")
+            return int(m.group(1)), int(m.group(2)), reason, headers
+        name, colon, value = line.partition(b":")
+        if not colon or not _TOKEN.fullmatch(name):  # obs-fold and junk included
+            raise ProtocolError(f"not an HTTP header line: {line[:40]!r}")
+        key = name.decode("ascii").lower()
+        text = value.strip(b" \t\r\n").decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    raise ProtocolError(f"the answer has over {MAX_HEADERS} header lines")
+
+
+async def _read_answer(
+    reader: asyncio.StreamReader, method: str, max_body: int
+) -> tuple[Response, bool]:
+    """The answer to a ``method`` request, and whether the connection may carry another."""
+    while True:
+        minor, status, reason, headers = await _read_head(reader)
+        if status == 101:
+            raise ProtocolError("the endpoint switched protocols (101)")
+        if status >= 200:
+            break
+        # 1xx: informational, another head follows
+    tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
+    keep = "close" not in tokens and (minor == 1 or "keep-alive" in tokens)
+    if method == "HEAD" or status in (204, 304):
+        return Response(status, reason, headers, b""), keep
+    coding = headers.get("transfer-encoding")
+    if coding is not None:
+        if coding.split(",")[-1].strip().lower() == "chunked":
+            body = await _read_chunked(reader, max_body)
+        else:
+            body, keep = await _read_to_close(reader, max_body), False
+    elif "content-length" in headers:
+        values = {v.strip() for v in headers["content-length"].split(",")}
+        if len(values) != 1 or not next(iter(values)).isdigit():
+            raise ProtocolError(f"a bad Content-Length: {headers['content-length'][:40]!r}")
+        length = int(next(iter(values)))
+        if length > max_body:
+            raise ProtocolError(f"an answer's body over {max_body} bytes ({length})")
+        body = await _read_exactly(reader, length)
+    else:
+        body, keep = await _read_to_close(reader, max_body), False
+    return Response(status, reason, headers, body), keep
+
+
+async def _read_exactly(reader: asyncio.StreamReader, n: int) -> bytes:
+    try:
+        return await reader.readexactly(n)
+    except asyncio.IncompleteReadError:
+        raise ProtocolError("the connection closed in the middle of an answer") from None
+
+
+async def _read_chunked(reader: asyncio.StreamReader, max_body: int) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        line = (await _readline(reader)).split(b";", 1)[0].strip()
+        if not line or not all(c in b"0123456789abcdefABCDEF" for c in line) or len(line) > 16:
+            raise ProtocolError(f"a bad chunk size: {line[:40]!r}")
+        n = int(line, 16)
+        if n == 0:
+            break
+        size += n
+        if size > max_body:
+            raise ProtocolError(f"an answer's body over {max_body} bytes")
+        parts.append(await _read_exactly(reader, n))
+        if await _readline(reader) not in (b"\r\n", b"\n"):
+            raise ProtocolError("a chunk not followed by CRLF")
+    for _ in range(MAX_HEADERS + 1):  # trailers, up to the empty line
+        if await _readline(reader) in (b"\r\n", b"\n"):
+            return b"".join(parts)
+    raise ProtocolError(f"over {MAX_HEADERS} trailer lines")
+
+
+async def _read_to_close(reader: asyncio.StreamReader, max_body: int) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    while data := await reader.read(64 << 10):
+        size += len(data)
+        if size > max_body:
+            raise ProtocolError(f"an answer's body over {max_body} bytes")
+        parts.append(data)
+    return b"".join(parts)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

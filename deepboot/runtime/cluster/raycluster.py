@@ -1,0 +1,474 @@
+"""Start, describe, attach to and stop the Ray cluster the runtime runs on.
+
+A deepboot cluster is a Ray cluster whose nodes carry custom resources that name
+them (their node, pool and GPUs: see :mod:`deepboot.runtime.actors.rayresources`).
+
+``up`` on one machine starts one Ray node per deepboot node, loopback only, with Ray's
+token authentication on (the token in the state directory, mode 0600). Ray's
+directory (its sockets, logs, spilled objects) lies in a new private directory,
+``/tmp/deepboot-ray-<12 random hex digits>``, that ``up`` creates mode 0700 before Ray
+starts: a name another user could guess, they could create first, and Ray opens the
+directories it creates to every user. ``attach``
+records an existing cluster whose nodes carry those resources (see
+docs/runtime.md for the ``ray start`` flags). ``down`` stops what ``up`` started and
+nothing else: the processes whose command line names this cluster's Ray directory or
+address, and their children.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from deepboot.core.cluster import ClusterSpec, Node, Pool
+from deepboot.core.errors import ConfigError, DeepbootError
+from deepboot.runtime.actors.rayresources import cluster_from_ray_nodes, node_resources
+from deepboot.runtime.store.statedir import StateDir
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "deepboot"
+"""The Ray namespace of every actor the runtime creates."""
+
+_OBJECT_STORE_BYTES = 100 * 1024 * 1024
+
+
+class RuntimeNotUpError(DeepbootError):
+    """No cluster is recorded in the state directory (run ``deepboot up``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRecord:
+    """What ``cluster.json`` holds.
+
+    Attributes:
+        mode: "local" (started by ``up``; ``down`` stops it) or "attached".
+        address: The Ray GCS address, host:port.
+        temp_dir: The directory of a local cluster's Ray (its ``--temp-dir`` is
+            :func:`ray_dir_of` it), created by ``up``: a random name, mode 0700; ""
+            when attached.
+        nodes: (node_id, pool, gpus) of every deepboot node.
+        token_file: Ray's token file ("" when the attached cluster has none).
+        cache_bytes: A local cluster's model cache per inference node
+            (``--host-cache-gb``, bytes): its object store is that much larger
+            (:func:`object_store_bytes`).
+    """
+
+    mode: str
+    address: str
+    temp_dir: str
+    nodes: tuple[tuple[int, str, int], ...]
+    token_file: str
+    cache_bytes: int = 0
+
+    @property
+    def cluster(self) -> ClusterSpec:
+        return ClusterSpec(tuple(Node(n, gpus, Pool(pool)) for n, pool, gpus in sorted(self.nodes)))
+
+    def save(self, state: StateDir) -> None:
+        state.ensure()
+        tmp = state.cluster_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        os.replace(tmp, state.cluster_file)
+
+    @classmethod
+    def load(cls, state: StateDir) -> ClusterRecord:
+        try:
+            raw = json.loads(state.cluster_file.read_text())
+        except FileNotFoundError:
+            raise RuntimeNotUpError(
+                f"no cluster in {state.root} (run 'deepboot up' first, or pass --state-dir)"
+            ) from None
+        return cls(
+            mode=raw["mode"],
+            address=raw["address"],
+            temp_dir=raw["temp_dir"],
+            nodes=tuple(tuple(n) for n in raw["nodes"]),
+            token_file=raw["token_file"],
+            cache_bytes=int(raw.get("cache_bytes", 0)),  # absent: before the cache
+        )
+
+
+def ray_env(record: ClusterRecord | None, token_file: Path | None = None) -> dict[str, str]:
+    """The environment every deepboot process that talks to Ray runs with.
+
+    Token authentication when the cluster has a token; for a local cluster, the
+    setting that keeps Ray's node address (and so its servers) on loopback (see
+    ``deepboot.runtime.cluster.raynode``), and gloo's and NCCL's sockets (the workers'
+    collectives) on the loopback interface too. Ray's workers inherit the raylet's
+    environment, and so these settings.
+    """
+    env = dict(os.environ)
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    tok = str(token_file) if token_file else (record.token_file if record else "")
+    if tok:
+        env["RAY_AUTH_MODE"] = "token"
+        env["RAY_AUTH_TOKEN_PATH"] = tok
+    if record is None or record.mode == "local":
+        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        # The collectives' sockets (gloo on CPUs, NCCL's bootstrap and socket
+        # transport on GPUs) on loopback too.
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+        env["NCCL_SOCKET_IFNAME"] = "lo"
+    return env
+
+
+def _new_temp_dir_name() -> str:
+    """A fresh name for a local cluster's directory: random (nobody can create it
+    first), and short: Ray's unix sockets live under it (sun_path is 108 bytes)."""
+    return f"/tmp/deepboot-ray-{secrets.token_hex(6)}"
+
+
+def ray_dir_of(temp_dir: str) -> str:
+    """Ray's ``--temp-dir`` inside a local cluster's private directory ``temp_dir``.
+
+    Not ``temp_dir`` itself: Ray makes every directory it creates, ``--temp-dir``
+    included, mode 0777 (each of its worker processes does it again), so that other
+    users may share them. The private directory around it keeps them out.
+    """
+    return os.path.join(temp_dir, "ray")
+
+
+def _not_private(path: str) -> str | None:
+    """Why ``path`` is not a directory private to this user (None when it is)."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory"
+    if st.st_uid != os.geteuid():
+        return f"it belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        return f"its mode is {stat.S_IMODE(st.st_mode):04o}, not 0700"
+    return None
+
+
+def make_private_dir(path: str) -> str:
+    """Create directory ``path``, mode 0700 whatever the umask; returns ``path``.
+
+    A directory already there is used only if it is this user's, mode 0700 and not
+    a link: one that another user created first (or a link in its place) could hold
+    or see what Ray puts there.
+
+    Raises:
+        DeepbootError: ``path`` exists and is not this user's private directory, or
+            cannot be created.
+    """
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise DeepbootError(f"cannot create directory {path}: {exc.strerror}") from None
+    else:
+        # The umask may have taken bits away; O_NOFOLLOW: chmod this directory, not
+        # whatever a link put in its place would point to.
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
+    why = _not_private(path)
+    if why is not None:
+        raise DeepbootError(
+            f"{path} exists and is not this user's private directory ({why}); refusing "
+            "to start Ray in it (another user may have created it)"
+        )
+    return path
+
+
+def remove_temp_dir(record: ClusterRecord) -> bool:
+    """Remove a local cluster's directory (``record.temp_dir``, Ray's inside) if it is
+    ours (mode 0700, not a link); True if it is gone. One that is not ours is left
+    alone, with a warning."""
+    path = record.temp_dir
+    if record.mode != "local" or not path:
+        return False
+    try:
+        why = _not_private(path)
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        log.warning("the cluster's directory %s: %s; left in place", path, exc)
+        return False
+    if why is not None:
+        log.warning("the cluster's directory %s is not ours (%s): left in place", path, why)
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return not os.path.lexists(path)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ray_start(args: list[str], env: Mapping[str, str], worker: bool) -> str:
+    cmd = [
+        sys.executable,
+        "-m",
+        "deepboot.runtime.cluster.raynode" if worker else "ray.scripts.scripts",
+    ]
+    proc = subprocess.run(
+        [*cmd, "start", *args], env=dict(env), capture_output=True, text=True, timeout=180
+    )
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise DeepbootError(f"'ray start' failed (exit {proc.returncode}):\n{tail}")
+    return proc.stdout + proc.stderr
+
+
+_COMMON = (
+    "--num-gpus=0",
+    "--disable-usage-stats",
+    "--log-style=record",
+)
+"""The ``ray start`` flags of every node of a local cluster (and its object store's
+size: :func:`object_store_bytes`)."""
+
+
+def object_store_bytes(node: Node, cache_bytes: int) -> int:
+    """The object store of a local cluster's ``node``: 100 MiB, and on an inference
+    node twice its model cache's bound more (the cache's objects, and an export's
+    argument on its way into the cache: the object store holds both until the
+    export's call returns; beyond that Ray spills to disk rather than fail)."""
+    extra = 2 * cache_bytes if node.pool is Pool.INFERENCE else 0
+    return _OBJECT_STORE_BYTES + extra
+
+
+def start_local_node(record: ClusterRecord, node: Node) -> None:
+    """Start (or start again, after it died) the Ray node of deepboot ``node`` in the
+    local cluster ``record`` describes; the controller brings its GPUs back into the
+    ledger once Ray lists it alive.
+
+    Raises:
+        DeepbootError: Ray failed to start it.
+    """
+    _ray_start(
+        [
+            f"--address={record.address}",
+            f"--num-cpus={node.gpus + 1}",
+            f"--resources={json.dumps(node_resources(node))}",
+            f"--object-store-memory={object_store_bytes(node, record.cache_bytes)}",
+            *_COMMON,
+        ],
+        ray_env(record),
+        worker=True,
+    )
+
+
+def up_local(state: StateDir, cluster: ClusterSpec, cache_bytes: int = 0) -> ClusterRecord:
+    """Start one loopback-only Ray node per node of ``cluster`` on this machine (each
+    inference node's object store sized for a model cache of ``cache_bytes``).
+
+    Ray's directory is ``<temp_dir>/ray`` in a new private directory ``temp_dir``
+    (see :func:`make_private_dir`), recorded in the cluster record; a failed start
+    stops what it started and removes it.
+
+    Raises:
+        ConfigError: a cluster is already recorded in ``state``.
+        DeepbootError: Ray failed to start (what it printed is in the message), or
+            its directory exists and is not this user's.
+    """
+    if state.cluster_file.exists():
+        raise ConfigError(f"a cluster is already up in {state.root} (run 'deepboot down' first)")
+    token = state.ensure_token()
+    temp_dir = make_private_dir(_new_temp_dir_name())
+    ray_dir = ray_dir_of(temp_dir)
+    env = ray_env(None, token)
+    head, *rest = cluster.nodes
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    record = ClusterRecord(
+        mode="local",
+        address=address,
+        temp_dir=temp_dir,
+        nodes=tuple((n.node_id, n.pool.value, n.gpus) for n in cluster.nodes),
+        token_file=str(token),
+        cache_bytes=cache_bytes,
+    )
+    try:
+        _ray_start(
+            [
+                "--head",
+                f"--port={port}",
+                f"--temp-dir={ray_dir}",
+                "--include-dashboard=false",
+                "--dashboard-host=127.0.0.1",
+                f"--num-cpus={head.gpus + 1}",
+                f"--resources={json.dumps(node_resources(head))}",
+                f"--object-store-memory={object_store_bytes(head, cache_bytes)}",
+                *_COMMON,
+            ],
+            env,
+            worker=False,
+        )
+        # Record before the other nodes start, so that 'down' can clean up a partial start.
+        record.save(state)
+        for node in rest:
+            start_local_node(record, node)
+    except BaseException:
+        stop_local(record)
+        state.cluster_file.unlink(missing_ok=True)
+        raise
+    return record
+
+
+def attach(state: StateDir, address: str, token_file: Path | None) -> ClusterRecord:
+    """Record an existing Ray cluster (``down`` will leave its Ray processes alone)."""
+    if state.cluster_file.exists():
+        raise ConfigError(f"a cluster is already up in {state.root} (run 'deepboot down' first)")
+    tok = str(token_file.resolve()) if token_file else ""
+    probe = ClusterRecord("attached", address, "", (), tok)
+    out = run_on_ray(probe, "import json\nprint('NODES=' + json.dumps(ray.nodes()))")
+    line = next((ln for ln in out.splitlines() if ln.startswith("NODES=")), "NODES=[]")
+    cluster = cluster_from_ray_nodes(json.loads(line[len("NODES=") :]))
+    record = ClusterRecord(
+        mode="attached",
+        address=address,
+        temp_dir="",
+        nodes=tuple((n.node_id, n.pool.value, n.gpus) for n in cluster.nodes),
+        token_file=tok,
+    )
+    record.save(state)
+    return record
+
+
+def run_on_ray(record: ClusterRecord, body: str) -> str:
+    """Run ``body`` in a fresh Python process connected to ``record``'s cluster (with
+    the environment of :func:`ray_env`, ``ray`` imported and initialized); returns
+    what it printed. A fresh process because Ray reads its settings at import.
+
+    Raises:
+        DeepbootError: the process failed (cannot reach the cluster, or ``body`` raised).
+    """
+    code = f"import ray\nray.init(address={record.address!r}, logging_level='ERROR')\n{body}\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=ray_env(record),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+        raise DeepbootError(f"cannot reach the Ray cluster at {record.address}:\n{tail}")
+    return proc.stdout
+
+
+# -- stopping ----------------------------------------------------------------------------
+
+
+def _cmdlines() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process we can read (Linux /proc)."""
+    out: dict[int, tuple[int, str]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+            stat_line = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        cmd = raw.replace(b"\0", b" ").decode(errors="replace")
+        ppid = int(stat_line.rsplit(")", 1)[1].split()[1])
+        out[pid] = (ppid, cmd)
+    return out
+
+
+def _marks(record: ClusterRecord) -> re.Pattern[str] | None:
+    """What names a local cluster on a command line: its Ray directory (whole: not
+    another one whose name merely starts the same) or ``--address``/``--gcs-address``
+    with its whole GCS address."""
+    alts = []
+    if record.temp_dir:
+        alts.append(rf"(?:^|[\s=]){re.escape(record.temp_dir.rstrip('/'))}(?=[/\s]|$)")
+    if record.address:
+        alts.append(rf"(?:^|\s)--(?:gcs-)?address={re.escape(record.address)}(?=\s|$)")
+    return re.compile("|".join(alts)) if alts else None
+
+
+def cluster_pids(record: ClusterRecord) -> set[int]:
+    """Processes of a local cluster: those naming its Ray directory or GCS address
+    on their command line (see :func:`_marks`), and all their descendants."""
+    marks = _marks(record)
+    if marks is None:
+        return set()
+    procs = _cmdlines()
+    roots = {pid for pid, (_, cmd) in procs.items() if marks.search(cmd)}
+    roots.discard(os.getpid())
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid in found:
+            continue
+        found.add(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def kill_pids(pids: Iterable[int], grace: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL what is left after ``grace`` seconds."""
+    pending = set(pids)
+    for pid in pending:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while pending and time.monotonic() < deadline:
+        pending = {p for p in pending if process_alive(p)}
+        time.sleep(0.1)
+    for pid in pending:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def controller_alive(state: StateDir) -> int | None:
+    """The controller's pid if it runs, else None (the pid file names a live process
+    whose command line is the controller's: a reused pid is not taken for it)."""
+    try:
+        pid = int(state.controller_pid.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    if not process_alive(pid):
+        return None
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return pid if b"deepboot.runtime.controller_process" in cmd else None
+
+
+def stop_local(record: ClusterRecord) -> int:
+    """Stop every process of a local cluster and remove its Ray directory if it is
+    ours (:func:`remove_temp_dir`); returns how many processes were signalled."""
+    pids = cluster_pids(record)
+    kill_pids(pids)
+    remove_temp_dir(record)
+    return len(pids)

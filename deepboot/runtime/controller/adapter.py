@@ -1,0 +1,213 @@
+"""The runtime as a world of the driver: its snapshot, its facts, and how it applies a
+step of the control loop (every GPU change through the ledger; replicas started, woken
+and killed; every job whose GPU set changed handed to its next generation)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from deepboot.core.errors import InvalidDecisionError
+from deepboot.core.gpu import GpuState
+from deepboot.core.placement import Placement
+from deepboot.policies.forecast import ArrivalHistory
+from deepboot.policies.lending import ServiceLoad
+from deepboot.runtime.controller.jobrecords import gpu_name
+from deepboot.runtime.store.jobstore import LogKind
+from deepboot.scheduler.control import ROUND_KINDS, PendingTask, Snapshot, Step
+from deepboot.scheduler.decision import Preempt, Resize, Start, new_placement
+from deepboot.scheduler.events import Event, EventKind
+from deepboot.scheduler.operations import (
+    Bind,
+    EvictReplica,
+    Lend,
+    ProtectReplica,
+    Reclaim,
+    Release,
+    SleepReplica,
+    StartReplica,
+    WarmReplica,
+)
+from deepboot.world.driver import is_stale
+from deepboot.world.gpus import apply_gpu_op
+
+if TYPE_CHECKING:
+    from deepboot.runtime.controller.wiring import Controller
+
+
+_APPLIED = (Bind, Lend, Release, Reclaim, EvictReplica, StartReplica, WarmReplica,
+            ProtectReplica, SleepReplica, Start, Resize, Preempt)  # fmt: skip
+"""The operations this world applies (every one the control loop makes)."""
+
+
+def check_applicable(ops: Sequence[object]) -> None:
+    """Refuse, before any of it is applied, a step with an operation this world does
+    not know (a new operation must be added here, not dropped silently).
+
+    Raises:
+        InvalidDecisionError: naming the operation; nothing of the step was applied.
+    """
+    for op in ops:
+        if not isinstance(op, _APPLIED):
+            raise InvalidDecisionError(
+                f"the runtime does not know how to apply {op!r}; nothing of the step was applied"
+            )
+
+
+def next_tick(now: float, origin: float, interval: float) -> float:
+    """The first tick ``origin + k x interval`` (k >= 1) later than ``now``: ticks stay
+    on their grid whatever the polls' jitter (``now + interval`` drifted by each
+    iteration's lateness), and an iteration later than a whole interval skips the
+    ticks it missed instead of running them back to back."""
+    k = math.floor((now - origin) / interval) + 1
+    return origin + max(k, 1) * interval
+
+
+class RayBackend:
+    """The control loop's second world: jobs, GPUs and replicas on a Ray cluster.
+
+    ``snapshot`` reports the world as the loop sees it; ``apply`` records the GPU
+    operations, starts, wakes and kills replicas, and hands every job whose GPU set
+    changed (or, after a training round, that lost a worker) to the controller, which
+    starts its next generation. A ``WarmReplica`` starts a replica with no request
+    (:meth:`~deepboot.runtime.controller.replicas.Replicas.warm_replica`). It refuses a step with
+    an operation it does not know, before applying any of it.
+    """
+
+    def __init__(self, ctl: Controller) -> None:
+        self.ctl = ctl
+
+    def snapshot(self, event: Event) -> Snapshot:
+        ctl = self.ctl
+        jobs = tuple(
+            j.view(ctl.board, ctl.loop.training.job_mode)
+            for j in sorted(ctl.jobs.values(), key=lambda j: (j.row.submitted, j.name))
+            if j.active
+        )
+        gpus = ctl.board.views()
+        waiting = tuple(PendingTask(t, s) for t, s in ctl.waiting.items())
+        now = ctl.clock()
+        loads: dict[str, ServiceLoad] = {}
+        arrivals: dict[str, ArrivalHistory] = {}
+        settings = ctl.loop.settings
+        rounds = event.kind in ROUND_KINDS
+        if rounds and ctl.arrivals is not None:
+            # SLO-guarded lending (it replaces the reserve): the guard's forecast reads
+            # the binned arrivals and the mean run times, as the simulator's does.
+            loads = ctl.arrivals.loads()
+            arrivals = ctl.arrivals.histories(now)
+        elif rounds and settings.lending and settings.reserve.enabled:
+            loads = ctl.demand.loads(now, settings.reserve.window_s)
+        # Only a round's guard reads it (Snapshot.loading: TICK only, as the simulator).
+        loading = frozenset(
+            g.gpu_id
+            for g in gpus
+            if rounds
+            and g.state is GpuState.RUNNING
+            and ctl.ready.get(g.gpu_id) != ctl.board.get(g.gpu_id).replica
+        )
+        return Snapshot(
+            now, ctl.cluster, jobs, gpus, waiting, MappingProxyType(loads), services=ctl.specs,
+            replicas=ctl.warming_loads(), arrivals=MappingProxyType(arrivals),
+            cached=ctl.cached_models(), loading=loading,
+        )  # fmt: skip
+
+    def record(self, now: float, event: Event) -> bool:
+        """The facts of ``event`` (the controller recorded a message's on receipt):
+        a replica's protect timer or idle report that no longer matches its GPU is
+        moot, and so is an arrival the router withdrew; the first tick is the origin
+        of the grid."""
+        ctl = self.ctl
+        kind = event.kind
+        if is_stale(ctl.board, event):
+            return False
+        if kind is EventKind.INFERENCE_ARRIVAL and event.job not in ctl.arrived:
+            # Withdrawn before the loop got to it: a replica that freed up took the
+            # request (the router posts an arrival while every replica is busy).
+            # Placing it anyway reclaimed a lent GPU for a request already served.
+            return False
+        if kind is EventKind.INFERENCE_DONE:
+            assert event.gpu is not None
+            return ctl.board.get(event.gpu).state is GpuState.RUNNING
+        if kind is EventKind.TICK and ctl._tick0 is None:
+            ctl._tick0 = now
+        return True
+
+    def after_tick(self, now: float) -> float:
+        """The next tick, on the grid from the first one."""
+        assert self.ctl._tick0 is not None
+        return next_tick(now, self.ctl._tick0, self.ctl.settings.interval)
+
+    def after_event(self, now: float, event: Event) -> None:
+        """Nothing: the controller flushes once per turn of its loop."""
+
+    def apply(self, step: Step) -> None:
+        """Apply ``step``: its GPU operations on the ledger (replicas around them),
+        then each job operation (``Start``/``Resize``/``Preempt``), the intent its
+        GPU operations carried out: the job's next generation goes on the GPUs the
+        ledger says it holds, which must match the operation's placement.
+
+        Raises:
+            InvalidDecisionError: an operation this world cannot apply (before
+                anything ran), an illegal GPU transition, or GPU operations that do
+                not carry out their job's operation.
+        """
+        check_applicable(step.ops)
+        ctl = self.ctl
+        touched: list[str] = []
+        intents: dict[str, Placement] = {}
+        for op in step.ops:
+            if isinstance(op, Start | Resize | Preempt):
+                intents[op.job] = new_placement(op)  # carried out below, once its GPUs moved
+                continue
+            if isinstance(op, StartReplica):
+                ctl.start_replica(op)  # through the ledger, around the actors
+                continue
+            if isinstance(op, WarmReplica):
+                ctl.warm_replica(op)  # likewise, with no request
+                continue
+            gpu = ctl.board.get(op.gpu)
+            replica, service = gpu.replica, gpu.service
+            apply_gpu_op(ctl.board, op)  # every GPU change: the ledger checks it
+            if isinstance(op, Bind | Lend | Release | Reclaim):
+                touched.append(op.job)
+                ahead = isinstance(op, Reclaim) and op.proactive
+                ctl.log_gpu(op.gpu, type(op).__name__.lower(), op.job, proactive=ahead)
+                if isinstance(op, Reclaim):
+                    ctl.fault("reclaim.applied")
+            elif isinstance(op, EvictReplica):
+                ctl.replica_gone(op.gpu, replica, service)
+            elif isinstance(op, ProtectReplica):
+                # Not logged (every idle moment of a replica); SLEEP, when its GPU
+                # becomes lendable, is. Its expiry is on the one queue.
+                expiry = Event(EventKind.PROTECT_EXPIRED, seq=gpu.version, gpu=op.gpu)
+                ctl.post(expiry, at=op.until)
+            elif isinstance(op, SleepReplica) and replica and ctl.slept.get(op.gpu) != replica:
+                # Once per replica: its next sleeps follow warm reuses, not logged.
+                ctl.slept[op.gpu] = replica
+                ctl.note(LogKind.REPLICA, gpu=gpu_name(op.gpu), service=service, op="sleep")
+        for u in step.unplaced:
+            if u.inference and u.name in ctl.arrived:
+                ctl.waiting.setdefault(u.name, ctl.arrived[u.name])
+        for job in dict.fromkeys(touched):
+            if job not in intents:
+                raise InvalidDecisionError(
+                    f"GPUs of job {job} moved with no Start, Resize or Preempt of it"
+                )
+        for job, want in intents.items():
+            held = Placement.of(g.node_id for g in ctl.board.held(job))
+            if held != want:
+                raise InvalidDecisionError(
+                    f"{job}: its operation places it on nodes {want.counts()}, its GPU "
+                    f"operations on {held.counts()}"
+                )
+            ctl.retarget(ctl.jobs[job])
+        if step.round:
+            # A job that lost a worker and that the round left where it stands (the
+            # survivors' GPUs: no operation of it) re-forms there: the round decided
+            # its size; without one its group stays broken.
+            for rec in ctl.jobs.values():
+                if rec.lost and rec.name not in intents:
+                    ctl.retarget(rec)

@@ -1,0 +1,244 @@
+"""The runtime's picture of the world: GPUs and jobs, as the controller knows them.
+
+Pure bookkeeping (no Ray, no SQLite): the controller fills it from workers' reports
+and the store, :class:`~deepboot.runtime.controller.adapter.RayBackend` turns it into the
+control loop's :class:`~deepboot.scheduler.control.Snapshot` and changes it by the
+operations of each step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from deepboot.core.gpu import GpuId
+from deepboot.core.modes import JobMode
+from deepboot.core.params import GradParams, PerfParams
+from deepboot.core.placement import EMPTY, Placement
+from deepboot.core.state import JobView
+from deepboot.elastic.protocol import Generation, Measurement, WorkerReport
+from deepboot.perf.fit import fit_perf_params
+from deepboot.perf.goodput import GoodputModel, select_batch
+from deepboot.runtime.store.jobstore import JobRow, JobState
+from deepboot.world.gpus import GpuBoard
+from deepboot.world.sizing import replica_cap, target_batch
+
+
+def gpu_name(gpu: GpuId) -> str:
+    """ "node.index", the worker id of the worker on ``gpu``."""
+    return f"{gpu[0]}.{gpu[1]}"
+
+
+def parse_gpu(name: str) -> GpuId:
+    node, index = name.split(".")
+    return (int(node), int(index))
+
+
+@dataclass
+class Transition:
+    """A generation offered but not yet formed by all its members."""
+
+    how: str  # "start", "afe", "restart", "failure", "stop"
+    generation: int
+    started: float
+    old: tuple[str, ...]
+    steps_before: int = 0
+
+
+REFIT_UNTIL = 64
+"""The online model refits when a configuration's samples reach 2, 4, ... this many
+(past it, a mean moves too little to matter; each refit is an L-BFGS-B fit)."""
+
+
+@dataclass
+class OnlineModel:
+    """A job's goodput model, fitted online from its workers' measurements.
+
+    ``profile`` maps (num_nodes, num_replicas, local_bsz) to running sums of
+    (count, compute_time, step_time); the throughput model is refitted (warm-started)
+    whenever a new configuration is measured, as Pollux does, and again each time a
+    configuration's count of samples doubles (2, 4, ... :data:`REFIT_UNTIL`): a
+    configuration's first step after a resize is its slowest, and a fit left on it
+    misjudged the job until it ran somewhere new (the twin's simulator, which fits
+    the measured means, then decided otherwise).
+    """
+
+    profile: dict[tuple[int, int, int], list[float]] = field(default_factory=dict)
+    perf: PerfParams | None = None
+    grad: GradParams | None = None
+
+    def add(self, ms: tuple[Measurement, ...]) -> None:
+        fresh = False
+        for m in ms:
+            key = (m.num_nodes, m.num_replicas, m.local_bsz)
+            if not (m.compute_time > 0 and m.step_time >= m.compute_time):
+                continue
+            acc = self.profile.get(key)
+            if acc is None:
+                acc = self.profile[key] = [0.0, 0.0, 0.0]
+                fresh = True
+            acc[0] += 1
+            acc[1] += m.compute_time
+            acc[2] += m.step_time
+            n = int(acc[0])
+            fresh = fresh or (n <= REFIT_UNTIL and n & (n - 1) == 0)  # a power of two
+        if fresh or (ms and self.perf is None):
+            self.refit()
+
+    def refit(self) -> None:
+        if not self.profile:
+            return
+        keys = sorted(self.profile)
+        cols = np.array(keys, dtype=np.int64)
+        acc = np.array([self.profile[k] for k in keys], dtype=np.float64)
+        self.perf = fit_perf_params(
+            cols[:, 0],
+            cols[:, 1],
+            cols[:, 2],
+            acc[:, 1] / acc[:, 0],
+            acc[:, 2] / acc[:, 0],
+            start=self.perf,
+        )
+
+    def note_grad(self, report: WorkerReport) -> None:
+        if math.isfinite(report.grad_sqr) and math.isfinite(report.grad_var):
+            self.grad = GradParams(report.grad_sqr, report.grad_var)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "profile": [[*k, *v] for k, v in sorted(self.profile.items())],
+                "perf": None if self.perf is None else list(_fields(self.perf)),
+                "grad": None if self.grad is None else [self.grad.sqr, self.grad.var],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> OnlineModel:
+        raw = json.loads(text or "{}")
+        model = cls()
+        for row in raw.get("profile", []):
+            model.profile[(int(row[0]), int(row[1]), int(row[2]))] = list(map(float, row[3:]))
+        if raw.get("perf"):
+            model.perf = PerfParams(*raw["perf"])
+        if raw.get("grad"):
+            model.grad = GradParams(*raw["grad"])
+        return model
+
+
+def _fields(p: PerfParams) -> tuple[float, ...]:
+    return (p.alpha_c, p.beta_c, p.alpha_n, p.beta_n, p.alpha_r, p.beta_r, p.gamma)
+
+
+@dataclass
+class JobRec:
+    """One job as the controller tracks it.
+
+    Attributes:
+        row: The store's row (replaced, never mutated, on every change).
+        gen: The latest generation offered (its members are the job's workers).
+        formed: Number of the latest generation every member has formed.
+        actors: gpu id -> actor name of its members' workers.
+        leaving: actor name -> gpu id of workers told to leave (killed once departed,
+            or once they overstay ``leave_timeout``).
+        leaving_since: actor name -> when it was told to leave.
+        transition: The generation being formed, if any.
+        lost: Members of ``gen`` whose worker died; the survivors wait for the control
+            loop's round on the death (``WORKER_LOST``) to say where the job goes on.
+        model: The online goodput model.
+        reports: The latest report of each worker.
+    """
+
+    row: JobRow
+    gen: Generation | None = None
+    formed: int = 0
+    actors: dict[str, str] = field(default_factory=dict)
+    leaving: dict[str, str] = field(default_factory=dict)
+    leaving_since: dict[str, float] = field(default_factory=dict)
+    transition: Transition | None = None
+    lost: tuple[str, ...] = ()
+    model: OnlineModel = field(default_factory=OnlineModel)
+    reports: dict[str, WorkerReport] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.row.name
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        if self.gen is None or self.gen.stop:
+            return ()
+        return self.gen.members
+
+    def leave(self, name: str, gpu: str, now: float) -> None:
+        """Worker ``name`` (on ``gpu``) was told to leave at ``now``."""
+        self.leaving[name] = gpu
+        self.leaving_since.setdefault(name, now)
+
+    def update(self, **changes: Any) -> None:
+        self.row = replace(self.row, **changes)
+
+    def batch_for(self, num_nodes: int, num_replicas: int, mode: JobMode) -> tuple[int, int]:
+        """(local_bsz, micro-batches per step) for a size: the user's batch split over
+        the workers when the policy's ``mode`` keeps it, else the goodput model's pick.
+
+        ``select_batch`` counts Pollux's *extra* accumulation steps s (a step is s + 1
+        micro-batches); the generation carries s + 1.
+        """
+        spec = self.row.spec
+        limits = spec.limits
+        model = None
+        if self.model.perf is not None and self.model.grad is not None:
+            model = GoodputModel(self.model.perf, self.model.grad, limits)
+        target = target_batch(mode, spec.batch_size)
+        local_bsz, extra = select_batch(model, limits, num_nodes, num_replicas, target)
+        return local_bsz, extra + 1
+
+    def bounds(self, mode: JobMode) -> tuple[int, int]:
+        """(fewest, most) GPUs a policy of ``mode`` may give the job: the user's
+        ``min_workers``, and :func:`~deepboot.world.sizing.replica_cap` with the
+        user's ``max_workers`` as the cap (no growth rule of the simulator's: a real
+        job names its own most). The fewest may exceed the most (a fixed batch too
+        small to split over ``min_workers``): the job can never run."""
+        spec = self.row.spec
+        most = replica_cap(
+            mode,
+            spec.limits,
+            requested=spec.requested,
+            batch_size=spec.batch_size,
+            cap=spec.max_workers,
+        )
+        return spec.min_workers, most
+
+    def view(self, board: GpuBoard, mode: JobMode) -> JobView:
+        """The job as a policy of ``mode`` sees it now (see :meth:`bounds`)."""
+        spec = self.row.spec
+        held = sorted(g.node_id for g in board.held(self.name))
+        placement = Placement.of(held) if held else EMPTY
+        lo, hi = self.bounds(mode)
+        if self.transition is not None and held:
+            # Mid-resize: the job cannot change size until its generation forms.
+            lo = hi = len(held)
+        return JobView(
+            name=self.name,
+            application=self.name,
+            submit_time=self.row.submitted,
+            attained_service=self.row.attained,
+            num_restarts=self.row.restarts,
+            placement=placement,
+            min_replicas=lo,
+            max_replicas=hi,
+            limits=spec.limits,
+            perf_params=self.model.perf,
+            grad_params=self.model.grad,
+            target_num_replicas=spec.requested,
+            target_batch_size=target_batch(mode, spec.batch_size),
+        )
+
+    @property
+    def active(self) -> bool:
+        return self.row.state in (JobState.QUEUED, JobState.RUNNING)

@@ -1,0 +1,193 @@
+"""Polling a job's workers: progress, timings and gradient statistics into the job's
+online model; a generation that formed completes its resize; a job whose workers are
+all done finishes; a worker that died frees its GPU (a failure in the ledger) and its
+job waits for the control loop's round on the death, which says where it goes on
+(its survivors then re-form from their own state)."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from deepboot.elastic.protocol import WorkerReport, WorkerStatus
+from deepboot.runtime.controller.generations import Generations
+from deepboot.runtime.controller.jobrecords import JobRec, parse_gpu
+from deepboot.runtime.store.jobstore import JobState, LogKind
+from deepboot.scheduler.events import Event, EventKind
+
+log = logging.getLogger("deepboot.controller")
+
+
+class Polling(Generations):
+    """The workers' reports, digested (see the module docstring)."""
+
+    def poll(self, dt: float) -> list[Event]:
+        events: list[Event] = []
+        for rec in list(self.jobs.values()):
+            if not rec.active or not (rec.actors or rec.leaving):
+                continue
+            held = len(self.board.held(rec.name))
+            rec.update(attained=rec.row.attained + held * dt)
+            reports = self.actors.reports([*rec.actors.values(), *rec.leaving])
+            self._poll_leavers(rec, reports)
+            by_gpu = {g: reports[n] for g, n in rec.actors.items() if n in reports}
+            if self._poll_job(rec, by_gpu):
+                events.append(Event(EventKind.JOB_FINISHED, job=rec.name))
+        return events
+
+    def _poll_leavers(self, rec: JobRec, reports: dict[str, WorkerReport | None]) -> None:
+        now = self.clock()
+        for name in list(rec.leaving):
+            overstayed = now - rec.leaving_since.get(name, now) > self.settings.leave_timeout
+            r = reports.get(name)
+            gone = name in reports and (
+                r is None
+                or r.status in (WorkerStatus.DEPARTED, WorkerStatus.DONE, WorkerStatus.FAILED)
+            )
+            if not (gone or overstayed):
+                continue  # not scheduled yet, slow, or checkpointing: ask again next time
+            if overstayed and not gone:
+                log.warning("%s: worker %s did not leave in %.0f s; killed", rec.name, name,
+                            self.settings.leave_timeout)  # fmt: skip
+            self.actors.kill(name)
+            del rec.leaving[name]
+            rec.leaving_since.pop(name, None)
+        if rec.gen is not None and rec.gen.stop and not rec.leaving and rec.transition:
+            rec.transition = None  # a preemption's stop is complete
+
+    def _poll_job(self, rec: JobRec, reports: dict[str, WorkerReport | None]) -> bool:
+        """Digest one job's reports; True when the job ended."""
+        dead = [g for g, r in reports.items() if r is None]
+        for g, r in reports.items():
+            if r is None:
+                continue
+            rec.reports[g] = r
+            if r.measurements:
+                rec.model.add(r.measurements)
+            rec.model.note_grad(r)
+            if r.status is WorkerStatus.FAILED:
+                last = r.error.strip().splitlines()[-1] if r.error.strip() else "worker failed"
+                self._end(rec, JobState.FAILED, message=last)
+                self.note(LogKind.FAILED, rec.name, error=r.error[-2000:])
+                return True
+            if math.isfinite(r.loss) and r.step >= rec.row.step:
+                rec.update(step=r.step, loss=r.loss)
+        rec.update(model=rec.model.to_json())
+        if dead:
+            self._workers_died(rec, dead)
+        members = rec.members
+        if not members or rec.lost:
+            return False  # no group, or a broken one the loop has yet to move
+        reps = [rec.reports.get(g) for g in members]
+        gen = rec.gen
+        assert gen is not None
+        tr = rec.transition
+        # The group that holds the job's state: the members once formed; while a new
+        # generation forms, its survivors. When every one of them has returned from
+        # the training function, the job is done, whatever is still forming: the
+        # survivors of a resize decided at its last step never join (their function
+        # returned), and the joiners waited for them until the form timeout.
+        holders = members if tr is None else tuple(g for g in tr.old if g in members)
+        if holders and all(_done(rec.reports.get(g)) for g in holders):
+            self._finished(rec, rec.reports[holders[0]])
+            return True
+        if tr is not None and self.clock() - tr.started > self.settings.form_timeout:
+            stuck = [g for g, r in zip(members, reps, strict=True) if not _formed(r, gen.number)]
+            if stuck:
+                # Given up: the members that never formed it count as dead, and the
+                # loop re-plans the job (its round on WORKER_LOST).
+                log.warning("%s: generation %d did not form in %.0f s; %s given up",
+                            rec.name, gen.number, self.settings.form_timeout, stuck)  # fmt: skip
+                self._workers_died(rec, stuck)
+                return False
+        if rec.transition is not None and all(
+            r is not None and r.broken >= gen.number for r in reps
+        ):
+            # The generation could not form (a member came too late, or a collective
+            # broke while forming): offer a fresh one to the same members, once every
+            # one of them has given this one up. Offered at the first one's word, the
+            # others (rank 0 waiting on the collective) still sat in the old rendezvous
+            # and joined the new one a timeout late, every time: a livelock.
+            log.warning("%s: generation %d did not form; offering another", rec.name, gen.number)
+            self._new_generation(rec, gen.members, how=rec.transition.how, joiners=(), retry=True)
+            return False
+        if rec.transition is not None and all(_formed(r, gen.number) for r in reps):
+            self._formed(rec)
+        return False
+
+    def _finished(self, rec: JobRec, r0: WorkerReport) -> None:
+        """``rec``'s training function returned on every worker holding its state
+        (``r0``: rank 0's report): record the end, then stop every worker."""
+        self.note(
+            LogKind.FINISHED,
+            rec.name,
+            step=r0.step,
+            loss=r0.loss,
+            seconds=round(self.clock() - (rec.row.started or rec.row.submitted), 3),
+        )
+        rec.update(step=r0.step, loss=r0.loss)
+        self._end(rec, JobState.FINISHED)
+
+    def _workers_died(self, rec: JobRec, dead: list[str]) -> None:
+        for g in dead:
+            name = rec.actors.pop(g)
+            self.actors.kill(name)
+            rec.reports.pop(g, None)
+            if g not in rec.members:
+                continue  # a leaver: nothing lost
+            self.note(
+                LogKind.WORKER_FAILED,
+                rec.name,
+                worker=g,
+                generation=rec.gen.number if rec.gen else 0,
+                step=rec.row.step,
+            )
+            gpu = self.board.get(parse_gpu(g))
+            if gpu.job == rec.name:
+                self.board.fail(gpu)
+                self.log_gpu(gpu.gpu_id, "release", rec.name)
+        lost = tuple(g for g in rec.members if g in dead or g in rec.lost)
+        if not lost:
+            return
+        # Facts only: the decision is the loop's. Its round on WORKER_LOST sizes the
+        # job again (the survivors' GPUs, or others), and the backend re-forms the
+        # survivors there (``Change.FAILURE``); a queued request may take a freed GPU.
+        self.post(Event(EventKind.WORKER_LOST, job=rec.name))
+        if len(lost) < len(rec.members):
+            rec.lost = lost
+        else:
+            # Nobody holds the state: back to the queue, to restore the checkpoint.
+            rec.gen, rec.transition, rec.lost = None, None, ()
+            rec.update(state=JobState.QUEUED, workers=(), restarts=rec.row.restarts + 1)
+
+    def _end(self, rec: JobRec, state: JobState, message: str = "") -> None:
+        """End ``rec``: the end is durable before its workers are killed, so a
+        controller that dies in between finds the job ended (and kills the workers
+        as an ended job's), never a running job whose workers died (which it would
+        run again from its checkpoint)."""
+        workers = [*rec.actors.values(), *rec.leaving]
+        rec.actors.clear()
+        rec.leaving.clear()
+        rec.leaving_since.clear()
+        for g in self.board.held(rec.name):
+            self.log_gpu(g.gpu_id, "release", rec.name)
+        self.board.release_job(rec.name)
+        rec.gen, rec.transition, rec.lost = None, None, ()
+        rec.update(state=state, finished=self.clock(), workers=(), message=message)
+        self.flush()
+        self.fault("finish.recorded")
+        for name in workers:
+            self.actors.kill(name)
+
+
+def _done(report: WorkerReport | None) -> bool:
+    return report is not None and report.status is WorkerStatus.DONE
+
+
+def _formed(report: WorkerReport | None, generation: int) -> bool:
+    """Whether a member's report says it runs in ``generation`` (or has finished)."""
+    return (
+        report is not None
+        and report.generation == generation
+        and report.status in (WorkerStatus.RUNNING, WorkerStatus.DONE)
+    )

@@ -1,0 +1,311 @@
+"""Inference replicas as the controller runs them: a task's replica woken warm or
+started new (an actor per replica, named by service, GPU and incarnation), a replica
+pre-warmed with no task (``WarmReplica``, ``--slo``), evicted ones exported into their
+node's model cache (``--host-cache-gb``) and killed; the ledger has the GPU's state,
+the router the replica's requests.
+
+The node-local model caches (:mod:`deepboot.runtime.actors.modelcache`) are started (or
+found, after a controller's restart) here too, and their contents mirrored for the
+control loop's snapshot (``Snapshot.cached``: ATS-I prefers a node that caches the
+model). The mirror is advisory: a replica asks its node's cache itself when it
+loads, so a stale mirror costs a placement preference, never a wrong start.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from deepboot.core.cluster import Pool
+from deepboot.core.gpu import GpuId, GpuState
+from deepboot.runtime.actors.replica_actor import STANDBY_CONCURRENCY, replica_name, standby_name
+from deepboot.runtime.controller.jobrecords import gpu_name
+from deepboot.runtime.controller.polling import Polling
+from deepboot.runtime.store.jobstore import LogKind
+from deepboot.scheduler.control import ReplicaLoad
+from deepboot.scheduler.operations import StartReplica, WarmReplica
+from deepboot.world.gpus import apply_gpu_op
+
+log = logging.getLogger("deepboot.controller")
+
+_NO_REPLICAS: Mapping[GpuId, ReplicaLoad] = MappingProxyType({})
+
+STANDBY_CALL_TIMEOUT_S = 2.0
+"""Longest wait for a ready standby to take its service (a call that returns at once:
+a longer one means its process is in trouble; then a new replica starts instead)."""
+
+CACHE_CALL_TIMEOUT_S = 10.0
+"""Longest wait for a model cache to start or to say what it holds (then the
+controller goes on without it: starts are cold there until it answers)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Warming:
+    """A replica pre-warmed by ``WarmReplica`` whose load the router has not reported.
+
+    Attributes:
+        replica: Its actor's name (the GPU's replica, while it is this one).
+        service: Its service.
+        until: The operation's ``until``: the REPLICA_WARM posted once it loaded
+            with no request protects it until then.
+        started: When it was started (Unix time).
+    """
+
+    replica: str
+    service: str
+    until: float
+    started: float
+
+
+class Replicas(Polling):
+    """Replica actors around the ledger's replica operations."""
+
+    def start_replica(self, op: StartReplica) -> None:
+        """A task's replica on ``op.gpu``: the idle one of its service there, woken
+        (warm), or a new actor (cold; one of another service there is killed first)."""
+        rec = self.board.get(op.gpu)
+        self.arrived.pop(op.task, None)
+        self.waiting.pop(op.task, None)
+        replica, service = rec.replica, rec.service
+        warm = not op.cold and replica is not None and service == op.service
+        if not warm and replica is not None:
+            self.replica_gone(op.gpu, replica, service)
+        apply_gpu_op(self.board, op)
+        gpu = gpu_name(op.gpu)
+        if warm:
+            assert replica is not None
+            rec.replica = replica
+            if self.router is not None:
+                handle = self.actors.handle(replica)
+                self.router.start_replica(
+                    gpu, op.service, replica, handle, cold=False, task=op.task
+                )
+            # A warm reuse is not logged: in a lull it happens at every request.
+            return
+        self._new_replica(op.gpu, op.service, op.task)
+
+    def warm_replica(self, op: WarmReplica) -> None:
+        """Pre-warm a replica of ``op.service`` on ``op.gpu`` (FREE: the ledger checks
+        it) with no request: a new actor, logged as a replica ``start`` with
+        ``prewarm: true``. The router queues the service's next requests on it while
+        it loads; once it has loaded and taken none, the controller posts REPLICA_WARM
+        with ``op.until`` (:mod:`~deepboot.runtime.controller.intake`).
+
+        Raises:
+            InvalidDecisionError: the GPU is not FREE (nothing was started).
+        """
+        apply_gpu_op(self.board, op)
+        name = self._new_replica(op.gpu, op.service, task="")
+        self.warming[op.gpu] = Warming(name, op.service, op.until, self.clock())
+
+    def _new_replica(self, gpu_id: GpuId, service: str, task: str) -> str:
+        """Start a new replica of ``service`` on ``gpu_id`` (already RUNNING on the
+        ledger) for request ``task`` ("": pre-warmed, none) and tell the router;
+        returns the actor's name. The node's standby becomes it when there is one
+        (``--standby-replicas``), else a new actor.
+
+        A new actor's log row is durable before the actor exists: a controller that
+        dies in between finds a row naming a replica that is not there (the GPU comes
+        back FREE), never a live replica no row names. A standby is promoted before
+        its row: one that dies in between finds a live promoted standby that no row
+        names, which recovery kills (as it kills every standby no row names)."""
+        rec = self.board.get(gpu_id)
+        gpu = gpu_name(gpu_id)
+        spec = self.specs[service]
+        log_path = str(self.state.logs / f"service-{service}.log")
+        extra: dict[str, Any] = {} if task else {"prewarm": True}
+        promoted = self._promote_standby(gpu_id, spec.to_json(), spec.concurrency, log_path)
+        if promoted is not None:
+            name, handle = promoted
+            self.fault("standby.promoted")
+            rec.replica = name
+            self.note(LogKind.REPLICA, gpu=gpu, service=service, op="start", cold=True,
+                      standby=True, **extra)  # fmt: skip
+            self.flush()
+        else:
+            name = replica_name(service, gpu, self._next_incarnation(f"replica:{service}"))
+            rec.replica = name
+            self.note(LogKind.REPLICA, gpu=gpu, service=service, op="start", cold=True, **extra)
+            self.flush()
+            self.fault("cold.recorded")
+            handle = self.actors.create_replica(name, spec.to_json(), gpu, log_path)
+        if self.router is not None:
+            self.router.start_replica(gpu, service, name, handle, cold=True, task=task)
+        return name
+
+    # -- standby replicas (--standby-replicas) -----------------------------------------------
+
+    def start_standbys(self) -> None:
+        """A standby on every inference node that has none (``--standby-replicas``;
+        nothing without). Never waits: each imports in its own process, and is used
+        once it answers (:meth:`Actors.standby_ready`)."""
+        if not self.settings.standby_replicas:
+            return
+        for node in self.cluster.pool_nodes(Pool.INFERENCE):
+            if node.node_id in self.standbys:
+                continue
+            name = standby_name(node.node_id, self._next_incarnation(f"standby:{node.node_id}"))
+            try:
+                self.actors.create_standby(
+                    name, node.node_id, str(self.state.logs / f"standby-{node.node_id}.log")
+                )
+            except Exception as exc:  # noqa: BLE001 (without one, replicas start as before)
+                log.warning("could not start node %d's standby: %s", node.node_id, exc)
+                continue
+            self.standbys[node.node_id] = name
+
+    def _promote_standby(
+        self, gpu_id: GpuId, spec: dict[str, Any], concurrency: int, log_path: str
+    ) -> tuple[str, Any] | None:
+        """The node's standby made a replica of ``spec`` on ``gpu_id``: its name and
+        handle; None when there is none ready (off, still importing, or too few call
+        slots for the service), or it failed (killed; the caller starts a new actor).
+        The next standby starts once this one's replica is ready (``start_standbys``
+        from the router's Ready): not now, when it would take the CPU from this load."""
+        name = self.standbys.get(gpu_id[0])
+        if name is None or concurrency + 1 > STANDBY_CONCURRENCY:
+            return None
+        if not self.actors.standby_ready(name):
+            return None
+        del self.standbys[gpu_id[0]]
+        try:
+            handle = self.actors.promote(name, spec, gpu_name(gpu_id), log_path,
+                                         STANDBY_CALL_TIMEOUT_S)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 (a new actor instead: never an error)
+            log.warning("standby %s could not be promoted (%s: %s); a new replica instead",
+                        name, type(exc).__name__, exc)  # fmt: skip
+            self.actors.kill(name)
+            return None
+        return name, handle
+
+    def warming_loads(self) -> Mapping[GpuId, ReplicaLoad]:
+        """The snapshot's ``replicas``: each pre-warmed replica still loading, as full
+        (``in_flight`` = its service's ``concurrency``). The router, not the loop,
+        fills its slots: a request of its service that arrives while it loads queues
+        on it, and only one it has no room for reaches the loop as an arrival, which
+        must then not join it. ``ready_at`` is an estimate (its start plus the
+        service's ``cold_start_s``): the loop reads it only for a replica with room."""
+        if not self.warming:
+            return _NO_REPLICAS
+        out: dict[GpuId, ReplicaLoad] = {}
+        for gpu_id, w in sorted(self.warming.items()):
+            rec = self.board.get(gpu_id)
+            spec = self.specs.get(w.service)
+            if rec.replica != w.replica or rec.state is not GpuState.RUNNING or spec is None:
+                continue  # gone since (died, evicted): not loading any more
+            out[gpu_id] = ReplicaLoad(spec.concurrency, w.started + (spec.cold_start_s or 0.0))
+        return MappingProxyType(out)
+
+    def replica_gone(self, gpu: GpuId, replica: str | None, service: str | None) -> None:
+        """The replica ``replica`` that was on ``gpu`` is evicted: export its model
+        into its node's cache (with ``--host-cache-gb``; a bounded wait), kill its
+        actor and tell the router (the ledger has moved the GPU already).
+
+        The export changes no row and no process's life: a controller that dies
+        during it finds the replica alive and its row as before the eviction (the
+        eviction was not flushed), and the cache holding the model or not, both
+        consistent (it holds only copies).
+        """
+        if replica is None:
+            return
+        cache = self._export(gpu, replica, service)
+        if cache:
+            self.fault("evict.exported")
+        self.actors.kill(replica)
+        self.fault("evict.killed")
+        if self.router is not None:
+            self.router.stop_replica(gpu_name(gpu))
+        extra = {"cache": cache} if cache else {}
+        self.note(LogKind.REPLICA, gpu=gpu_name(gpu), service=service, op="evict", **extra)
+
+    # -- the node-local model caches ---------------------------------------------------------
+
+    def _cache_gb(self) -> float:
+        return float(self.settings.shared.host_cache_gb)
+
+    def start_caches(self) -> None:
+        """Start (or find, with what they hold) the model cache of every inference
+        node, bounded to ``--host-cache-gb``; nothing when the cache is off. Each wait
+        is bounded: a cache that does not answer is retried at its node's next
+        eviction."""
+        if not self._cache_gb():
+            return
+        for node in self.cluster.pool_nodes(Pool.INFERENCE):
+            view = self.actors.ensure_cache(node.node_id, self._cache_gb(), CACHE_CALL_TIMEOUT_S)
+            self._set_cache(node.node_id, view)
+
+    def cache_node_back(self, node: int) -> None:
+        """Node ``node`` returned to the cluster: start its cache again (empty: the
+        old one died with the node), if it is an inference node."""
+        if self._cache_gb() and node in {
+            n.node_id for n in self.cluster.pool_nodes(Pool.INFERENCE)
+        }:
+            self._set_cache(
+                node, self.actors.ensure_cache(node, self._cache_gb(), CACHE_CALL_TIMEOUT_S)
+            )
+
+    def _set_cache(self, node: int, view: dict[str, Any] | None) -> None:
+        if view is None:
+            if self.caches.pop(node, None) is not None:
+                self._cached_view = None
+                self._caches_changed = True
+            return
+        if self.caches.get(node) != view:
+            self.caches[node] = view
+            self._cached_view = None
+            self._caches_changed = True
+
+    def cached_models(self) -> Mapping[int, frozenset[str]]:
+        """The snapshot's ``cached``: node -> the models its cache holds (as last
+        heard); the same object until that changes."""
+        view = self._cached_view
+        if view is None:
+            view = self._cached_view = MappingProxyType(
+                {n: frozenset(v["models"]) for n, v in sorted(self.caches.items()) if v["models"]}
+            )
+        return view
+
+    def cache_used(self, node: int, service: str) -> None:
+        """A replica of ``service`` on ``node`` started from the node's cache: hear
+        what the cache holds now (its order of use changed)."""
+        if self._cache_gb():
+            self._set_cache(node, self.actors.cache_view(node, CACHE_CALL_TIMEOUT_S))
+
+    def _export(self, gpu: GpuId, replica: str, service: str | None) -> str:
+        """Ask ``replica`` to export its model into its node's cache, waiting at most
+        ``export_timeout``; what happened, for the event log: "" (the cache is off),
+        "exported", "held" (the cache holds the model already: nothing to copy),
+        "none" (its handler has no ``export_weights``), "not-kept" (larger than the
+        whole cache), "failed" (an error or the timeout: logged, and the replica is
+        evicted anyway)."""
+        spec = self.specs.get(service) if service else None
+        if not self._cache_gb() or spec is None:
+            return ""
+        node = gpu[0]
+        if node not in self.caches:  # not started yet, or it did not answer: try again
+            self._set_cache(
+                node, self.actors.ensure_cache(node, self._cache_gb(), CACHE_CALL_TIMEOUT_S)
+            )
+            if node not in self.caches:
+                return "failed"
+        if spec.model in self.caches[node]["models"]:
+            return "held"
+        timeout = self.settings.export_timeout
+        try:
+            view = self.actors.export_replica(replica, node, timeout)
+        except Exception as exc:  # noqa: BLE001 (evicted anyway: the GPU is needed)
+            log.warning("replica %s: export into node %d's cache failed or took over %g s "
+                        "(%s: %s); evicted anyway", replica, node, timeout,
+                        type(exc).__name__, exc)  # fmt: skip
+            # Heard nothing reliable: ask the cache again (start it, if it died with
+            # its node) at the node's next eviction.
+            self._set_cache(node, None)
+            return "failed"
+        if view is None:
+            return "none"
+        self._set_cache(node, view)
+        # Not kept: larger than the whole cache (the cache says so in its log).
+        return "exported" if spec.model in view["models"] else "not-kept"
