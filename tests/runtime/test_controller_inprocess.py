@@ -54,7 +54,7 @@ def controller(
 def submit(ctl: Controller, name: str = "j", **spec: int) -> JobRec:
     """Submit through the store and the controller's intake."""
     ctl.store.submit(JobSpec(name, "m:f", **spec))
-    ctl.iteration()
+    ctl.intake.iteration()
     ctl.driver.run_due()  # JOB_SUBMITTED: nothing before the next tick
     return ctl.jobs[name]
 
@@ -79,7 +79,7 @@ def settle(ctl: Controller) -> None:
     """Poll until the job's generation formed (the fake workers obey at once), then
     once more (leavers report DEPARTED and are killed)."""
     for _ in range(3):
-        ctl.poll(0.1)
+        ctl.polling.poll(0.1)
     ctl.flush()
 
 
@@ -180,7 +180,7 @@ def test_a_restart_does_not_wait_for_a_checkpoint_its_killed_leaver_never_wrote(
     fake.deaf.add(stubborn)
     move(ctl, "j", ())  # stop: generation 2
     ctl.clock.t += ctl.settings.leave_timeout + 1.0  # type: ignore[attr-defined]
-    ctl.poll(0.1)
+    ctl.polling.poll(0.1)
     assert stubborn in fake.killed and not rec.leaving  # killed before it wrote
     move(ctl, "j", ("0.1",))
     assert rec.gen is not None and rec.gen.after_generation == 0  # generation 1's, as is
@@ -205,7 +205,7 @@ def test_a_job_done_while_it_grows_finishes_without_waiting_for_its_joiners(
     fake.silent.add("w|j|0.1|2")  # the joiner is still starting
     move(ctl, "j", ("0.0", "0.1"))
     assert rec.transition is not None
-    ctl.poll(0.1)
+    ctl.polling.poll(0.1)
     assert rec.row.state is JobState.FINISHED  # not after the form timeout
     assert "w|j|0.1|2" in fake.killed and not ctl.board.held("j")
     assert len(events(ctl, LogKind.FINISHED)) == 1
@@ -232,10 +232,10 @@ def test_a_leaver_that_ignores_its_stop_is_killed_after_the_deadline(tmp_path: P
     assert rec.members == ("0.0",) and rec.transition is None  # the survivor went on
     assert stubborn in rec.leaving and stubborn not in fake.killed
     ctl.clock.t += ctl.settings.leave_timeout - 1.0  # type: ignore[attr-defined]
-    ctl.poll(0.1)
+    ctl.polling.poll(0.1)
     assert stubborn not in fake.killed
     ctl.clock.t += 2.0  # type: ignore[attr-defined]
-    ctl.poll(0.1)
+    ctl.polling.poll(0.1)
     assert stubborn in fake.killed and not rec.leaving
 
 
@@ -253,7 +253,7 @@ def test_a_generation_that_never_forms_is_given_up_and_the_loop_replans(
     settle(ctl)
     assert rec.transition is not None and not rec.lost  # still waiting
     ctl.clock.t += 2.0  # type: ignore[attr-defined]
-    ctl.poll(0.1)
+    ctl.polling.poll(0.1)
     assert "w|j|0.1|2" in fake.killed and rec.lost == ("0.1",)
     assert {gpu_name(g.gpu_id) for g in ctl.board.held("j")} == {"0.0"}
     assert ctl.driver.queue.pop()[1].kind is EventKind.WORKER_LOST
@@ -273,10 +273,10 @@ def test_a_generation_is_offered_again_only_once_every_member_gave_it_up(
     workers = fake.live("j")
     first = rec.gen.number  # type: ignore[union-attr]
     fake.broken[workers["0.1"]] = first  # rank 1 gives the rendezvous up first
-    ctl.poll(0.1)
+    ctl.polling.poll(0.1)
     assert rec.gen.number == first  # type: ignore[union-attr]  # rank 0 still waits in it
     fake.broken[workers["0.0"]] = first
-    ctl.poll(0.1)
+    ctl.polling.poll(0.1)
     assert rec.gen.number == first + 1  # type: ignore[union-attr]
     assert fake.offers(workers["0.0"])[-1] == first + 1
     fake.broken.clear()
@@ -289,7 +289,7 @@ def test_a_generation_is_offered_again_only_once_every_member_gave_it_up(
 
 def kill_one(ctl: Controller, fake: FakeActors, gpu: str) -> None:
     fake.die(fake.live("j")[gpu])
-    ctl.poll(0.1)
+    ctl.polling.poll(0.1)
 
 
 @pytest.mark.parametrize(
@@ -316,7 +316,7 @@ def test_a_dead_worker_waits_for_the_loops_round_then_the_survivors_reform(
     assert rec.lost == ("0.1",) and len(ctl.driver.queue) == 1
     assert ctl.driver.queue.peek_time() == ctl.clock()
     offered = {n: fake.offers(n) for n in fake.live("j").values()}
-    ctl.poll(0.1)  # a poll before the loop ran changes nothing
+    ctl.polling.poll(0.1)  # a poll before the loop ran changes nothing
     assert {n: fake.offers(n) for n in fake.live("j").values()} == offered
     assert ctl.driver.queue.pop()[1].kind is EventKind.WORKER_LOST
     move(ctl, "j", round_gives, round=True)  # as the loop's round on it would
@@ -365,7 +365,7 @@ def test_a_new_controller_keeps_live_workers_and_reforms_after_a_death(tmp_path:
     ctl.store.close()
     fake.die(fake.live("j")["0.2"])  # dies while no controller runs
     fresh, _ = controller(tmp_path, actors=fake)
-    fresh.recover()
+    fresh.recovery.recover()
     rec = fresh.jobs["j"]
     assert rec.members == ("0.0", "0.1") and rec.transition is not None
     assert {gpu_name(g.gpu_id) for g in fresh.board.held("j")} == {"0.0", "0.1"}
@@ -392,11 +392,11 @@ def test_the_counts_go_on_across_controllers_after_retention_pruned_the_log(
     ctl.store.close()
     # A controller that keeps 2 entries: the resize's entry is pruned at its flush.
     second, _ = controller(tmp_path, actors=fake, keep_events=2)
-    second.recover()
+    second.recovery.recover()
     assert second.metrics.counts() == {"resize:afe": 1}
     assert len(second.store.events()) == 2
     assert not [e for e in second.store.events() if e.kind is LogKind.RESIZED]
     second.store.close()
     third, _ = controller(tmp_path, actors=fake, keep_events=2)
-    third.recover()
+    third.recovery.recover()
     assert third.metrics.counts() == {"resize:afe": 1}

@@ -50,7 +50,7 @@ def test_the_tick_snapshot_counts_every_request_the_router_reported(tmp_path: Pa
         ctl.inbox.put(msg.Received("svc"))
         if t:
             ctl.inbox.put(msg.Served("svc", 0.5))
-        ctl.handle_messages()
+        ctl.intake.handle_messages()
     snap = ctl.backend.snapshot(Event(EventKind.TICK))
     assert dict(snap.loads) == {"svc": ServiceLoad(rate=0.6, duration_s=0.5)}
     # Between ticks the loop reads no load (as in the simulator).
@@ -63,7 +63,7 @@ def test_without_the_reserve_the_snapshot_carries_no_load(tmp_path: Path) -> Non
     clock = Clock()
     ctl = controller(tmp_path, SharedCluster(), clock)
     ctl.inbox.put(msg.Received("svc"))
-    ctl.handle_messages()
+    ctl.intake.handle_messages()
     assert not ctl.backend.snapshot(Event(EventKind.TICK)).loads
     assert ctl.loop.settings.reserve.enabled is False
 

@@ -27,8 +27,22 @@ class Teleport:
 
 
 class Untouchable:
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"the backend touched the controller ({name})")
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        raise AssertionError(f"the backend touched its {self.name} ({attr})")
+
+
+COLLABORATORS = (
+    "loop", "cluster", "board", "jobs", "requests", "catalog", "replicas", "generations",
+    "log", "crash", "post", "interval", "clock",
+)  # fmt: skip
+
+
+def backend_with(**given: Any) -> RayBackend:
+    """A backend whose collaborators are ``given``, every other one untouchable."""
+    return RayBackend(**{n: given[n] if n in given else Untouchable(n) for n in COLLABORATORS})
 
 
 def test_every_known_operation_is_applicable() -> None:
@@ -48,7 +62,7 @@ def test_every_known_operation_is_applicable() -> None:
 
 
 def test_an_operation_it_does_not_know_is_refused_before_anything_runs() -> None:
-    backend = RayBackend(cast(Any, Untouchable()))
+    backend = backend_with()
     with pytest.raises(InvalidDecisionError, match="does not know how to apply Teleport"):
         backend.apply(Step(ops=(Bind((0, 1), "a"), cast(Any, Teleport((0, 0))))))
 
@@ -65,8 +79,9 @@ def test_ticks_stay_on_their_grid() -> None:
 
 
 class LedgerOnly:
-    """A controller with a GPU ledger and nothing else: the backend's job operations
-    are checked against it and handed to ``retarget``."""
+    """A GPU ledger and nothing else: the backend's job operations are checked against
+    it and handed to the generations' ``retarget`` (this object plays the event log,
+    the crash points, the requests and the generations)."""
 
     def __init__(self) -> None:
         self.board = GpuBoard(ClusterSpec.parse("2x2", 1))
@@ -74,19 +89,25 @@ class LedgerOnly:
         self.retargeted: list[str] = []
         self.arrived: dict[str, str] = {}
 
-    def log_gpu(self, *_: Any, **__: Any) -> None:
+    def gpu(self, *_: Any, **__: Any) -> None:
         pass
 
-    def fault(self, point: str) -> None:
+    def hit(self, point: str) -> None:
         pass
 
     def retarget(self, rec: str) -> None:
         self.retargeted.append(rec)
 
+    def backend(self) -> RayBackend:
+        return backend_with(
+            board=self.board, jobs=self.jobs, requests=self, generations=self, log=self,
+            crash=self,
+        )  # fmt: skip
+
 
 def test_job_operations_are_the_intent_their_gpu_operations_carry_out() -> None:
     ctl = LedgerOnly()
-    backend = RayBackend(cast(Any, ctl))
+    backend = ctl.backend()
     two = Placement.of((0, 1))
     backend.apply(Step(ops=(Bind((0, 0), "a"), Lend((1, 0), "a"), Start("a", two))))
     assert ctl.retargeted == ["job a"]
@@ -107,5 +128,5 @@ def test_gpu_operations_that_do_not_carry_out_their_job_operation_are_refused(
 ) -> None:
     ctl = LedgerOnly()
     with pytest.raises(InvalidDecisionError, match=words):
-        RayBackend(cast(Any, ctl)).apply(Step(ops=ops))
+        ctl.backend().apply(Step(ops=ops))
     assert ctl.retargeted == []

@@ -66,13 +66,13 @@ def controller(
 
 def submit(ctl: Controller, name: str, workers: int = 2) -> None:
     ctl.store.submit(JobSpec(name, "m:f", max_workers=3, workers=workers))
-    ctl.iteration()
+    ctl.intake.iteration()
     ctl.driver.run_due()
 
 
 def register(ctl: Controller) -> None:
     ctl.store.register_service(ServiceSpec("svc", "tiny", handler="m:load", cold_start_s=1.0))
-    ctl.take_services()
+    ctl.catalog.take_services()
 
 
 # -- the scenarios: what runs up to the crash (explicit steps, then polls) -------------------
@@ -97,7 +97,7 @@ def failure(ctl: Controller, fake: FakeActors) -> None:
     move(ctl, "j", ("0.0", "0.1"))
     settle(ctl)
     fake.die(fake.live("j")["0.1"])
-    ctl.poll(0.1)
+    ctl.polling.poll(0.1)
     move(ctl, "j", ("0.0", "0.1"), round=True)  # the round puts a new worker on 0.1
     settle(ctl)
 
@@ -164,7 +164,7 @@ def standby_replica(ctl: Controller, fake: FakeActors) -> None:
     submit(ctl, "j")
     move(ctl, "j", ("0.0", "0.1"))
     settle(ctl)
-    ctl.start_standbys()
+    ctl.replicas.start_standbys()
     ctl.backend.apply(Step(ops=(StartReplica((1, 1), "svc", "r1", cold=True, hits=0),)))
     ctl.flush()
 
@@ -235,7 +235,7 @@ def test_a_controller_killed_at_a_crash_point_loses_nothing(tmp_path: Path, poin
     first = controller(
         state, fake, clock, crash_at=point, afe=afe, host_cache_gb=gb, standby=standby
     )
-    first.start_caches()
+    first.replicas.start_caches()
     with pytest.raises(Crashed):
         scenario(first, fake)
     first.store.close()
@@ -259,7 +259,7 @@ def test_a_controller_killed_at_a_crash_point_loses_nothing(tmp_path: Path, poin
     if point == "standby.promoted":
         assert promoted and promoted[0] in fake.killed, "a promoted standby no row names"
         assert ctl.board.get((1, 1)).replica is None
-        assert ctl.standbys and set(ctl.standbys.values()) <= set(fake.replicas)
+        assert ctl.replicas.standbys and set(ctl.replicas.standbys.values()) <= set(fake.replicas)
     run_to_the_end(ctl, fake, clock, {"j"})
 
     rows = {r.name: r for r in ctl.store.jobs()}

@@ -22,8 +22,8 @@ from deepboot.policies.lending import ServiceLoad  # noqa: E402
 from deepboot.runtime import messages as rt  # noqa: E402
 from deepboot.runtime.client.replay import replay_state  # noqa: E402
 from deepboot.runtime.controller.controller_settings import ControllerSettings  # noqa: E402
-from deepboot.runtime.controller.intake import _planned  # noqa: E402
 from deepboot.runtime.controller.jobrecords import parse_gpu  # noqa: E402
+from deepboot.runtime.controller.service_catalog import planned_spec  # noqa: E402
 from deepboot.runtime.controller.wiring import Controller  # noqa: E402
 from deepboot.runtime.store.jobstore import LogKind  # noqa: E402
 from deepboot.runtime.store.statedir import StateDir  # noqa: E402
@@ -98,10 +98,10 @@ def controller(
     fake.ctl = ctl
     ctl.start()  # posts the first tick (not run yet)
     router = RecordingRouter()
-    ctl.router = router  # type: ignore[assignment]
+    ctl.router.port = router  # type: ignore[assignment]
     spec = {"cold_start_s": 5.0, "slo_wait_s": 1.0, **service}
     ctl.store.register_service(ServiceSpec("svc", "tiny", handler="m:load", **spec))
-    ctl.take_services()
+    ctl.catalog.take_services()
     return ctl, fake, router
 
 
@@ -146,13 +146,13 @@ def test_a_pre_warmed_replica_once_loaded(
     ctl, _, _ = controller(tmp_path)
     name = warm(ctl)
     ctl.inbox.put(rt.Ready("1.0", name, 2.0, 1.5, "cold", inflight=inflight))
-    ctl.handle_messages()
+    ctl.intake.handle_messages()
     ctl.driver.run_due()  # the first tick: the replica loading is the service's
     assert ctl.board.get(GPU).state is GpuState.RUNNING
-    assert bool(ctl.warming) is not bool(inflight)
+    assert bool(ctl.replicas.warming) is not bool(inflight)
     ctl.inbox.put(rt.Idle("1.0", name))
-    ctl.handle_messages()
-    assert not ctl.warming and not ctl.backend.snapshot(Event(EventKind.RETRY)).replicas
+    ctl.intake.handle_messages()
+    assert not ctl.replicas.warming and not ctl.backend.snapshot(Event(EventKind.RETRY)).replicas
     ctl.driver.run_due()
     gpu = ctl.board.get(GPU)
     assert (gpu.state, gpu.replica, gpu.protect_until) == (state, name, until)
@@ -173,7 +173,7 @@ def test_the_tick_snapshot_carries_every_request_the_router_accepted_binned(
         clock.t = t
         ctl.inbox.put(rt.Received("svc"))
         ctl.inbox.put(rt.Served("svc", 0.5))
-        ctl.handle_messages()
+        ctl.intake.handle_messages()
     snap = ctl.backend.snapshot(Event(EventKind.TICK))
     assert dict(snap.arrivals) == {"svc": ArrivalHistory(60.0, (2, 1), 1080.0)}
     assert dict(snap.loads) == {"svc": ServiceLoad(0.0, 0.5)}
@@ -181,8 +181,10 @@ def test_the_tick_snapshot_carries_every_request_the_router_accepted_binned(
     assert not ctl.backend.snapshot(Event(EventKind.INFERENCE_ARRIVAL, "r", "svc")).arrivals
     off, _, _ = controller(tmp_path / "off", SharedCluster())
     off.inbox.put(rt.Received("svc"))
-    off.handle_messages()
-    assert off.arrivals is None and not off.backend.snapshot(Event(EventKind.TICK)).arrivals
+    off.intake.handle_messages()
+    assert (
+        off.requests.arrivals is None and not off.backend.snapshot(Event(EventKind.TICK)).arrivals
+    )
 
 
 @pytest.mark.parametrize(
@@ -209,7 +211,7 @@ def test_a_tick_pre_warms_a_guaranteed_replica_through_the_loop(
     # Loaded and idle: REPLICA_WARM protects it; the next tick holds it, starts none.
     ctl.inbox.put(rt.Ready(gpu, name, 2.0, 1.5, "cold"))
     ctl.inbox.put(rt.Idle(gpu, name))
-    ctl.handle_messages()
+    ctl.intake.handle_messages()
     ctl.driver.run_due()
     assert ctl.board.get(parse_gpu(gpu)).state is GpuState.PROTECT
     ctl.driver.post(Event(EventKind.TICK))
@@ -246,7 +248,7 @@ def test_a_run_with_pre_warms_and_arrivals_replays_with_no_divergence(tmp_path: 
             clock.t += 10.0
             ctl.inbox.put(rt.Received("svc"))
             ctl.inbox.put(rt.Served("svc", 2.0))
-            ctl.handle_messages()
+            ctl.intake.handle_messages()
         ctl.driver.post(Event(EventKind.TICK))
         ctl.driver.run_due()
         assert ctl.backend.snapshot(Event(EventKind.TICK)).arrivals["svc"].counts
@@ -265,22 +267,22 @@ def test_a_service_with_no_cold_start_on_file_is_planned_with_the_measured_one(
     """Without it the guard saw a 0 s cold start and took the relaxed regime: it
     reclaimed GPUs ahead of demand but never pre-warmed on them."""
     ctl, _, _ = controller(tmp_path, cold_start_s=None, slo_wait_s=3.0)
-    assert ctl.specs["svc"].cold_start_s is None
+    assert ctl.catalog.specs["svc"].cold_start_s is None
     name = warm(ctl)
     # Ready: 17.5 s from start to ready, 12 s of it the handler's load.
     ctl.inbox.put(rt.Ready("1.0", name, 17.5, 12.0, "cold", inflight=0))
-    ctl.handle_messages()
-    assert ctl.specs["svc"].cold_start_s == 17.5  # what a request would have waited
+    ctl.intake.handle_messages()
+    assert ctl.catalog.specs["svc"].cold_start_s == 17.5  # what a request would have waited
     ctl.flush()
     # A restarted controller plans with the store's measurement (the load alone)
     # until its own next replica measures start to ready.
     row = next(r for r in ctl.store.services() if r.spec.name == "svc")
     assert row.cold_start == 12.0
-    assert _planned(row.spec, row.cold_start).cold_start_s == 12.0
-    assert _planned(row.spec, None).cold_start_s is None  # nothing measured yet
+    assert planned_spec(row.spec, row.cold_start).cold_start_s == 12.0
+    assert planned_spec(row.spec, None).cold_start_s is None  # nothing measured yet
     # A cold start on file is never replaced.
     fixed, _, _ = controller(tmp_path / "fixed", cold_start_s=5.0)
     fixed_name = warm(fixed)
     fixed.inbox.put(rt.Ready("1.0", fixed_name, 17.5, 12.0, "cold", inflight=0))
-    fixed.handle_messages()
-    assert fixed.specs["svc"].cold_start_s == 5.0
+    fixed.intake.handle_messages()
+    assert fixed.catalog.specs["svc"].cold_start_s == 5.0

@@ -180,10 +180,10 @@ def test_controller_requires_the_token_for_work_everywhere(tmp_path: Path, where
     host = "127.0.0.1" if where == "loopback" else (_outward_address() or "0.0.0.0")
     ctl = _controller(tmp_path, host)
     ctl.connect_router(open_router(ctl))
-    assert ctl.router is not None
+    assert ctl.router.port is not None
     try:
         info = json.loads(ctl.state.http_file.read_text())
-        assert info["auth"] is True and info["instance"] == ctl.router.instance
+        assert info["auth"] is True and info["instance"] == ctl.router.port.instance
         assert (ctl.state.http_file.stat().st_mode & 0o777) == 0o600
         url = info["url"]
         if host == "0.0.0.0":
@@ -224,7 +224,7 @@ def test_controller_requires_the_token_for_work_everywhere(tmp_path: Path, where
         assert [r.spec.name for r in store.services()] == ["s1"]
         store.close()
     finally:
-        ctl.router.stop()
+        ctl.router.port.stop()
 
 
 def test_a_restarted_controller_keeps_a_services_back_off(tmp_path: Path) -> None:
@@ -237,15 +237,15 @@ def test_a_restarted_controller_keeps_a_services_back_off(tmp_path: Path) -> Non
     with store.transaction() as db:
         store.set_backoff(db, "s1", 3, time.time() + 30)
     store.close()
-    ctl.take_services()
+    ctl.catalog.take_services()
     ctl.connect_router(open_router(ctl))
-    assert ctl.router is not None
+    assert ctl.router.port is not None
     try:
         deadline = time.monotonic() + 30
-        while not (q := ctl.router.services.get("s1")) or not q.load_failures:
+        while not (q := ctl.router.port.services.get("s1")) or not q.load_failures:
             assert time.monotonic() < deadline, "the back-off never reached the router"
             time.sleep(0.05)
         assert q.load_failures == 3 and q.backing_off(time.monotonic())
         assert 20 < q.backoff_until - time.monotonic() <= 30
     finally:
-        ctl.router.stop()
+        ctl.router.port.stop()

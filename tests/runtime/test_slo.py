@@ -275,8 +275,8 @@ def test_the_controller_tallies_answers_and_logs_them_boundedly(tmp_path: Path) 
     def answer(*within: bool) -> None:
         for w in within:
             ctl.inbox.put(Answered("svc", w))
-        ctl.handle_messages()
-        ctl.iteration()
+        ctl.intake.handle_messages()
+        ctl.intake.iteration()
         ctl.flush()
 
     def logged() -> list[tuple[int, int]]:
@@ -295,8 +295,8 @@ def test_the_controller_tallies_answers_and_logs_them_boundedly(tmp_path: Path) 
     assert logged() == [(2, 1), (3, 1)]
     answer()  # unchanged: no record
     ctl.inbox.put(Answered("svc", False))
-    ctl.handle_messages()
-    ctl.log_slo(every_s=0.0)
+    ctl.intake.handle_messages()
+    ctl.catalog.log_slo(every_s=0.0)
     ctl.flush()
     assert logged() == [(2, 1), (3, 1), (3, 2)]
     view = json.loads(ctl.store.meta("slo"))["svc"]
@@ -335,7 +335,7 @@ def test_the_slo_a_service_is_held_to_is_flushed_scraped_and_shown(
         ClusterSpec.parse("2x2", inference_nodes=1), FakeActors(), clock=Clock(),
     )  # fmt: skip
     ctl.store.register_service(ServiceSpec("svc", "m", slo_wait_s=0.5, slo_target=0.9))
-    ctl.iteration()
+    ctl.intake.iteration()
     ctl.flush()
     want = 0.9 if override is None else override
     assert _sample(ctl.metrics, "deepboot_service_slo_target", service="svc") == want

@@ -33,7 +33,7 @@ def controller(tmp_path: Path, fake: FakeActors, standby: bool = True) -> Contro
     ctl = Controller(state, settings, CLUSTER, fake, clock=Clock())
     ctl.start()
     ctl.store.register_service(ServiceSpec("svc", "tiny", handler="m:load", cold_start_s=1.0))
-    ctl.take_services()
+    ctl.catalog.take_services()
     return ctl
 
 
@@ -48,7 +48,7 @@ def starts(ctl: Controller) -> list[dict[str, object]]:
 
 def ready(ctl: Controller, gpu: str, name: str) -> None:
     ctl.inbox.put(rt.Ready(gpu, name, 0.3, 0.1, "host"))
-    ctl.handle_messages()
+    ctl.intake.handle_messages()
 
 
 def test_each_inference_node_gets_a_standby_and_the_next_replica_there_is_it(
@@ -83,14 +83,14 @@ def test_a_standby_still_importing_or_failing_its_promotion_gives_a_new_actor(
     name = start(ctl, (1, 0))
     assert name != first and not is_standby_name(name) and fake.promoted == []
     assert "standby" not in starts(ctl)[-1]
-    assert ctl.standbys == {1: first}, "kept: it is used once it has imported"
+    assert ctl.replicas.standbys == {1: first}, "kept: it is used once it has imported"
     fake.importing.clear()
     fake.promote_fails.add(first)
     other = start(ctl, (1, 1), "t2")
     assert not is_standby_name(other) and first in fake.killed
-    assert ctl.standbys == {}, "a failed standby is forgotten (replaced at the next Ready)"
+    assert ctl.replicas.standbys == {}, "a failed standby is forgotten (replaced at the next Ready)"
     ready(ctl, "1.1", other)
-    assert ctl.standbys == {1: standby_name(1, 2)}
+    assert ctl.replicas.standbys == {1: standby_name(1, 2)}
 
 
 def test_a_restarted_controller_keeps_the_promoted_standby_its_row_names(
@@ -107,7 +107,7 @@ def test_a_restarted_controller_keeps_the_promoted_standby_its_row_names(
     assert second.board.get((1, 0)).replica == serving, "the promoted standby is kept"
     assert standby_name(1, 2) in fake.killed, "an unpromoted standby no row names is killed"
     assert serving not in fake.killed
-    assert second.standbys == {1: standby_name(1, 3)}, "and a fresh one started"
+    assert second.replicas.standbys == {1: standby_name(1, 3)}, "and a fresh one started"
 
 
 def test_without_the_flag_no_standby_runs(tmp_path: Path) -> None:
@@ -116,5 +116,5 @@ def test_without_the_flag_no_standby_runs(tmp_path: Path) -> None:
     name = start(ctl, (1, 0))
     ready(ctl, "1.0", name)
     evict(ctl, (1, 0))
-    assert fake.standbys == [] and ctl.standbys == {}
+    assert fake.standbys == [] and ctl.replicas.standbys == {}
     assert "standby" not in starts(ctl)[-1]

@@ -22,7 +22,7 @@ def test_a_withdrawn_arrival_places_nothing(tmp_path: Path) -> None:
     ctl.driver.run_due()  # the first tick
     ctl.inbox.put(rt.Arrival("r1", "svc"))
     ctl.inbox.put(rt.Withdraw("r1"))
-    ctl.handle_messages()
+    ctl.intake.handle_messages()
     ctl.driver.run_due()
     assert router.started == [] and fake.replicas == {}
     assert ctl.board.get(GPU).state is GpuState.FREE
@@ -30,7 +30,7 @@ def test_a_withdrawn_arrival_places_nothing(tmp_path: Path) -> None:
     assert replica_log(ctl) == []
     # The same path with no withdrawal starts a replica for the request.
     ctl.inbox.put(rt.Arrival("r2", "svc"))
-    ctl.handle_messages()
+    ctl.intake.handle_messages()
     ctl.driver.run_due()
     assert [task for *_, task in router.started] == ["r2"]
     ctl.flush()

@@ -270,13 +270,13 @@ def _prove(
         said = _one_line(answer) or type(answer).__name__
         if isinstance(answer, OSError | http.client.IncompleteRead):  # refused, reset, closed
             raise _Unreachable(f"does not answer ({said})")
-        raise _refused(url, f"does not answer HTTP ({said})", source)
+        raise refused_error(url, f"does not answer HTTP ({said})", source)
     assert isinstance(answer, tuple)
     status, body, still_open = answer
     why = proof_failure(status, body, token, challenge, instance, source)
     if why:
         conn.close()
-        raise _refused(url, why, source)
+        raise refused_error(url, why, source)
     if not still_open:
         conn.close()
         raise _Unreachable("closed the connection on which it proved itself")
@@ -350,7 +350,7 @@ def prove(
     try:
         conn = _prove(url, token, instance, timeout, source)
     except _Unreachable as exc:
-        raise _refused(url, exc.reason, source) from None
+        raise refused_error(url, exc.reason, source) from None
     endpoint = Endpoint(url, token, instance or "")
     endpoint._held.conn = conn
     endpoint._held.source = source
@@ -473,19 +473,21 @@ def health(url: str, timeout: float = HEALTH_TIMEOUT_S, challenge: str = "") -> 
     # urllib's own timeout (the same length) can fire just before the join ends:
     # that is the same "no answer in time", not an endpoint that does not speak HTTP.
     if not result or _timed_out(result[0]):
-        raise _refused(url, f"did not answer GET /healthz within {timeout:g} s")
+        raise refused_error(url, f"did not answer GET /healthz within {timeout:g} s")
     answer = result[0]
     if isinstance(answer, urllib.error.HTTPError):
-        raise _refused(url, f"answered GET /healthz with HTTP {answer.code}")
+        raise refused_error(url, f"answered GET /healthz with HTTP {answer.code}")
     if isinstance(answer, urllib.error.URLError):
-        raise _refused(url, f"does not answer ({_one_line(answer.reason)})")
+        raise refused_error(url, f"does not answer ({_one_line(answer.reason)})")
     if isinstance(answer, ValueError):
-        raise _refused(url, "answered GET /healthz with something other than JSON")
+        raise refused_error(url, "answered GET /healthz with something other than JSON")
     if isinstance(answer, Exception):
-        raise _refused(url, f"does not answer HTTP ({_one_line(answer) or type(answer).__name__})")
+        raise refused_error(
+            url, f"does not answer HTTP ({_one_line(answer) or type(answer).__name__})"
+        )
     instance = answer.get("instance") if isinstance(answer, dict) else None
     if not isinstance(instance, str):
-        raise _refused(url, "answered GET /healthz without an instance id")
+        raise refused_error(url, "answered GET /healthz without an instance id")
     proof = answer.get("proof", "") if isinstance(answer, dict) else ""
     return instance, proof if isinstance(proof, str) else ""
 
@@ -542,7 +544,7 @@ def connect(
     return Recorded.read(state, token_file).check(timeout)
 
 
-def _refused(
+def refused_error(
     url: str, what: str, source: str = "http.json", outcome: str = "the bearer token was not sent"
 ) -> EndpointError:
     """The error of an endpoint that did not prove itself; ``source``: where its URL

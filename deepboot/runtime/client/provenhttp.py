@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from deepboot.core.errors import DeepbootError
-from deepboot.runtime.client.endpoint import EndpointError, _refused, proof_failure
+from deepboot.runtime.client.endpoint import EndpointError, proof_failure, refused_error
 
 MAX_LINE = 8 << 10
 """Most bytes of a status or header line (the CRLF included)."""
@@ -122,7 +122,7 @@ class ProofFailed(EndpointError):
     def __init__(self, url: str, reason: str, source: str = "http.json") -> None:
         what = f"{reason} when a new connection opened"
         outcome = "the bearer token was not sent on that connection"
-        super().__init__(str(_refused(url, what, source, outcome)))
+        super().__init__(str(refused_error(url, what, source, outcome)))
         self.url = url
         self.reason = reason
 

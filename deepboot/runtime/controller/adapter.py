@@ -5,18 +5,24 @@ and killed; every job whose GPU set changed handed to its next generation)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
+from deepboot.core.cluster import ClusterSpec
 from deepboot.core.errors import InvalidDecisionError
 from deepboot.core.gpu import GpuState
 from deepboot.core.placement import Placement
 from deepboot.policies.forecast import ArrivalHistory
 from deepboot.policies.lending import ServiceLoad
-from deepboot.runtime.controller.jobrecords import gpu_name
+from deepboot.runtime.controller.eventlog import EventLog
+from deepboot.runtime.controller.faults import CrashPoints
+from deepboot.runtime.controller.generations import Generations
+from deepboot.runtime.controller.jobrecords import JobRec, gpu_name
+from deepboot.runtime.controller.replicas import Replicas
+from deepboot.runtime.controller.service_catalog import ServiceCatalog
+from deepboot.runtime.controller.shared import Post, Requests
 from deepboot.runtime.store.jobstore import LogKind
-from deepboot.scheduler.control import ROUND_KINDS, PendingTask, Snapshot, Step
+from deepboot.scheduler.control import ROUND_KINDS, ControlLoop, PendingTask, Snapshot, Step
 from deepboot.scheduler.decision import Preempt, Resize, Start, new_placement
 from deepboot.scheduler.events import Event, EventKind
 from deepboot.scheduler.operations import (
@@ -31,11 +37,7 @@ from deepboot.scheduler.operations import (
     WarmReplica,
 )
 from deepboot.world.driver import is_stale
-from deepboot.world.gpus import apply_gpu_op
-
-if TYPE_CHECKING:
-    from deepboot.runtime.controller.wiring import Controller
-
+from deepboot.world.gpus import GpuBoard, apply_gpu_op
 
 _APPLIED = (Bind, Lend, Release, Reclaim, EvictReplica, StartReplica, WarmReplica,
             ProtectReplica, SleepReplica, Start, Resize, Preempt)  # fmt: skip
@@ -72,46 +74,66 @@ class RayBackend:
     operations, starts, wakes and kills replicas, and hands every job whose GPU set
     changed (or, after a training round, that lost a worker) to the controller, which
     starts its next generation. A ``WarmReplica`` starts a replica with no request
-    (:meth:`~deepboot.runtime.controller.replicas.Replicas.warm_replica`). It refuses a step with
+    (:meth:`~.replicas.Replicas.warm_replica`). It refuses a step with
     an operation it does not know, before applying any of it.
     """
 
-    def __init__(self, ctl: Controller) -> None:
-        self.ctl = ctl
+    def __init__(
+        self,
+        loop: ControlLoop,
+        cluster: ClusterSpec,
+        board: GpuBoard,
+        jobs: dict[str, JobRec],
+        requests: Requests,
+        catalog: ServiceCatalog,
+        replicas: Replicas,
+        generations: Generations,
+        log: EventLog,
+        crash: CrashPoints,
+        post: Post,
+        interval: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.loop, self.cluster, self.board, self.jobs = loop, cluster, board, jobs
+        self.requests, self.catalog, self.replicas = requests, catalog, replicas
+        self.generations, self.log, self.crash, self.post = generations, log, crash, post
+        self.interval, self.clock = interval, clock
+        self.tick0: float | None = None  # the first tick: the origin of the grid
 
     def snapshot(self, event: Event) -> Snapshot:
-        ctl = self.ctl
+        board, requests, replicas = self.board, self.requests, self.replicas
         jobs = tuple(
-            j.view(ctl.board, ctl.loop.training.job_mode)
-            for j in sorted(ctl.jobs.values(), key=lambda j: (j.row.submitted, j.name))
+            j.view(board, self.loop.training.job_mode)
+            for j in sorted(self.jobs.values(), key=lambda j: (j.row.submitted, j.name))
             if j.active
         )
-        gpus = ctl.board.views()
-        waiting = tuple(PendingTask(t, s) for t, s in ctl.waiting.items())
-        now = ctl.clock()
+        gpus = board.views()
+        waiting = tuple(PendingTask(t, s) for t, s in requests.waiting.items())
+        now = self.clock()
         loads: dict[str, ServiceLoad] = {}
         arrivals: dict[str, ArrivalHistory] = {}
-        settings = ctl.loop.settings
+        settings = self.loop.settings
         rounds = event.kind in ROUND_KINDS
-        if rounds and ctl.arrivals is not None:
+        if rounds and requests.arrivals is not None:
             # SLO-guarded lending (it replaces the reserve): the guard's forecast reads
             # the binned arrivals and the mean run times, as the simulator's does.
-            loads = ctl.arrivals.loads()
-            arrivals = ctl.arrivals.histories(now)
+            loads = requests.arrivals.loads()
+            arrivals = requests.arrivals.histories(now)
         elif rounds and settings.lending and settings.reserve.enabled:
-            loads = ctl.demand.loads(now, settings.reserve.window_s)
+            loads = requests.demand.loads(now, settings.reserve.window_s)
         # Only a round's guard reads it (Snapshot.loading: TICK only, as the simulator).
         loading = frozenset(
             g.gpu_id
             for g in gpus
             if rounds
             and g.state is GpuState.RUNNING
-            and ctl.ready.get(g.gpu_id) != ctl.board.get(g.gpu_id).replica
+            and replicas.ready.get(g.gpu_id) != board.get(g.gpu_id).replica
         )
         return Snapshot(
-            now, ctl.cluster, jobs, gpus, waiting, MappingProxyType(loads), services=ctl.specs,
-            replicas=ctl.warming_loads(), arrivals=MappingProxyType(arrivals),
-            cached=ctl.cached_models(), loading=loading,
+            now, self.cluster, jobs, gpus, waiting, MappingProxyType(loads),
+            services=self.catalog.specs, replicas=replicas.warming_loads(),
+            arrivals=MappingProxyType(arrivals), cached=replicas.cached_models(),
+            loading=loading,
         )  # fmt: skip
 
     def record(self, now: float, event: Event) -> bool:
@@ -119,26 +141,25 @@ class RayBackend:
         a replica's protect timer or idle report that no longer matches its GPU is
         moot, and so is an arrival the router withdrew; the first tick is the origin
         of the grid."""
-        ctl = self.ctl
         kind = event.kind
-        if is_stale(ctl.board, event):
+        if is_stale(self.board, event):
             return False
-        if kind is EventKind.INFERENCE_ARRIVAL and event.job not in ctl.arrived:
+        if kind is EventKind.INFERENCE_ARRIVAL and event.job not in self.requests.arrived:
             # Withdrawn before the loop got to it: a replica that freed up took the
             # request (the router posts an arrival while every replica is busy).
             # Placing it anyway reclaimed a lent GPU for a request already served.
             return False
         if kind is EventKind.INFERENCE_DONE:
             assert event.gpu is not None
-            return ctl.board.get(event.gpu).state is GpuState.RUNNING
-        if kind is EventKind.TICK and ctl._tick0 is None:
-            ctl._tick0 = now
+            return self.board.get(event.gpu).state is GpuState.RUNNING
+        if kind is EventKind.TICK and self.tick0 is None:
+            self.tick0 = now
         return True
 
     def after_tick(self, now: float) -> float:
         """The next tick, on the grid from the first one."""
-        assert self.ctl._tick0 is not None
-        return next_tick(now, self.ctl._tick0, self.ctl.settings.interval)
+        assert self.tick0 is not None
+        return next_tick(now, self.tick0, self.interval)
 
     def after_event(self, now: float, event: Event) -> None:
         """Nothing: the controller flushes once per turn of its loop."""
@@ -155,7 +176,7 @@ class RayBackend:
                 not carry out their job's operation.
         """
         check_applicable(step.ops)
-        ctl = self.ctl
+        board, replicas = self.board, self.replicas
         touched: list[str] = []
         intents: dict[str, Placement] = {}
         for op in step.ops:
@@ -163,51 +184,51 @@ class RayBackend:
                 intents[op.job] = new_placement(op)  # carried out below, once its GPUs moved
                 continue
             if isinstance(op, StartReplica):
-                ctl.start_replica(op)  # through the ledger, around the actors
+                replicas.start_replica(op)  # through the ledger, around the actors
                 continue
             if isinstance(op, WarmReplica):
-                ctl.warm_replica(op)  # likewise, with no request
+                replicas.warm_replica(op)  # likewise, with no request
                 continue
-            gpu = ctl.board.get(op.gpu)
+            gpu = board.get(op.gpu)
             replica, service = gpu.replica, gpu.service
-            apply_gpu_op(ctl.board, op)  # every GPU change: the ledger checks it
+            apply_gpu_op(board, op)  # every GPU change: the ledger checks it
             if isinstance(op, Bind | Lend | Release | Reclaim):
                 touched.append(op.job)
                 ahead = isinstance(op, Reclaim) and op.proactive
-                ctl.log_gpu(op.gpu, type(op).__name__.lower(), op.job, proactive=ahead)
+                self.log.gpu(op.gpu, type(op).__name__.lower(), op.job, proactive=ahead)
                 if isinstance(op, Reclaim):
-                    ctl.fault("reclaim.applied")
+                    self.crash.hit("reclaim.applied")
             elif isinstance(op, EvictReplica):
-                ctl.replica_gone(op.gpu, replica, service)
+                replicas.replica_gone(op.gpu, replica, service)
             elif isinstance(op, ProtectReplica):
                 # Not logged (every idle moment of a replica); SLEEP, when its GPU
                 # becomes lendable, is. Its expiry is on the one queue.
                 expiry = Event(EventKind.PROTECT_EXPIRED, seq=gpu.version, gpu=op.gpu)
-                ctl.post(expiry, at=op.until)
-            elif isinstance(op, SleepReplica) and replica and ctl.slept.get(op.gpu) != replica:
+                self.post(expiry, at=op.until)
+            elif isinstance(op, SleepReplica) and replica and replicas.slept.get(op.gpu) != replica:
                 # Once per replica: its next sleeps follow warm reuses, not logged.
-                ctl.slept[op.gpu] = replica
-                ctl.note(LogKind.REPLICA, gpu=gpu_name(op.gpu), service=service, op="sleep")
+                replicas.slept[op.gpu] = replica
+                self.log.note(LogKind.REPLICA, gpu=gpu_name(op.gpu), service=service, op="sleep")
         for u in step.unplaced:
-            if u.inference and u.name in ctl.arrived:
-                ctl.waiting.setdefault(u.name, ctl.arrived[u.name])
+            if u.inference and u.name in self.requests.arrived:
+                self.requests.waiting.setdefault(u.name, self.requests.arrived[u.name])
         for job in dict.fromkeys(touched):
             if job not in intents:
                 raise InvalidDecisionError(
                     f"GPUs of job {job} moved with no Start, Resize or Preempt of it"
                 )
         for job, want in intents.items():
-            held = Placement.of(g.node_id for g in ctl.board.held(job))
+            held = Placement.of(g.node_id for g in board.held(job))
             if held != want:
                 raise InvalidDecisionError(
                     f"{job}: its operation places it on nodes {want.counts()}, its GPU "
                     f"operations on {held.counts()}"
                 )
-            ctl.retarget(ctl.jobs[job])
+            self.generations.retarget(self.jobs[job])
         if step.round:
             # A job that lost a worker and that the round left where it stands (the
             # survivors' GPUs: no operation of it) re-forms there: the round decided
             # its size; without one its group stays broken.
-            for rec in ctl.jobs.values():
+            for rec in self.jobs.values():
                 if rec.lost and rec.name not in intents:
-                    ctl.retarget(rec)
+                    self.generations.retarget(rec)

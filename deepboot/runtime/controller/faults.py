@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 CRASH_POINTS: Mapping[str, str] = MappingProxyType(
@@ -60,3 +60,18 @@ def point_names() -> tuple[str, ...]:
 def die(point: str) -> None:
     """The real crash: the controller kills itself at ``point``."""
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+class CrashPoints:
+    """The crash point a controller's settings name, handed to every part that acts
+    on processes: ``hit(point)`` dies there (``crash``: SIGKILL by :func:`die`;
+    in-process tests raise instead) when ``point`` is the one named, and does nothing
+    otherwise."""
+
+    def __init__(self, crash_at: str | None, crash: Callable[[str], None] = die) -> None:
+        self.crash_at = crash_at
+        self._crash = crash
+
+    def hit(self, point: str) -> None:
+        if point == self.crash_at:
+            self._crash(point)

@@ -10,16 +10,22 @@ every worker and restores the checkpoint on the new set.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+from deepboot.core.modes import JobMode
 from deepboot.elastic.protocol import Generation, Restore, WorkerConfig, checkpoint_generation
-from deepboot.runtime.actors.handles import actor_name
+from deepboot.runtime.actors.handles import Actors, actor_name
+from deepboot.runtime.controller.controller_settings import ControllerSettings
+from deepboot.runtime.controller.eventlog import EventLog
+from deepboot.runtime.controller.faults import CrashPoints
 from deepboot.runtime.controller.jobrecords import JobRec, Transition, gpu_name, parse_gpu
-from deepboot.runtime.controller.shared import ControllerParts
+from deepboot.runtime.controller.shared import Flush, Incarnations
 from deepboot.runtime.store.jobstore import JobState, LogKind
+from deepboot.runtime.store.statedir import StateDir
+from deepboot.world.gpus import GpuBoard
 
 
 class Change(enum.Enum):
@@ -95,8 +101,38 @@ def plan_generation(
     return GenerationPlan(change, tuple(held), tuple(held))
 
 
-class Generations(ControllerParts):
-    """Carrying out a job's generations (see the module docstring)."""
+class Generations:
+    """Carrying out a job's generations (see the module docstring).
+
+    Args:
+        state: The state directory (checkpoints, rendezvous files, job logs).
+        settings: The controller's settings (AFE on or off, the collective timeout).
+        job_mode: How the policy sizes a job's batch.
+        board: The GPU ledger: which GPUs a job holds.
+        actors: The workers' processes.
+        log: The event log.
+        flush: Makes an intent durable before a worker hears of it.
+        crash: The crash points.
+        incarnations: The actor names' counters.
+        clock: Wall clock.
+    """
+
+    def __init__(
+        self,
+        state: StateDir,
+        settings: ControllerSettings,
+        job_mode: JobMode,
+        board: GpuBoard,
+        actors: Actors,
+        log: EventLog,
+        flush: Flush,
+        crash: CrashPoints,
+        incarnations: Incarnations,
+        clock: Callable[[], float],
+    ) -> None:
+        self.state, self.settings, self.job_mode = state, settings, job_mode
+        self.board, self.actors, self.log, self.flush = board, actors, log, flush
+        self.crash, self.incarnations, self.clock = crash, incarnations, clock
 
     def retarget(self, rec: JobRec) -> None:
         """Start the generation that puts ``rec`` on the GPUs the ledger says it holds
@@ -108,16 +144,16 @@ class Generations(ControllerParts):
             return
         if plan.change is Change.PREEMPT:
             if rec.actors:
-                self.note(LogKind.PREEMPTED, rec.name, generation=rec.formed, workers=list(old))
-                self._stop_generation(rec, how=Change.PREEMPT.value)
+                self.log.note(LogKind.PREEMPTED, rec.name, generation=rec.formed, workers=list(old))
+                self.stop(rec, how=Change.PREEMPT.value)
             else:
-                rec.update(state=JobState.QUEUED, workers=())
+                rec.move(JobState.QUEUED, workers=())
             return
         if plan.change is Change.RESTART:
-            self._stop_generation(rec, how=Change.RESTART.value)
-        self._new_generation(rec, plan.members, how=plan.change.value, joiners=plan.joiners)
+            self.stop(rec, how=Change.RESTART.value)
+        self.offer(rec, plan.members, how=plan.change.value, joiners=plan.joiners)
 
-    def _stop_generation(self, rec: JobRec, how: str) -> None:
+    def stop(self, rec: JobRec, how: str) -> None:
         """Tell every worker of ``rec`` to checkpoint (rank 0) and leave. The stop is
         durable before any worker hears of it: a preempted job's row is QUEUED with
         no workers, a restarting one's names the stop's generation, so a controller
@@ -139,14 +175,14 @@ class Generations(ControllerParts):
         rec.gen, rec.lost = stop, ()
         rec.transition = Transition(how, stop.number, self.clock(), gen.members, rec.row.step)
         if how == Change.PREEMPT.value:
-            rec.update(generation=stop.number, state=JobState.QUEUED, workers=())
+            rec.move(JobState.QUEUED, generation=stop.number, workers=())
         else:
             rec.update(generation=stop.number)
         self.flush()  # the stop's intent, before any worker hears of it
         for g, name in leavers.items():
             self.actors.offer(name, stop)
             rec.leave(name, g, self.clock())
-        self.fault("preempt.stopped" if how == Change.PREEMPT.value else f"{how}.stopped")
+        self.crash.hit("preempt.stopped" if how == Change.PREEMPT.value else f"{how}.stopped")
 
     @staticmethod
     def _checkpoint_after(rec: JobRec, prev: Generation | None, ckpt: Path) -> int:
@@ -166,7 +202,7 @@ class Generations(ControllerParts):
             return prev.number
         return 0
 
-    def _new_generation(
+    def offer(
         self,
         rec: JobRec,
         members: tuple[str, ...],
@@ -182,8 +218,8 @@ class Generations(ControllerParts):
         prev = rec.gen
         pending = rec.transition
         number = (prev.number if prev else rec.row.generation) + 1
-        nodes = self._num_nodes(members)
-        local_bsz, accum = rec.batch_for(nodes, len(members), self.loop.training.job_mode)
+        nodes = num_nodes(members)
+        local_bsz, accum = rec.batch_for(nodes, len(members), self.job_mode)
         ckpt = self.state.job_checkpoint(rec.name)
         fresh_start = how in ("start", "restart")
         restore = Restore.CHECKPOINT if fresh_start and ckpt.exists() else Restore.MEMORY
@@ -192,7 +228,7 @@ class Generations(ControllerParts):
         gen = Generation(
             number,
             members,
-            self._store_path(rec.name, number),
+            self.store_path(rec.name, number),
             local_bsz,
             accum,
             nodes,
@@ -222,8 +258,8 @@ class Generations(ControllerParts):
                 rec.row.step,
             )
         rec.gen, rec.lost = gen, ()
-        rec.update(
-            state=JobState.RUNNING,
+        rec.move(
+            JobState.RUNNING,
             generation=number,
             workers=members,
             local_bsz=local_bsz,
@@ -232,7 +268,7 @@ class Generations(ControllerParts):
         )
         # Durable intent before any actor starts: a restarted controller finds it.
         self.flush()
-        self.fault(f"{how}.recorded")
+        self.crash.hit(f"{how}.recorded")
         if prev is not None and not prev.stop:
             # Workers told to leave by an earlier, unformed generation may have heard
             # of this one from their peers: offer it, so they leave now rather than
@@ -244,7 +280,7 @@ class Generations(ControllerParts):
             if g not in members:
                 rec.leave(name, g, self.clock())
                 del rec.actors[g]
-        self.fault(f"{how}.offered")
+        self.crash.hit(f"{how}.offered")
         spec = rec.row.spec
         config = WorkerConfig(
             rec.name,
@@ -255,13 +291,13 @@ class Generations(ControllerParts):
             spec.checkpoint_every,
         )
         for i, g in enumerate(joiners):
-            name = actor_name(rec.name, g, self._next_incarnation(rec))
+            name = actor_name(rec.name, g, self.incarnations.next(f"incarnation:{rec.name}"))
             self.actors.create(name, config, g, gen)
             rec.actors[g] = name
             if i == 0:
-                self.fault(f"{how}.joined")
+                self.crash.hit(f"{how}.joined")
 
-    def _formed(self, rec: JobRec) -> None:
+    def formed(self, rec: JobRec) -> None:
         tr, gen = rec.transition, rec.gen
         assert tr is not None and gen is not None
         rec.formed = gen.number
@@ -275,11 +311,11 @@ class Generations(ControllerParts):
             accum=gen.accum_steps,
         )
         if tr.how == "start":
-            self.note(LogKind.STARTED, rec.name, **detail, digests=digests)
+            self.log.note(LogKind.STARTED, rec.name, **detail, digests=digests)
             if rec.row.started is None:
                 rec.update(started=self.clock())
         else:
-            self.note(
+            self.log.note(
                 LogKind.RESIZED,
                 rec.name,
                 **detail,
@@ -292,15 +328,10 @@ class Generations(ControllerParts):
         rec.update(steps_lost=rec.row.steps_lost + lost)
         rec.transition = None
 
-    def _next_incarnation(self, rec: JobRec | str) -> int:
-        key = f"incarnation:{rec.name}" if isinstance(rec, JobRec) else rec
-        value = int(self.store.meta(key, "0")) + 1
-        with self.store.transaction() as db:
-            self.store.set_meta(db, key, str(value))
-        return value
-
-    def _store_path(self, job: str, number: int) -> str:
+    def store_path(self, job: str, number: int) -> str:
         return str(self.state.rendezvous / job / f"gen-{number}")
 
-    def _num_nodes(self, members: tuple[str, ...] | list[str]) -> int:
-        return len({parse_gpu(g)[0] for g in members}) or 1
+
+def num_nodes(members: tuple[str, ...] | list[str]) -> int:
+    """How many nodes a generation's members span (at least 1)."""
+    return len({parse_gpu(g)[0] for g in members}) or 1

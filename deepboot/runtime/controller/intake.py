@@ -6,85 +6,133 @@ endpoint's submissions (which the router's thread writes to the store)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
+from collections.abc import Callable
 
-from deepboot.core.cluster import Pool
+from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.gpu import GpuState
 from deepboot.core.modes import JobMode
-from deepboot.core.service import ServiceSpec
 from deepboot.runtime import messages as rt
-from deepboot.runtime.controller.jobrecords import JobRec, gpu_name, parse_gpu
+from deepboot.runtime.actors.handles import Actors
+from deepboot.runtime.controller.eventlog import EventLog
+from deepboot.runtime.controller.jobrecords import JobRec, parse_gpu
 from deepboot.runtime.controller.nodes import Nodes
-from deepboot.runtime.store.jobstore import JobRow, JobState, LogKind
+from deepboot.runtime.controller.polling import Polling
+from deepboot.runtime.controller.replicas import Replicas
+from deepboot.runtime.controller.service_catalog import ServiceCatalog
+from deepboot.runtime.controller.shared import Flush, Post, Requests
+from deepboot.runtime.store.jobstore import JobRow, JobState, JobStore, LogKind
+from deepboot.scheduler.control import ControlLoop
 from deepboot.scheduler.events import Event, EventKind
-from deepboot.world.gpus import BoardGpu
+from deepboot.world.gpus import BoardGpu, GpuBoard
 
 log = logging.getLogger("deepboot.controller")
 
 
-class Intake(Nodes):
-    """The controller's event sources (see the module docstring)."""
+class Intake:
+    """The controller's event sources (see the module docstring).
+
+    Args:
+        inbox: What the router reported.
+        store: Submissions, cancellations and services.
+        loop: The control loop (what its policy can ever run; lending on or off).
+        cluster: The cluster.
+        board: The GPU ledger (the replicas the messages are about).
+        jobs: The jobs not yet ended, by name: a submission joins them.
+        requests: The requests waiting for the loop, and the services' load.
+        catalog: The services, their cold starts, back-offs and SLO tally.
+        polling: The workers' polls; a job's end.
+        replicas: A replica's readiness, its node's cache, the standbys.
+        nodes: The Ray cluster's live nodes, checked before each poll.
+        actors: A dead replica's actor is killed.
+        log: The event log.
+        post: The driver's queue.
+        flush: Writes the records a message left.
+        clock: Wall clock.
+    """
+
+    def __init__(
+        self,
+        inbox: rt.Inbox,
+        store: JobStore,
+        loop: ControlLoop,
+        cluster: ClusterSpec,
+        board: GpuBoard,
+        jobs: dict[str, JobRec],
+        requests: Requests,
+        catalog: ServiceCatalog,
+        polling: Polling,
+        replicas: Replicas,
+        nodes: Nodes,
+        actors: Actors,
+        log: EventLog,
+        post: Post,
+        flush: Flush,
+        clock: Callable[[], float],
+    ) -> None:
+        self.inbox, self.store, self.loop, self.cluster = inbox, store, loop, cluster
+        self.board, self.jobs, self.requests, self.catalog = board, jobs, requests, catalog
+        self.polling, self.replicas, self.nodes, self.actors = polling, replicas, nodes, actors
+        self.log, self.post, self.flush, self.clock = log, post, flush, clock
+        self._last = clock()  # the last poll: its ``dt`` is the time since
 
     def iteration(self) -> None:
         """Poll the workers and read the store: their events go on the queue."""
         now = self.clock()
         dt, self._last = max(now - self._last, 0.0), now
         events: list[Event] = []
-        self.check_nodes()  # before the poll: a lost node's workers die as its facts
-        events += self.poll(dt)
-        self.take_services()
+        self.nodes.check_nodes()  # before the poll: a lost node's workers die as its facts
+        events += self.polling.poll(dt)
+        self.catalog.take_services()
         rows = self.store.jobs()  # one read of the store per iteration
         events += self.take_submissions(rows)
         events += self.take_cancellations(rows)
         for event in events:
             self.post(event)
-        self.log_slo()
+        self.catalog.log_slo()
 
     def handle_messages(self) -> None:
         """Act on what the router reported (arrivals, idle and dead replicas)."""
         for msg in self.inbox.drain():
             if isinstance(msg, rt.Received):
-                self.demand.arrived(msg.service, self.clock())
-                if self.arrivals is not None:
-                    self.arrivals.arrived(msg.service, self.clock())
+                self.requests.demand.arrived(msg.service, self.clock())
+                if self.requests.arrivals is not None:
+                    self.requests.arrivals.arrived(msg.service, self.clock())
             elif isinstance(msg, rt.Served):
-                self.demand.ran(msg.service, self.clock(), msg.seconds)
-                if self.arrivals is not None:
-                    self.arrivals.ran(msg.service, msg.seconds)
+                self.requests.demand.ran(msg.service, self.clock(), msg.seconds)
+                if self.requests.arrivals is not None:
+                    self.requests.arrivals.ran(msg.service, msg.seconds)
             elif isinstance(msg, rt.Answered):
-                self.slo.record(msg.service, msg.within, self.clock(), msg.wait)
+                self.catalog.slo.record(msg.service, msg.within, self.clock(), msg.wait)
             elif isinstance(msg, rt.Arrival):
-                if msg.task in self.arrived or msg.service not in self.specs:
+                if msg.task in self.requests.arrived or msg.service not in self.catalog.specs:
                     continue
-                self.arrived[msg.task] = msg.service
+                self.requests.arrived[msg.task] = msg.service
                 self.post(Event(EventKind.INFERENCE_ARRIVAL, job=msg.task, service=msg.service))
             elif isinstance(msg, rt.Backoff):
                 until = self.clock() + msg.seconds if msg.failures else None
-                self._backoffs[msg.service] = (msg.failures, until)
+                self.catalog.backoff(msg.service, msg.failures, until)
             elif isinstance(msg, rt.Withdraw):
-                self.arrived.pop(msg.task, None)
-                self.waiting.pop(msg.task, None)
+                self.requests.placed(msg.task)
             elif isinstance(msg, rt.Idle):
                 rec = self.board.get(parse_gpu(msg.gpu))
                 if rec.replica == msg.replica and rec.state is GpuState.RUNNING:
                     self.post(self._emptied(rec))
             elif isinstance(msg, rt.Ready):
                 rec = self.board.get(parse_gpu(msg.gpu))
-                warming = self.warming.get(rec.gpu_id)
+                warming = self.replicas.warming.get(rec.gpu_id)
                 if warming is not None and warming.replica == msg.replica and msg.inflight:
                     # Requests joined it while it loaded: it serves them, and its
                     # Idle is then an INFERENCE_DONE (the loop's REPLICA_WARM would
                     # leave a replica that took a task RUNNING anyway).
-                    del self.warming[rec.gpu_id]
+                    del self.replicas.warming[rec.gpu_id]
                 if rec.replica == msg.replica and rec.service:
-                    self.ready[rec.gpu_id] = msg.replica
+                    self.replicas.ready[rec.gpu_id] = msg.replica
                     if msg.start == "cold":  # the service's cold start, not a host start
-                        self._cold_starts.append((rec.service, round(msg.load_seconds, 3)))
-                        self._learn_cold_start(rec.service, msg.seconds)
+                        self.catalog.cold_start_measured(rec.service, msg.load_seconds, msg.seconds)
                     else:
-                        self.cache_used(rec.node_id, rec.service)
-                    self.note(
+                        self.replicas.cache_used(rec.node_id, rec.service)
+                    self.log.note(
                         LogKind.REPLICA,
                         gpu=msg.gpu,
                         service=rec.service,
@@ -95,21 +143,21 @@ class Intake(Nodes):
                     )
                 # The standby this replica may have used is replaced now, not while
                 # it loaded (no-op without --standby-replicas or with one there).
-                self.start_standbys()
+                self.replicas.start_standbys()
             elif isinstance(msg, rt.Died):
                 rec = self.board.get(parse_gpu(msg.gpu))
                 if rec.replica != msg.replica:
                     continue
                 log.warning("replica %s died (%s): %s", msg.replica, msg.phase, msg.error)
                 self.actors.kill(msg.replica)
-                self.note(
+                self.log.note(
                     LogKind.REPLICA, gpu=msg.gpu, service=rec.service, op="died",
                     error=msg.error[-2000:], phase=msg.phase, backoff_s=round(msg.backoff_s, 3),
                 )  # fmt: skip
                 self.board.fail(rec)  # the fact; the loop retries the queued tasks
                 self.post(Event(EventKind.REPLICA_LOST, gpu=rec.gpu_id))
-                self.start_standbys()  # were it a promoted standby: replaced now
-        if self._pending_log:
+                self.replicas.start_standbys()  # were it a promoted standby: replaced now
+        if self.log.pending:
             self.flush()
 
     def _emptied(self, rec: BoardGpu) -> Event:
@@ -118,60 +166,31 @@ class Intake(Nodes):
         took no request, else INFERENCE_DONE. Posted instead of, never besides, the
         INFERENCE_DONE: at the same instant the loop handles that first, which would
         put the replica to sleep before its warm-up's protect time."""
-        warming = self.warming.get(rec.gpu_id)
+        warming = self.replicas.warming.get(rec.gpu_id)
         if warming is None or warming.replica != rec.replica:
             return Event(EventKind.INFERENCE_DONE, gpu=rec.gpu_id)
-        del self.warming[rec.gpu_id]
+        del self.replicas.warming[rec.gpu_id]
         return Event(
             EventKind.REPLICA_WARM, seq=rec.version, gpu=rec.gpu_id,
             service=warming.service, until=warming.until,
         )  # fmt: skip
-
-    def take_services(self) -> None:
-        """Services registered since the last look (``deepboot serve``, POST /v1/services)."""
-        fresh = {
-            r.spec.name: _planned(r.spec, r.cold_start)
-            for r in self.store.services()
-            if r.spec.name not in self.specs
-        }
-        if not fresh:
-            return
-        self.specs = {**self.specs, **fresh}
-        if self.router is not None:
-            self.router.set_services(self.specs, self._measured_cold_starts())
-
-    def _learn_cold_start(self, service: str, seconds: float) -> None:
-        """Plan ``service``'s new replicas with a cold start just measured, from the
-        replica's start to ready (what a request that waits for it waits), when its
-        file gives no ``cold_start_s``. Without it the policies would see none (0 s)
-        and take the SLO guard's relaxed regime (a cold start meets any SLO) for a
-        service whose cold start is far above its ``slo_wait_s``."""
-        spec = self.specs.get(service)
-        if spec is None or spec.cold_start_s is not None:
-            return
-        self.specs = {**self.specs, service: _planned(spec, round(seconds, 3))}
-
-    def _measured_cold_starts(self) -> dict[str, float]:
-        """The first cold start measured of each service (the store's), for the
-        router's default load timeouts."""
-        return {r.spec.name: r.cold_start for r in self.store.services() if r.cold_start}
 
     def take_submissions(self, rows: list[JobRow]) -> list[Event]:
         events = []
         for row in rows:
             if row.state is JobState.SUBMITTED and row.name not in self.jobs:
                 rec = JobRec(row)
-                rec.update(state=JobState.QUEUED)
+                rec.move(JobState.QUEUED)
                 self.jobs[row.name] = rec
                 why = self._never_runs(rec)
                 if why:
                     # Refused, not queued forever (the simulator refuses such a run).
-                    self._end(rec, JobState.FAILED, message=why)
-                    self.note(LogKind.FAILED, rec.name, error=why)
+                    self.polling.end(rec, JobState.FAILED, message=why)
+                    self.log.note(LogKind.FAILED, rec.name, error=why)
                     continue
                 events.append(Event(EventKind.JOB_SUBMITTED, job=row.name))
             elif row.state is JobState.SUBMITTED:
-                self.jobs[row.name].update(state=JobState.QUEUED)
+                self.jobs[row.name].move(JobState.QUEUED)
         return events
 
     def _never_runs(self, rec: JobRec) -> str:
@@ -206,37 +225,7 @@ class Intake(Nodes):
             rec = self.jobs.get(name)
             if rec is None:
                 continue
-            self._end(rec, JobState.CANCELLED)
-            self.note(LogKind.CANCELLED, name)
+            self.polling.end(rec, JobState.CANCELLED)
+            self.log.note(LogKind.CANCELLED, name)
             events.append(Event(EventKind.JOB_FINISHED, job=name))
         return events
-
-    def connect_router(self, router: rt.RouterPort) -> None:
-        """Hand the router that now serves what it needs from this controller: the
-        services and their measured cold starts, each service's crash-loop back-off
-        as the store kept it, and the live replicas recovered idle; then record where it
-        listens (``http.json``)."""
-        self.router = router
-        router.set_services(self.specs, self._measured_cold_starts())
-        now = self.clock()  # a back-off outlives the controller that started it
-        for row in self.store.services():
-            if row.load_failures and row.spec.name in self.specs:
-                left = (row.backoff_until or now) - now
-                router.restore_backoff(row.spec.name, row.load_failures, left)
-        for rec in self._adopt:
-            assert rec.replica is not None and rec.service is not None
-            router.adopt_replica(
-                gpu_name(rec.gpu_id), rec.service, rec.replica, self.actors.handle(rec.replica)
-            )
-        self._adopt.clear()
-        # Clients find the endpoint only now that it knows the services.
-        router.write_address(self.state.http_file)
-
-
-def _planned(spec: ServiceSpec, measured_s: float | None) -> ServiceSpec:
-    """``spec`` as the policies plan with it: its file's ``cold_start_s``, else the
-    cold start measured (``measured_s``: a restarted controller's is the store's,
-    the handler's load alone, until its next replica measures start to ready)."""
-    if spec.cold_start_s is not None or not measured_s:
-        return spec
-    return dataclasses.replace(spec, cold_start_s=measured_s)

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
+from deepboot.core.errors import InvalidDecisionError
 from deepboot.core.gpu import GpuId
 from deepboot.core.modes import JobMode
 from deepboot.core.params import GradParams, PerfParams
@@ -26,6 +29,37 @@ from deepboot.perf.goodput import GoodputModel, select_batch
 from deepboot.runtime.store.jobstore import JobRow, JobState
 from deepboot.world.gpus import GpuBoard
 from deepboot.world.sizing import replica_cap, target_batch
+
+JOB_TRANSITIONS: Mapping[JobState, frozenset[JobState]] = MappingProxyType(
+    {
+        # Seen by the controller: queued, or refused/cancelled before it ever ran.
+        JobState.SUBMITTED: frozenset({JobState.QUEUED, JobState.FAILED, JobState.CANCELLED}),
+        # Placed (a generation offered), or ended without ever forming.
+        JobState.QUEUED: frozenset(
+            {JobState.QUEUED, JobState.RUNNING, JobState.FAILED, JobState.CANCELLED}
+        ),
+        # Resized (a new generation), preempted or every worker lost (back to the
+        # queue), or ended.
+        JobState.RUNNING: frozenset(
+            {
+                JobState.RUNNING,
+                JobState.QUEUED,
+                JobState.FINISHED,
+                JobState.FAILED,
+                JobState.CANCELLED,
+            }
+        ),
+        JobState.FINISHED: frozenset(),
+        JobState.FAILED: frozenset(),
+        JobState.CANCELLED: frozenset(),
+    }
+)
+"""Where a job may go from each state (:meth:`JobRec.move` checks every move, as the
+GPU ledger checks every GPU's). An ended job goes nowhere."""
+
+
+class JobTransitionError(InvalidDecisionError):
+    """A job move that :data:`JOB_TRANSITIONS` does not allow."""
 
 
 def gpu_name(gpu: GpuId) -> str:
@@ -180,7 +214,20 @@ class JobRec:
         self.leaving_since.setdefault(name, now)
 
     def update(self, **changes: Any) -> None:
+        """Replace the row's fields in ``changes`` (never its state: :meth:`move`)."""
+        assert "state" not in changes, "a job's state changes by move()"
         self.row = replace(self.row, **changes)
+
+    def move(self, to: JobState, **changes: Any) -> None:
+        """Move the job to state ``to`` (and replace the row's fields in ``changes``).
+
+        Raises:
+            JobTransitionError: :data:`JOB_TRANSITIONS` has no such move.
+        """
+        now = self.row.state
+        if to not in JOB_TRANSITIONS[now]:
+            raise JobTransitionError(f"job {self.name}: no move from {now.value} to {to.value}")
+        self.row = replace(self.row, state=to, **changes)
 
     def batch_for(self, num_nodes: int, num_replicas: int, mode: JobMode) -> tuple[int, int]:
         """(local_bsz, micro-batches per step) for a size: the user's batch split over

@@ -15,21 +15,60 @@ cannot give (``Actors.live_nodes`` returns None) changes nothing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
+from deepboot.core.cluster import ClusterSpec
 from deepboot.core.gpu import GpuState
-from deepboot.runtime.controller.jobrecords import gpu_name
+from deepboot.runtime.actors.handles import Actors
+from deepboot.runtime.controller.controller_settings import ControllerSettings
+from deepboot.runtime.controller.eventlog import EventLog
+from deepboot.runtime.controller.jobrecords import JobRec, gpu_name
+from deepboot.runtime.controller.polling import Polling
 from deepboot.runtime.controller.replicas import Replicas
+from deepboot.runtime.controller.shared import Post, RouterLink
 from deepboot.runtime.store.jobstore import LogKind
 from deepboot.scheduler.events import Event, EventKind
-from deepboot.world.gpus import BoardGpu
+from deepboot.world.gpus import BoardGpu, GpuBoard
 
 log = logging.getLogger("deepboot.controller")
 
 
-class Nodes(Replicas):
-    """The ledger follows the Ray cluster's live nodes (see the module docstring)."""
+class Nodes:
+    """The ledger follows the Ray cluster's live nodes (see the module docstring).
 
-    _nodes_checked: float | None = None
+    Args:
+        cluster: The cluster's nodes.
+        board: The GPU ledger.
+        jobs: The jobs not yet ended, by name.
+        polling: A lost node's workers die through it (frees their GPUs).
+        replicas: A lost node's standby and cache are forgotten; a returned node's
+            started again.
+        actors: Ray's live nodes; the lost replicas' actors.
+        router: Told of each replica lost.
+        settings: The controller's settings (how often to look).
+        log: The event log.
+        post: The driver's queue (REPLICA_LOST).
+        clock: Wall clock.
+    """
+
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        board: GpuBoard,
+        jobs: dict[str, JobRec],
+        polling: Polling,
+        replicas: Replicas,
+        actors: Actors,
+        router: RouterLink,
+        settings: ControllerSettings,
+        log: EventLog,
+        post: Post,
+        clock: Callable[[], float],
+    ) -> None:
+        self.cluster, self.board, self.jobs, self.polling = cluster, board, jobs, polling
+        self.replicas, self.actors, self.router, self.settings = replicas, actors, router, settings
+        self.log, self.post, self.clock = log, post, clock
+        self._nodes_checked: float | None = None
 
     def check_nodes(self) -> None:
         """Take the GPUs of nodes Ray no longer lists alive out of the ledger, and
@@ -51,32 +90,30 @@ class Nodes(Replicas):
                 for g in down:
                     self.board.fail(g, GpuState.FREE)
                 log.warning("node %d is back: %d GPUs free", node.node_id, len(down))
-                self.cache_node_back(node.node_id)
-                self.start_standbys()  # its standby died with it (forgotten when it left)
-                self.note(LogKind.NODE, node=node.node_id, op="returned",
+                self.replicas.cache_node_back(node.node_id)
+                self.replicas.start_standbys()  # its standby died with it (forgotten when it left)
+                self.log.note(LogKind.NODE, node=node.node_id, op="returned",
                           gpus=[gpu_name(g.gpu_id) for g in down])  # fmt: skip
 
     def _node_left(self, node: int, gpus: list[BoardGpu]) -> None:
         log.warning("node %d left the Ray cluster: %d GPUs out of the ledger", node, len(gpus))
-        self.standbys.pop(node, None)  # died with it: another once the node returns
         for g in gpus:
             name = gpu_name(g.gpu_id)
             if g.job is not None:
                 rec = self.jobs.get(g.job)
                 if rec is not None and name in rec.actors:
-                    self._workers_died(rec, [name])  # frees the GPU, posts WORKER_LOST
+                    self.polling.workers_died(rec, [name])  # frees the GPU, posts WORKER_LOST
             if g.replica is not None or g.service is not None:
-                self.note(LogKind.REPLICA, gpu=name, service=g.service, op="died",
+                self.log.note(LogKind.REPLICA, gpu=name, service=g.service, op="died",
                           error=f"node {node} left the cluster", phase="serve",
                           backoff_s=0.0)  # fmt: skip
                 if g.replica is not None:
                     self.actors.kill(g.replica)
-                if self.router is not None:
-                    self.router.stop_replica(name)
+                self.router.stop_replica(name)
                 self.board.fail(g)
                 self.post(Event(EventKind.REPLICA_LOST, gpu=g.gpu_id))
             if g.state is not GpuState.FREE:  # a holder the controller had no actor of
                 self.board.fail(g)
             self.board.fail(g, GpuState.DOWN)
-        self.note(LogKind.NODE, node=node, op="left", gpus=[gpu_name(g.gpu_id) for g in gpus])
-        self._set_cache(node, None)  # its model cache died with it
+        self.log.note(LogKind.NODE, node=node, op="left", gpus=[gpu_name(g.gpu_id) for g in gpus])
+        self.replicas.node_left(node)  # its standby and model cache died with it

@@ -8,18 +8,55 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 
 from deepboot.elastic.protocol import WorkerReport, WorkerStatus
+from deepboot.runtime.actors.handles import Actors
+from deepboot.runtime.controller.controller_settings import ControllerSettings
+from deepboot.runtime.controller.eventlog import EventLog
+from deepboot.runtime.controller.faults import CrashPoints
 from deepboot.runtime.controller.generations import Generations
 from deepboot.runtime.controller.jobrecords import JobRec, parse_gpu
+from deepboot.runtime.controller.shared import Flush, Post
 from deepboot.runtime.store.jobstore import JobState, LogKind
 from deepboot.scheduler.events import Event, EventKind
+from deepboot.world.gpus import GpuBoard
 
 log = logging.getLogger("deepboot.controller")
 
 
-class Polling(Generations):
-    """The workers' reports, digested (see the module docstring)."""
+class Polling:
+    """The workers' reports, digested (see the module docstring).
+
+    Args:
+        jobs: The jobs not yet ended, by name (shared with the other parts).
+        generations: Offers a fresh generation when one could not form.
+        board: The GPU ledger (a dead worker's GPU is released on it).
+        actors: The workers' processes.
+        settings: The controller's settings (the leave and form timeouts).
+        log: The event log.
+        post: The driver's queue (WORKER_LOST).
+        flush: Makes a job's end durable before its workers are killed.
+        crash: The crash points.
+        clock: Wall clock.
+    """
+
+    def __init__(
+        self,
+        jobs: dict[str, JobRec],
+        generations: Generations,
+        board: GpuBoard,
+        actors: Actors,
+        settings: ControllerSettings,
+        log: EventLog,
+        post: Post,
+        flush: Flush,
+        crash: CrashPoints,
+        clock: Callable[[], float],
+    ) -> None:
+        self.jobs, self.generations, self.board, self.actors = jobs, generations, board, actors
+        self.settings, self.log, self.post, self.flush = settings, log, post, flush
+        self.crash, self.clock = crash, clock
 
     def poll(self, dt: float) -> list[Event]:
         events: list[Event] = []
@@ -67,14 +104,14 @@ class Polling(Generations):
             rec.model.note_grad(r)
             if r.status is WorkerStatus.FAILED:
                 last = r.error.strip().splitlines()[-1] if r.error.strip() else "worker failed"
-                self._end(rec, JobState.FAILED, message=last)
-                self.note(LogKind.FAILED, rec.name, error=r.error[-2000:])
+                self.end(rec, JobState.FAILED, message=last)
+                self.log.note(LogKind.FAILED, rec.name, error=r.error[-2000:])
                 return True
             if math.isfinite(r.loss) and r.step >= rec.row.step:
                 rec.update(step=r.step, loss=r.loss)
         rec.update(model=rec.model.to_json())
         if dead:
-            self._workers_died(rec, dead)
+            self.workers_died(rec, dead)
         members = rec.members
         if not members or rec.lost:
             return False  # no group, or a broken one the loop has yet to move
@@ -98,7 +135,7 @@ class Polling(Generations):
                 # loop re-plans the job (its round on WORKER_LOST).
                 log.warning("%s: generation %d did not form in %.0f s; %s given up",
                             rec.name, gen.number, self.settings.form_timeout, stuck)  # fmt: skip
-                self._workers_died(rec, stuck)
+                self.workers_died(rec, stuck)
                 return False
         if rec.transition is not None and all(
             r is not None and r.broken >= gen.number for r in reps
@@ -109,16 +146,16 @@ class Polling(Generations):
             # others (rank 0 waiting on the collective) still sat in the old rendezvous
             # and joined the new one a timeout late, every time: a livelock.
             log.warning("%s: generation %d did not form; offering another", rec.name, gen.number)
-            self._new_generation(rec, gen.members, how=rec.transition.how, joiners=(), retry=True)
+            self.generations.offer(rec, gen.members, how=rec.transition.how, joiners=(), retry=True)
             return False
         if rec.transition is not None and all(_formed(r, gen.number) for r in reps):
-            self._formed(rec)
+            self.generations.formed(rec)
         return False
 
     def _finished(self, rec: JobRec, r0: WorkerReport) -> None:
         """``rec``'s training function returned on every worker holding its state
         (``r0``: rank 0's report): record the end, then stop every worker."""
-        self.note(
+        self.log.note(
             LogKind.FINISHED,
             rec.name,
             step=r0.step,
@@ -126,16 +163,16 @@ class Polling(Generations):
             seconds=round(self.clock() - (rec.row.started or rec.row.submitted), 3),
         )
         rec.update(step=r0.step, loss=r0.loss)
-        self._end(rec, JobState.FINISHED)
+        self.end(rec, JobState.FINISHED)
 
-    def _workers_died(self, rec: JobRec, dead: list[str]) -> None:
+    def workers_died(self, rec: JobRec, dead: list[str]) -> None:
         for g in dead:
             name = rec.actors.pop(g)
             self.actors.kill(name)
             rec.reports.pop(g, None)
             if g not in rec.members:
                 continue  # a leaver: nothing lost
-            self.note(
+            self.log.note(
                 LogKind.WORKER_FAILED,
                 rec.name,
                 worker=g,
@@ -145,7 +182,7 @@ class Polling(Generations):
             gpu = self.board.get(parse_gpu(g))
             if gpu.job == rec.name:
                 self.board.fail(gpu)
-                self.log_gpu(gpu.gpu_id, "release", rec.name)
+                self.log.gpu(gpu.gpu_id, "release", rec.name)
         lost = tuple(g for g in rec.members if g in dead or g in rec.lost)
         if not lost:
             return
@@ -158,9 +195,9 @@ class Polling(Generations):
         else:
             # Nobody holds the state: back to the queue, to restore the checkpoint.
             rec.gen, rec.transition, rec.lost = None, None, ()
-            rec.update(state=JobState.QUEUED, workers=(), restarts=rec.row.restarts + 1)
+            rec.move(JobState.QUEUED, workers=(), restarts=rec.row.restarts + 1)
 
-    def _end(self, rec: JobRec, state: JobState, message: str = "") -> None:
+    def end(self, rec: JobRec, state: JobState, message: str = "") -> None:
         """End ``rec``: the end is durable before its workers are killed, so a
         controller that dies in between finds the job ended (and kills the workers
         as an ended job's), never a running job whose workers died (which it would
@@ -170,12 +207,12 @@ class Polling(Generations):
         rec.leaving.clear()
         rec.leaving_since.clear()
         for g in self.board.held(rec.name):
-            self.log_gpu(g.gpu_id, "release", rec.name)
+            self.log.gpu(g.gpu_id, "release", rec.name)
         self.board.release_job(rec.name)
         rec.gen, rec.transition, rec.lost = None, None, ()
-        rec.update(state=state, finished=self.clock(), workers=(), message=message)
+        rec.move(state, finished=self.clock(), workers=(), message=message)
         self.flush()
-        self.fault("finish.recorded")
+        self.crash.hit("finish.recorded")
         for name in workers:
             self.actors.kill(name)
 

@@ -19,17 +19,25 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from deepboot.core.gpu import GpuState
+from deepboot.core.gpu import GpuId, GpuState
 from deepboot.elastic.protocol import Generation, WorkerReport, WorkerStatus
-from deepboot.runtime.actors.handles import ActorName
+from deepboot.runtime.actors.handles import ActorName, Actors
 from deepboot.runtime.actors.replica_actor import REPLICA_PREFIX
-from deepboot.runtime.controller.intake import Intake
-from deepboot.runtime.controller.jobrecords import JobRec, OnlineModel, parse_gpu
-from deepboot.runtime.store.jobstore import GpuRow, JobRow, JobState, LogKind
+from deepboot.runtime.controller.controller_settings import ControllerSettings
+from deepboot.runtime.controller.eventlog import EventLog
+from deepboot.runtime.controller.faults import CrashPoints
+from deepboot.runtime.controller.generations import Generations, num_nodes
+from deepboot.runtime.controller.jobrecords import JobRec, OnlineModel, gpu_name, parse_gpu
+from deepboot.runtime.controller.service_catalog import ServiceCatalog
+from deepboot.runtime.controller.shared import Flush, Post
+from deepboot.runtime.store.jobstore import EventRow, GpuRow, JobRow, JobState, JobStore, LogKind
+from deepboot.runtime.store.statedir import StateDir
 from deepboot.scheduler.events import Event, EventKind
+from deepboot.world.gpus import BoardGpu, GpuBoard
 
 _REPLICA_STATES = frozenset({"running", "protect", "sleep"})
 
@@ -197,17 +205,70 @@ def _generation(report: WorkerReport | None) -> int:
     return report.generation
 
 
-class Recovery(Intake):
-    """Carrying out the recovery plans (see the module docstring)."""
+class Counters(Protocol):
+    """The Prometheus counters, as recovery restores them."""
+
+    def restore(self, counts: Mapping[str, int]) -> None: ...
+
+    def replay(self, events: Iterable[EventRow]) -> None: ...
+
+
+class Recovery:
+    """Carrying out the recovery plans (see the module docstring).
+
+    Args:
+        store: The rows to recover from.
+        actors: The live workers and replicas.
+        board: The GPU ledger, rebuilt.
+        jobs: The jobs not yet ended, by name: every stored one joins them.
+        catalog: The services (a replica of an unknown one is killed).
+        generations: Re-forms the jobs whose group lost a member.
+        counters: The Prometheus counters, restored.
+        state: The state directory.
+        settings: The controller's settings (for the ``controller_started`` record).
+        log: The event log.
+        post: The driver's queue (the recovered replicas' protect timers).
+        flush: Records the recovered picture.
+        crash: The crash points.
+
+    Attributes:
+        idle_recovered: The GPUs of the replicas recovered RUNNING (idle now): the
+            loop hears of each once it runs.
+        adopted: The replicas recovered, for the router once one serves.
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        actors: Actors,
+        board: GpuBoard,
+        jobs: dict[str, JobRec],
+        catalog: ServiceCatalog,
+        generations: Generations,
+        counters: Counters,
+        state: StateDir,
+        settings: ControllerSettings,
+        log: EventLog,
+        post: Post,
+        flush: Flush,
+        crash: CrashPoints,
+    ) -> None:
+        self.store, self.actors, self.board, self.jobs = store, actors, board, jobs
+        self.catalog, self.generations, self.counters = catalog, generations, counters
+        self.state, self.settings, self.log, self.post = state, settings, log, post
+        self.flush, self.crash = flush, crash
+        self._gpu_names = frozenset(gpu_name(g.gpu_id) for g in board.gpus)
+        self.idle_recovered: list[GpuId] = []
+        self.adopted: list[BoardGpu] = []
 
     def recover(self) -> None:
         """Rebuild the picture from the store and the live actors, and record it."""
         saved = self.store.meta("counters", "")
         if saved:
-            self.metrics.restore(json.loads(saved))
+            self.counters.restore(json.loads(saved))
         else:  # a store an older deepboot wrote: count its log, once
-            self.metrics.replay(self.store.events())
-        self.take_services()
+            self.counters.replay(self.store.events())
+        self.catalog.take_services()
         # Read before anything below flushes (a re-formed job does), which rewrites
         # the GPU table from a picture that has no replicas yet.
         stored_gpus = self.store.gpus()
@@ -215,10 +276,10 @@ class Recovery(Intake):
         live = [n for n in self.actors.list_workers() if ActorName.parse(n)]
         reports = self.actors.reports(live)
         plan = plan_recovery(rows, live, reports)
-        self.fault("recovery.planned")
+        self.crash.hit("recovery.planned")
         for name in plan.kill:
             self.actors.kill(name)
-        self.fault("recovery.killed")
+        self.crash.hit("recovery.killed")
         recovered: list[str] = []
         reform: list[tuple[JobRec, JobPlan]] = []
         for job in plan.jobs:
@@ -236,11 +297,11 @@ class Recovery(Intake):
         # The replicas before anything flushes (a re-form does): a flush before them
         # would record their GPUs as FREE, and a second crash would kill them all.
         self._recover_replicas(stored_gpus, plan.claimed, kept, killed)
-        self.fault("recovery.replicas")
+        self.crash.hit("recovery.replicas")
         for rec, job in reform:
-            self._new_generation(rec, job.order, how="failure", joiners=())
-        self.note(LogKind.RECONCILED, kept=sorted(kept), killed=sorted(killed))
-        self.note(
+            self.generations.offer(rec, job.order, how="failure", joiners=())
+        self.log.note(LogKind.RECONCILED, kept=sorted(kept), killed=sorted(killed))
+        self.log.note(
             LogKind.CONTROLLER_STARTED,
             policy=self.settings.policy,
             afe=self.settings.afe,
@@ -261,10 +322,10 @@ class Recovery(Intake):
         rec.gen = Generation(
             row.generation,
             tuple(row.workers),
-            self._store_path(row.name, row.generation),
+            self.generations.store_path(row.name, row.generation),
             row.local_bsz,
             row.accum,
-            self._num_nodes(row.workers),
+            num_nodes(row.workers),
             checkpoint_path=str(self.state.job_checkpoint(row.name)),
         )
         if job.outcome is Outcome.FORMED:
@@ -273,7 +334,7 @@ class Recovery(Intake):
             pass  # re-formed by ``recover`` once the replicas are back
         else:
             rec.gen = None
-            rec.update(state=JobState.QUEUED, workers=())
+            rec.move(JobState.QUEUED, workers=())
 
     def _recover_replicas(
         self, stored: list[GpuRow], claimed: Collection[str], kept: list[str], killed: list[str]
@@ -282,7 +343,7 @@ class Recovery(Intake):
         PROTECT one with its recorded end; one that was serving is idle now: the loop
         hears of it once the driver runs), and kill the others."""
         live = self.actors.list_named(REPLICA_PREFIX)
-        keep, kill = plan_replicas(stored, live, set(self.specs), self._gpu_names, claimed)
+        keep, kill = plan_replicas(stored, live, set(self.catalog.specs), self._gpu_names, claimed)
         for name in kill:
             self.actors.kill(name)
             killed.append(name)
@@ -299,6 +360,6 @@ class Recovery(Intake):
             if until is not None:
                 self.post(Event(EventKind.PROTECT_EXPIRED, seq=rec.version, gpu=gpu), at=until)
             if state is GpuState.RUNNING:
-                self._idle_recovered.append(gpu)
-            self._adopt.append(rec)
+                self.idle_recovered.append(gpu)
+            self.adopted.append(rec)
             kept.append(name)

@@ -13,21 +13,29 @@ loads, so a stale mirror costs a placement preference, never a wrong start.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Mapping
+import sqlite3
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from deepboot.core.cluster import Pool
+from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.gpu import GpuId, GpuState
+from deepboot.runtime.actors.handles import Actors
 from deepboot.runtime.actors.replica_actor import STANDBY_CONCURRENCY, replica_name, standby_name
+from deepboot.runtime.controller.controller_settings import ControllerSettings
+from deepboot.runtime.controller.eventlog import EventLog
+from deepboot.runtime.controller.faults import CrashPoints
 from deepboot.runtime.controller.jobrecords import gpu_name
-from deepboot.runtime.controller.polling import Polling
-from deepboot.runtime.store.jobstore import LogKind
+from deepboot.runtime.controller.service_catalog import ServiceCatalog
+from deepboot.runtime.controller.shared import Flush, Incarnations, Requests, RouterLink
+from deepboot.runtime.store.jobstore import JobStore, LogKind
+from deepboot.runtime.store.statedir import StateDir
 from deepboot.scheduler.control import ReplicaLoad
 from deepboot.scheduler.operations import StartReplica, WarmReplica
-from deepboot.world.gpus import apply_gpu_op
+from deepboot.world.gpus import GpuBoard, apply_gpu_op
 
 log = logging.getLogger("deepboot.controller")
 
@@ -60,15 +68,72 @@ class Warming:
     started: float
 
 
-class Replicas(Polling):
-    """Replica actors around the ledger's replica operations."""
+class Replicas:
+    """Replica actors around the ledger's replica operations, the standbys and the
+    node-local model caches.
+
+    Args:
+        board: The GPU ledger: every replica's GPU.
+        catalog: The services (their specs).
+        requests: The requests waiting for the loop (a placed one stops waiting).
+        state: The state directory (the services' logs).
+        settings: The controller's settings (standbys, the cache's size, timeouts).
+        cluster: The cluster (its inference nodes).
+        actors: The replicas', standbys' and caches' processes.
+        router: The router, told of every replica started or stopped.
+        log: The event log.
+        flush: Makes a new replica's row durable before its actor exists.
+        crash: The crash points.
+        incarnations: The actor names' counters.
+        clock: Wall clock.
+
+    Attributes:
+        warming: The pre-warmed replicas (``WarmReplica``) whose load the router has
+            not reported yet, by GPU (at most one per GPU).
+        slept: The replica whose ``sleep`` was last logged, per GPU: logged once per
+            replica (with --slo a replica sleeps after every request, and warm reuses
+            are not logged, so a second ``sleep`` of the same replica says nothing new).
+        ready: The replica that last reported Ready, per GPU: a RUNNING GPU whose
+            replica is not this one is still loading (``Snapshot.loading``).
+        standbys: With --standby-replicas: node -> its standby's actor name (not yet
+            promoted).
+        caches: The node-local model caches as last heard from them: node -> their
+            view (``ModelCache.view``); the snapshot's ``cached`` is read from it.
+    """
+
+    def __init__(
+        self,
+        board: GpuBoard,
+        catalog: ServiceCatalog,
+        requests: Requests,
+        state: StateDir,
+        settings: ControllerSettings,
+        cluster: ClusterSpec,
+        actors: Actors,
+        router: RouterLink,
+        log: EventLog,
+        flush: Flush,
+        crash: CrashPoints,
+        incarnations: Incarnations,
+        clock: Callable[[], float],
+    ) -> None:
+        self.board, self.catalog, self.requests, self.state = board, catalog, requests, state
+        self.settings, self.cluster, self.actors, self.router = settings, cluster, actors, router
+        self.log, self.flush, self.crash = log, flush, crash
+        self.incarnations, self.clock = incarnations, clock
+        self.warming: dict[GpuId, Warming] = {}
+        self.slept: dict[GpuId, str] = {}
+        self.ready: dict[GpuId, str] = {}
+        self.standbys: dict[int, str] = {}
+        self.caches: dict[int, dict[str, Any]] = {}
+        self._cached_view: Mapping[int, frozenset[str]] | None = None  # the snapshot's
+        self._caches_changed = False
 
     def start_replica(self, op: StartReplica) -> None:
         """A task's replica on ``op.gpu``: the idle one of its service there, woken
         (warm), or a new actor (cold; one of another service there is killed first)."""
         rec = self.board.get(op.gpu)
-        self.arrived.pop(op.task, None)
-        self.waiting.pop(op.task, None)
+        self.requests.placed(op.task)
         replica, service = rec.replica, rec.service
         warm = not op.cold and replica is not None and service == op.service
         if not warm and replica is not None:
@@ -78,7 +143,7 @@ class Replicas(Polling):
         if warm:
             assert replica is not None
             rec.replica = replica
-            if self.router is not None:
+            if self.router.port is not None:
                 handle = self.actors.handle(replica)
                 self.router.start_replica(
                     gpu, op.service, replica, handle, cold=False, task=op.task
@@ -114,26 +179,25 @@ class Replicas(Polling):
         names, which recovery kills (as it kills every standby no row names)."""
         rec = self.board.get(gpu_id)
         gpu = gpu_name(gpu_id)
-        spec = self.specs[service]
+        spec = self.catalog.specs[service]
         log_path = str(self.state.logs / f"service-{service}.log")
         extra: dict[str, Any] = {} if task else {"prewarm": True}
         promoted = self._promote_standby(gpu_id, spec.to_json(), spec.concurrency, log_path)
         if promoted is not None:
             name, handle = promoted
-            self.fault("standby.promoted")
+            self.crash.hit("standby.promoted")
             rec.replica = name
-            self.note(LogKind.REPLICA, gpu=gpu, service=service, op="start", cold=True,
+            self.log.note(LogKind.REPLICA, gpu=gpu, service=service, op="start", cold=True,
                       standby=True, **extra)  # fmt: skip
             self.flush()
         else:
-            name = replica_name(service, gpu, self._next_incarnation(f"replica:{service}"))
+            name = replica_name(service, gpu, self.incarnations.next(f"replica:{service}"))
             rec.replica = name
-            self.note(LogKind.REPLICA, gpu=gpu, service=service, op="start", cold=True, **extra)
+            self.log.note(LogKind.REPLICA, gpu=gpu, service=service, op="start", cold=True, **extra)
             self.flush()
-            self.fault("cold.recorded")
+            self.crash.hit("cold.recorded")
             handle = self.actors.create_replica(name, spec.to_json(), gpu, log_path)
-        if self.router is not None:
-            self.router.start_replica(gpu, service, name, handle, cold=True, task=task)
+        self.router.start_replica(gpu, service, name, handle, cold=True, task=task)
         return name
 
     # -- standby replicas (--standby-replicas) -----------------------------------------------
@@ -147,7 +211,7 @@ class Replicas(Polling):
         for node in self.cluster.pool_nodes(Pool.INFERENCE):
             if node.node_id in self.standbys:
                 continue
-            name = standby_name(node.node_id, self._next_incarnation(f"standby:{node.node_id}"))
+            name = standby_name(node.node_id, self.incarnations.next(f"standby:{node.node_id}"))
             try:
                 self.actors.create_standby(
                     name, node.node_id, str(self.state.logs / f"standby-{node.node_id}.log")
@@ -193,7 +257,7 @@ class Replicas(Polling):
         out: dict[GpuId, ReplicaLoad] = {}
         for gpu_id, w in sorted(self.warming.items()):
             rec = self.board.get(gpu_id)
-            spec = self.specs.get(w.service)
+            spec = self.catalog.specs.get(w.service)
             if rec.replica != w.replica or rec.state is not GpuState.RUNNING or spec is None:
                 continue  # gone since (died, evicted): not loading any more
             out[gpu_id] = ReplicaLoad(spec.concurrency, w.started + (spec.cold_start_s or 0.0))
@@ -213,13 +277,12 @@ class Replicas(Polling):
             return
         cache = self._export(gpu, replica, service)
         if cache:
-            self.fault("evict.exported")
+            self.crash.hit("evict.exported")
         self.actors.kill(replica)
-        self.fault("evict.killed")
-        if self.router is not None:
-            self.router.stop_replica(gpu_name(gpu))
+        self.crash.hit("evict.killed")
+        self.router.stop_replica(gpu_name(gpu))
         extra = {"cache": cache} if cache else {}
-        self.note(LogKind.REPLICA, gpu=gpu_name(gpu), service=service, op="evict", **extra)
+        self.log.note(LogKind.REPLICA, gpu=gpu_name(gpu), service=service, op="evict", **extra)
 
     # -- the node-local model caches ---------------------------------------------------------
 
@@ -235,7 +298,13 @@ class Replicas(Polling):
             return
         for node in self.cluster.pool_nodes(Pool.INFERENCE):
             view = self.actors.ensure_cache(node.node_id, self._cache_gb(), CACHE_CALL_TIMEOUT_S)
-            self._set_cache(node.node_id, view)
+            self.set_cache(node.node_id, view)
+
+    def node_left(self, node: int) -> None:
+        """Node ``node`` left the cluster: its standby and its model cache died with
+        it (another of each once it returns)."""
+        self.standbys.pop(node, None)
+        self.set_cache(node, None)
 
     def cache_node_back(self, node: int) -> None:
         """Node ``node`` returned to the cluster: start its cache again (empty: the
@@ -243,11 +312,11 @@ class Replicas(Polling):
         if self._cache_gb() and node in {
             n.node_id for n in self.cluster.pool_nodes(Pool.INFERENCE)
         }:
-            self._set_cache(
+            self.set_cache(
                 node, self.actors.ensure_cache(node, self._cache_gb(), CACHE_CALL_TIMEOUT_S)
             )
 
-    def _set_cache(self, node: int, view: dict[str, Any] | None) -> None:
+    def set_cache(self, node: int, view: dict[str, Any] | None) -> None:
         if view is None:
             if self.caches.pop(node, None) is not None:
                 self._cached_view = None
@@ -272,7 +341,7 @@ class Replicas(Polling):
         """A replica of ``service`` on ``node`` started from the node's cache: hear
         what the cache holds now (its order of use changed)."""
         if self._cache_gb():
-            self._set_cache(node, self.actors.cache_view(node, CACHE_CALL_TIMEOUT_S))
+            self.set_cache(node, self.actors.cache_view(node, CACHE_CALL_TIMEOUT_S))
 
     def _export(self, gpu: GpuId, replica: str, service: str | None) -> str:
         """Ask ``replica`` to export its model into its node's cache, waiting at most
@@ -281,12 +350,12 @@ class Replicas(Polling):
         "none" (its handler has no ``export_weights``), "not-kept" (larger than the
         whole cache), "failed" (an error or the timeout: logged, and the replica is
         evicted anyway)."""
-        spec = self.specs.get(service) if service else None
+        spec = self.catalog.specs.get(service) if service else None
         if not self._cache_gb() or spec is None:
             return ""
         node = gpu[0]
         if node not in self.caches:  # not started yet, or it did not answer: try again
-            self._set_cache(
+            self.set_cache(
                 node, self.actors.ensure_cache(node, self._cache_gb(), CACHE_CALL_TIMEOUT_S)
             )
             if node not in self.caches:
@@ -302,10 +371,17 @@ class Replicas(Polling):
                         type(exc).__name__, exc)  # fmt: skip
             # Heard nothing reliable: ask the cache again (start it, if it died with
             # its node) at the node's next eviction.
-            self._set_cache(node, None)
+            self.set_cache(node, None)
             return "failed"
         if view is None:
             return "none"
-        self._set_cache(node, view)
+        self.set_cache(node, view)
         # Not kept: larger than the whole cache (the cache says so in its log).
         return "exported" if spec.model in view["models"] else "not-kept"
+
+    def write_caches(self, store: JobStore, db: sqlite3.Connection) -> None:
+        """What the caches hold, in ``db``, when it changed since the last flush."""
+        if self._caches_changed:
+            views = [self.caches[n] for n in sorted(self.caches)]
+            store.set_meta(db, "host_cache", json.dumps(views))
+            self._caches_changed = False

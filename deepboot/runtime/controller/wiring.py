@@ -25,52 +25,61 @@ turn of its loop:
 
 It holds no scheduling logic: which job or replica gets which GPU is the control
 loop's. ``/healthz`` turns 503 when the loop stops turning.
+
+:class:`Controller` only wires the parts together and runs the loop: each part owns
+its state and is handed its collaborators (the store, the GPU ledger, the event log,
+the actors, the clock, the other parts it calls) when it is built, in
+:meth:`Controller.__init__`, in the order they depend on each other.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import signal
+import statistics
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 import numpy as np
 
 from deepboot.core.cluster import ClusterSpec
-from deepboot.core.gpu import GpuId
-from deepboot.core.service import ServiceSpec
 from deepboot.runtime import messages as rt
 from deepboot.runtime.actors.handles import Actors
 from deepboot.runtime.controller.adapter import RayBackend
 from deepboot.runtime.controller.controller_settings import (
+    LATENCIES_KEPT,
     ControllerSettings,
     build_loop,
 )
-from deepboot.runtime.controller.faults import die
+from deepboot.runtime.controller.eventlog import EventLog
+from deepboot.runtime.controller.faults import CrashPoints, die
+from deepboot.runtime.controller.generations import Generations
+from deepboot.runtime.controller.intake import Intake
 from deepboot.runtime.controller.jobrecords import JobRec, gpu_name
+from deepboot.runtime.controller.nodes import Nodes
+from deepboot.runtime.controller.polling import Polling
 from deepboot.runtime.controller.recovery import Recovery
-from deepboot.runtime.controller.replicas import Warming
+from deepboot.runtime.controller.replicas import Replicas
+from deepboot.runtime.controller.service_catalog import ServiceCatalog
+from deepboot.runtime.controller.shared import Incarnations, Requests, RouterLink
 from deepboot.runtime.controller.warmup import warm_kernels
 from deepboot.runtime.controller.watchdog import TurnWatchdog
-from deepboot.runtime.slotally import SloTally
-from deepboot.runtime.store.jobstore import JobStore, LogKind
+from deepboot.runtime.store.jobstore import GpuRow, JobStore, LogKind
 from deepboot.runtime.store.statedir import StateDir
 from deepboot.scheduler.events import Event, EventKind
-from deepboot.world.demand import DemandLedger, LoadWindow
+from deepboot.world.demand import DemandLedger
 from deepboot.world.driver import Driver, WallClock
-from deepboot.world.gpus import BoardGpu, GpuBoard
+from deepboot.world.gpus import GpuBoard
 from deepboot.world.recording import Recorder
-
-if TYPE_CHECKING:
-    from deepboot.runtime.prometheus_metrics import Metrics
 
 __all__ = ["Controller"]
 
 log = logging.getLogger("deepboot.controller")
 
 
-class Controller(Recovery):
+class Controller:
     """See the module docstring.
 
     Args:
@@ -81,6 +90,14 @@ class Controller(Recovery):
         clock: Wall clock (injected for tests of the bookkeeping).
         crash: What dying at the crash point ``settings.crash_at`` means: SIGKILL
             (``faults.die``); in-process tests raise instead.
+
+    Attributes:
+        board: The GPU ledger: every GPU change goes through it, checked.
+        jobs: The jobs not yet ended, by name (every part that needs them shares it).
+        requests, catalog, generations, polling, replicas, nodes, intake, recovery:
+            The parts (each in its own module).
+        backend: The runtime's world, as the driver steps it.
+        driver: The one driver: its queue holds the ticks and the protect timers.
     """
 
     def __init__(
@@ -92,27 +109,66 @@ class Controller(Recovery):
         clock: Callable[[], float] = time.time,
         crash: Callable[[str], None] = die,
     ) -> None:
-        self.state = state
-        self.settings = settings
-        self.cluster = cluster
-        self.actors = actors
-        self.clock = clock
-        self._crash = crash
+        from deepboot.runtime.prometheus_metrics import Metrics  # prometheus_client: runtime extra
+
+        self.state, self.settings, self.cluster = state, settings, cluster
+        self.actors, self.clock = actors, clock
         self.store = JobStore(state.db)
         self.board = GpuBoard(cluster)  # the GPU ledger: every change is checked
-        self._gpu_names = frozenset(gpu_name(g.gpu_id) for g in self.board.gpus)
-        # Replicas recovered RUNNING (idle now): the loop hears of each once it runs.
-        self._idle_recovered: list[GpuId] = []
         self.jobs: dict[str, JobRec] = {}
         self.rng = np.random.default_rng(settings.seed)
         self.loop = build_loop(settings)
         # What the loop sees and decides, step by step, for 'deepboot replay'.
         self.recorder = Recorder(state.recording, keep_bytes=settings.record_bytes)
-        self.backend = RayBackend(self)
-        from deepboot.runtime.prometheus_metrics import Metrics  # prometheus_client: runtime extra
-
-        self.metrics: Metrics = Metrics()
+        self.metrics = Metrics()
         self.inbox = rt.Inbox()
+        self.log = EventLog(self.metrics)
+        self.crash = CrashPoints(settings.crash_at, crash)
+        self.router = RouterLink()
+        incarnations = Incarnations(self.store)
+        slo = self.loop.settings.slo
+        # With --slo, the requests binned for the SLO guard's forecast (a bounded
+        # history, as the simulator keeps it); None without.
+        self.requests = Requests(
+            DemandLedger(slo.forecast.bin_s, slo.forecast.history_bins) if slo.enabled else None
+        )
+        self.catalog = ServiceCatalog(
+            self.store, self.log, self.router, clock, settings.shared.slo_target
+        )
+        self.generations = Generations(
+            state, settings, self.loop.training.job_mode, self.board, actors,
+            incarnations=incarnations, clock=clock,
+            log=self.log, flush=self.flush, crash=self.crash,
+        )  # fmt: skip
+        self.polling = Polling(
+            self.jobs, self.generations, self.board, actors, settings,
+            post=self.post, clock=clock,
+            log=self.log, flush=self.flush, crash=self.crash,
+        )  # fmt: skip
+        self.replicas = Replicas(
+            self.board, self.catalog, self.requests, state, settings, cluster, actors,
+            self.router, incarnations=incarnations, clock=clock,
+            log=self.log, flush=self.flush, crash=self.crash,
+        )  # fmt: skip
+        self.nodes = Nodes(
+            cluster, self.board, self.jobs, self.polling, self.replicas, actors, self.router,
+            settings, self.log, self.post, clock,
+        )  # fmt: skip
+        self.intake = Intake(
+            self.inbox, self.store, self.loop, cluster, self.board, self.jobs, self.requests,
+            self.catalog, self.polling, self.replicas, self.nodes, actors, self.log,
+            self.post, self.flush, clock,
+        )  # fmt: skip
+        self.recovery = Recovery(
+            self.store, actors, self.board, self.jobs, self.catalog, self.generations,
+            self.metrics, state, settings, post=self.post,
+            log=self.log, flush=self.flush, crash=self.crash,
+        )  # fmt: skip
+        self.backend = RayBackend(
+            self.loop, cluster, self.board, self.jobs, self.requests, self.catalog,
+            self.replicas, self.generations, self.log, self.crash, self.post,
+            settings.interval, clock,
+        )  # fmt: skip
         # The one driver: its queue holds the ticks and the replicas' protect timers;
         # its wall clock wakes early when the router posts a message.
         wall = WallClock(clock, self.inbox.wake, longest_wait=settings.poll)
@@ -120,42 +176,89 @@ class Controller(Recovery):
             self.loop, self.backend, self.rng, wall, on_rejected=self._rejected,
             observe=self.recorder.observe,
         )  # fmt: skip
-        self.router: rt.RouterPort | None = None
-        self.specs: dict[str, ServiceSpec] = {}
-        self.arrived: dict[str, str] = {}  # request id -> service, until placed or withdrawn
-        self.waiting: dict[str, str] = {}  # the arrivals the loop could not place, in order
-        # Every request the router accepted and every answer: the services' load.
-        self.demand = LoadWindow()
-        # With --slo, the same requests binned for the SLO guard's forecast (a bounded
-        # history, as the simulator keeps it); None without.
-        slo = self.loop.settings.slo
-        self.arrivals: DemandLedger | None = (
-            DemandLedger(slo.forecast.bin_s, slo.forecast.history_bins) if slo.enabled else None
-        )
-        self.warming: dict[GpuId, Warming] = {}  # pre-warmed replicas not yet reported
-        self.slo = SloTally()  # each answer within or over its service's slo_wait_s
-        self._slo_logged: dict[str, tuple[int, int, float]] = {}
-        self._adopt: list[BoardGpu] = []  # replicas recovered, for the router once it runs
-        self._cold_starts: list[tuple[str, float]] = []
-        self.slept: dict[GpuId, str] = {}  # the replica whose sleep was last logged
-        self.ready: dict[GpuId, str] = {}  # the replica that last reported Ready
-        # Crash-loop back-offs to record: service -> (failures in a row, Unix time
-        # before which no replica starts, or None once it ended).
-        self._backoffs: dict[str, tuple[int, float | None]] = {}
-        self._pending_log: list[tuple[LogKind, str, dict[str, Any]]] = []
-        self.caches: dict[int, dict[str, Any]] = {}  # node -> its model cache's last view
-        self._cached_view: Mapping[int, frozenset[str]] | None = None  # the snapshot's
-        self._caches_changed = False
-        self.standbys: dict[int, str] = {}  # node -> its standby (--standby-replicas)
-        self._tick0: float | None = None  # the first tick: the origin of the grid
-        self._last = clock()
         self._stop = False
         self.watchdog = TurnWatchdog(settings.slow_turn_s)
+
+    def post(self, event: Event, at: float | None = None) -> None:
+        """Schedule ``event`` on the driver's queue at ``at`` (None: now)."""
+        self.driver.post(event, at)
 
     def _rejected(self, event: Event, exc: Exception) -> None:
         """The error boundary: a step that raised is logged and skipped."""
         log.error("the step for %s raised; skipped", event, exc_info=exc)
-        self.note(LogKind.DECISION_REJECTED, event=event.kind.value, error=repr(exc)[-2000:])
+        self.log.note(LogKind.DECISION_REJECTED, event=event.kind.value, error=repr(exc)[-2000:])
+
+    def flush(self) -> None:
+        """Write the whole state and the waiting event-log records in one transaction:
+        the records, the jobs, the GPUs, the services' changes, the caches, the
+        counters, the SLO tally, the heartbeat and the decision latencies. Then drop
+        the ended jobs, whose last row is written."""
+        store = self.store
+        with store.transaction() as db:
+            self.log.write(store, db)
+            for j in self.jobs.values():
+                store.save_job(db, j.row)
+            store.save_gpus(
+                db,
+                [
+                    GpuRow(
+                        gpu_name(r.gpu_id),
+                        r.node_id,
+                        r.index,
+                        r.pool.value,
+                        r.state.value,
+                        r.job or "",
+                        r.service or "",
+                        r.replica or "",
+                        r.hits,
+                        r.protect_until,
+                    )  # fmt: skip
+                    for r in self.board.gpus
+                ],
+            )
+            self.catalog.write_changes(db)
+            self.replicas.write_caches(store, db)
+            store.set_meta(db, "counters", json.dumps(self.metrics.counts()))
+            slos = self.catalog.write_slo(db)
+            store.prune_events(db, self.settings.keep_events)
+            store.set_meta(db, "heartbeat", repr(self.clock()))
+            latencies = self.driver.decision_ms
+            if latencies:
+                del latencies[:-LATENCIES_KEPT]  # the latest decisions only
+                median = statistics.median(latencies)
+                store.set_meta(db, "rounds", str(self.driver.rounds))
+                store.set_meta(db, "decision_ms_median", repr(median))
+                store.set_meta(db, "decision_ms_max", repr(max(latencies)))
+            store.set_meta(db, "controller_pid", str(os.getpid()))
+        self.metrics.set_world(
+            ((r.pool, r.state, r.job, r.service) for r in self.board.gpus),
+            (j.row.state.value for j in self.jobs.values()),
+            slos,
+        )
+        # An ended job's last row is written: stop rewriting it every iteration.
+        for name in [n for n, j in self.jobs.items() if j.row.state.ended]:
+            del self.jobs[name]
+
+    def connect_router(self, router: rt.RouterPort) -> None:
+        """Hand the router that now serves what it needs from this controller: the
+        services and their measured cold starts, each service's crash-loop back-off as
+        the store kept it, and the live replicas recovered idle; then record where it
+        listens (``http.json``): clients find it only once it knows the services."""
+        self.router.port = router
+        specs = self.catalog.specs
+        router.set_services(specs, self.catalog.measured_cold_starts())
+        now = self.clock()  # a back-off outlives the controller that started it
+        for row in self.store.services():
+            if row.load_failures and row.spec.name in specs:
+                left = (row.backoff_until or now) - now
+                router.restore_backoff(row.spec.name, row.load_failures, left)
+        for rec in self.recovery.adopted:
+            assert rec.replica is not None and rec.service is not None
+            router.adopt_replica(
+                gpu_name(rec.gpu_id), rec.service, rec.replica, self.actors.handle(rec.replica)
+            )
+        self.recovery.adopted.clear()
+        router.write_address(self.state.http_file)
 
     def run(
         self,
@@ -182,15 +285,15 @@ class Controller(Recovery):
                 clock.wait_until(min(driver.queue.peek_time(), poll_at))
         finally:
             self.watchdog.stop()
-            if self.router is not None:
-                self.router.stop()
+            if self.router.port is not None:
+                self.router.port.stop()
         # Stopped cleanly: the answers the router gave before it stopped count, and
         # the event log's last ``slo`` records equal the router's SLO counters. (The
         # other messages are moot now: a restarted controller recovers from the store.)
         for msg in self.inbox.drain():
             if isinstance(msg, rt.Answered):
-                self.slo.record(msg.service, msg.within, self.clock(), msg.wait)
-        self.log_slo(every_s=0.0)
+                self.catalog.slo.record(msg.service, msg.within, self.clock(), msg.wait)
+        self.catalog.log_slo(every_s=0.0)
         self.flush()
 
     def start(self, router: Callable[[], rt.RouterPort] | None = None) -> None:
@@ -202,31 +305,31 @@ class Controller(Recovery):
         # Now, not in the turn after the first job forms (the loop would stand still).
         took = warm_kernels(self.settings.policy, self.settings.params)
         log.info("compiled kernels loaded in %.1f s", took)
-        self.recover()
-        self.start_caches()
-        self.start_standbys()
+        self.recovery.recover()
+        self.replicas.start_caches()
+        self.replicas.start_standbys()
         if router is not None:
             self.connect_router(router())
-        for gpu in self._idle_recovered:
+        for gpu in self.recovery.idle_recovered:
             self.post(Event(EventKind.INFERENCE_DONE, gpu=gpu))
-        self._idle_recovered.clear()
+        self.recovery.idle_recovered.clear()
         self.post(Event(EventKind.TICK))  # the first tick, the grid's origin
 
     def turn(self, polled: bool) -> None:
         """One turn of the loop: what the router reported; the workers and the store
         when a poll is due (``polled``); every event due; the flush."""
-        self.handle_messages()
+        self.intake.handle_messages()
         if polled:
-            self.iteration()
+            self.intake.iteration()
             # What the router reported while the poll waited on the workers, before
             # the due timers act on an older view (a protect timer would put to
             # sleep, and a tick lend, the GPU of a replica a request now waits for).
-            self.handle_messages()
+            self.intake.handle_messages()
         self.driver.run_due()
-        if polled or self._pending_log:
+        if polled or self.log.pending:
             self.flush()
-        if self.router is not None:
-            self.router.beat()  # /healthz: the loop turns
+        if self.router.port is not None:
+            self.router.port.beat()  # /healthz: the loop turns
 
     def request_stop(self) -> None:
         self._stop = True
