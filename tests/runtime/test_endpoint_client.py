@@ -351,7 +351,7 @@ def test_urllibs_own_timeout_is_no_answer_in_time() -> None:
     ends (CI, 2cd965b): that is "no answer in time", not "does not speak HTTP"."""
     import urllib.error
 
-    from deepboot.runtime.client.endpoint import _timed_out
+    from deepboot.runtime.client.healthprobe import timed_out as _timed_out
 
     assert _timed_out(TimeoutError("timed out"))
     assert _timed_out(urllib.error.URLError(TimeoutError("timed out")))

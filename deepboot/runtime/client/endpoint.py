@@ -36,6 +36,12 @@ request first proves a fresh connection, and a failed proof raises
 :class:`EndpointError` (the token not sent). ``deepboot load`` does the same with a
 pool of proven connections (:mod:`deepboot.runtime.client.provenhttp`).
 
+Where the rest lives: the challenge and its proof, shared with the router and
+``deepboot load``'s pool, in :mod:`deepboot.runtime.client.endpointproof`; reading
+http.json and a token file in :mod:`deepboot.runtime.client.endpointrecord`; asking
+``/healthz`` within a deadline in :mod:`deepboot.runtime.client.healthprobe`. Their
+public names are importable from here too.
+
 No aiohttp here (the base install's CLI imports this): urllib and ``http.client``,
 with no proxy (a proxy would see the token) and no redirects (urllib would carry the
 token along).
@@ -44,50 +50,55 @@ token along).
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import http.client
 import io
 import json
-import re
 import secrets
 import select
 import socket
 import ssl
 import threading
 import urllib.error
-import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from deepboot.core.errors import DeepbootError, InputError
+from deepboot.runtime.client.endpointproof import (
+    CHALLENGE_RE,
+    MAX_ANSWER_BYTES,
+    EndpointError,
+    healthz_proof,
+    proof_failure,
+    refused_error,
+)
+from deepboot.runtime.client.endpointrecord import check_url, read_record, read_token
+from deepboot.runtime.client.healthprobe import (
+    HEALTH_TIMEOUT_S,
+    answer_within,
+    health,
+    one_line,
+    timed_out,
+)
 from deepboot.runtime.store.ownership import read_secret
 from deepboot.runtime.store.statedir import StateDir
 
-HEALTH_TIMEOUT_S = 5.0
-"""Most seconds :func:`connect` waits for ``GET /healthz`` (connection included)."""
-
-_MAX_BODY = 1 << 20
-"""Most bytes read from an answer of the endpoint."""
-
-
-CHALLENGE_RE = re.compile(r"[0-9a-f]{32,128}")
-"""A ``/healthz`` challenge: lowercase hex digits."""
-
-
-def healthz_proof(token: str, challenge: str) -> str:
-    """HMAC-SHA256 of ``challenge`` under the bearer token (hex): what ``/healthz``
-    answers to a challenge, proving it holds the token without revealing it."""
-    key = token.encode("utf-8", "surrogateescape")
-    return hmac.new(key, b"deepboot-healthz|" + challenge.encode(), hashlib.sha256).hexdigest()
-
-
-class EndpointError(DeepbootError):
-    """The endpoint of http.json does not answer, or is not this state directory's
-    controller; the token was not sent."""
+__all__ = [
+    "CHALLENGE_RE",
+    "HEALTH_TIMEOUT_S",
+    "Endpoint",
+    "EndpointError",
+    "Recorded",
+    "check_url",
+    "connect",
+    "health",
+    "healthz_proof",
+    "proof_failure",
+    "prove",
+    "read_record",
+    "read_token",
+    "refused_error",
+]
 
 
 class _Held:
@@ -176,17 +187,17 @@ class Endpoint:
                 prefix = urlsplit(self.url).path.rstrip("/")
                 conn.request(method, prefix + path, body=data, headers=headers)
                 r = conn.getresponse()
-                raw = r.read(_MAX_BODY + 1)
+                raw = r.read(MAX_ANSWER_BYTES + 1)
             except http.client.HTTPException as exc:  # not OSErrors: wrapped as urllib does
                 _drop(held)
                 raise urllib.error.URLError(exc) from None
             except BaseException:
                 _drop(held)
                 raise
-            if len(raw) > _MAX_BODY or not r.isclosed() or conn.sock is None:
+            if len(raw) > MAX_ANSWER_BYTES or not r.isclosed() or conn.sock is None:
                 _drop(held)  # too long to read whole, or the endpoint closes it
-            if len(raw) > _MAX_BODY:
-                raise ValueError(f"the answer to {method} {path} is over {_MAX_BODY} bytes")
+            if len(raw) > MAX_ANSWER_BYTES:
+                raise ValueError(f"the answer to {method} {path} is over {MAX_ANSWER_BYTES} bytes")
             if not 200 <= r.status < 300:
                 raise urllib.error.HTTPError(
                     self.url + path, r.status, r.reason, r.headers, io.BytesIO(raw)
@@ -245,29 +256,22 @@ def _prove(
     else:
         conn = http.client.HTTPConnection(host, port, timeout=timeout)
     challenge = secrets.token_hex(16)
-    result: list[object] = []
 
-    def ask() -> None:
-        try:
-            conn.connect()
-            conn.auto_open = 0  # from now on, this connection or none
-            conn.request("GET", f"{prefix}/healthz?challenge={challenge}")
-            r = conn.getresponse()
-            result.append((r.status, r.read(_MAX_BODY + 1), conn.sock is not None))
-        except Exception as exc:  # no answer, or not HTTP (http.client's errors)
-            result.append(exc)
+    def ask() -> tuple[int, bytes, bool]:
+        # Raises when there is no answer, or not HTTP (http.client's errors).
+        conn.connect()
+        conn.auto_open = 0  # from now on, this connection or none
+        conn.request("GET", f"{prefix}/healthz?challenge={challenge}")
+        r = conn.getresponse()
+        return r.status, r.read(MAX_ANSWER_BYTES + 1), conn.sock is not None
 
-    # A thread, so that an endpoint that answers a byte at a time cannot hold us
-    # past the deadline (the socket's timeout bounds each read, not the exchange).
-    asker = threading.Thread(target=ask, name="deepboot-healthz", daemon=True)
-    asker.start()
-    asker.join(timeout)
+    result = answer_within(ask, timeout)  # a deadline on the whole exchange
     answer = result[0] if result else None
     if answer is None or isinstance(answer, Exception):
         _abandon(conn)
-        if answer is None or _timed_out(answer):
+        if answer is None or timed_out(answer):
             raise _Unreachable(f"did not answer GET /healthz within {timeout:g} s")
-        said = _one_line(answer) or type(answer).__name__
+        said = one_line(answer) or type(answer).__name__
         if isinstance(answer, OSError | http.client.IncompleteRead):  # refused, reset, closed
             raise _Unreachable(f"does not answer ({said})")
         raise refused_error(url, f"does not answer HTTP ({said})", source)
@@ -290,45 +294,6 @@ def _abandon(conn: http.client.HTTPConnection) -> None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
     conn.close()
-
-
-def proof_failure(
-    status: int,
-    body: bytes,
-    token: str,
-    challenge: str,
-    instance: str | None,
-    source: str = "http.json",
-) -> str:
-    """Why the answer (``status``, ``body``) to ``GET /healthz?challenge=<challenge>``
-    does not prove that its sender holds ``token`` (and, unless ``instance`` is None,
-    is that instance); "" when it does. ``source`` names where ``instance`` was read.
-    """
-    if status != 200:
-        return f"answered GET /healthz with HTTP {status}"
-    if len(body) > _MAX_BODY:
-        return f"answered GET /healthz with over {_MAX_BODY} bytes"
-    try:
-        answer = json.loads(body)
-    except ValueError:
-        return "answered GET /healthz with something other than JSON"
-    got = answer.get("instance") if isinstance(answer, dict) else None
-    if not isinstance(got, str):
-        return "answered GET /healthz without an instance id"
-    if instance is not None and got != instance:
-        return (
-            f"answered GET /healthz with another instance id than {source}'s (the file "
-            "is stale, and another process listens there)"
-        )
-    proof = answer.get("proof") if isinstance(answer, dict) else None
-    if not isinstance(proof, str) or not hmac.compare_digest(
-        proof.encode("utf-8", "surrogateescape"), healthz_proof(token, challenge).encode()
-    ):
-        return (
-            "did not prove it holds the token (a wrong answer to GET /healthz's challenge: "
-            "another process listens there)"
-        )
-    return ""
 
 
 def prove(
@@ -355,141 +320,6 @@ def prove(
     endpoint._held.conn = conn
     endpoint._held.source = source
     return endpoint
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirect is an error: never follow one (with or without the token)."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
-
-
-def read_token(path: str | Path, reader: Callable[[Path], str] | None = None) -> str:
-    """The bearer token in ``path`` (surrounding whitespace removed), read by ``reader``
-    (default: a plain read; a state directory's token goes through
-    :func:`~deepboot.runtime.store.ownership.read_secret`, which refuses a file not ours and
-    0600, raising :class:`~deepboot.runtime.store.ownership.UnsafePathError`).
-
-    Raises:
-        InputError: the file is missing, unreadable or empty.
-    """
-    spath = str(path)
-    try:
-        if reader is None:
-            token = Path(path).read_text(encoding="utf-8").strip()
-        else:
-            token = reader(Path(path)).strip()
-    except FileNotFoundError:
-        raise InputError(spath, 0, "", "token file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(spath, 0, "", f"cannot read the token: {exc}") from None
-    if not token or any(c.isspace() for c in token):
-        raise InputError(spath, 0, "", "the token file is empty or holds more than one word")
-    return token
-
-
-def check_url(url: str) -> str:
-    """``url`` if it looks like ``http(s)://HOST[:PORT]`` (trailing slashes removed).
-
-    Raises:
-        ValueError: it does not.
-    """
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"must look like http://HOST:PORT, got {url!r}")
-    return url.rstrip("/")
-
-
-def read_record(path: Path) -> tuple[str, str]:
-    """(url, instance) of the endpoint that http.json at ``path`` records.
-
-    Raises:
-        EndpointError: there is no such file (no controller serves).
-        InputError: it is not the record the controller writes (naming the key).
-    """
-    spath = str(path)
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise EndpointError(
-            f"no HTTP endpoint recorded in {spath}: no controller serves (run 'deepboot up')"
-        ) from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        why = f"cannot read it: {exc}" if isinstance(exc, OSError) else "not JSON"
-        raise InputError(
-            spath, 0, "", f"not the endpoint record the controller writes ({why})"
-        ) from None
-    if not isinstance(info, dict):
-        raise InputError(spath, 0, "", "not the endpoint record the controller writes")
-    url = info.get("url")
-    if not isinstance(url, str):
-        raise InputError(spath, 0, "url", "missing, or not a string")
-    try:
-        url = check_url(url)
-    except ValueError as exc:
-        raise InputError(spath, 0, "url", str(exc)) from None
-    instance = info.get("instance")
-    if not isinstance(instance, str) or not re.fullmatch(r"[0-9A-Za-z_-]{1,256}", instance):
-        raise InputError(
-            spath,
-            0,
-            "instance",
-            "missing or malformed: no client can check that the endpoint is this state "
-            "directory's controller (a controller older than this deepboot wrote it? "
-            "restart it: 'deepboot down', then 'deepboot up')",
-        )
-    return url, instance
-
-
-def health(url: str, timeout: float = HEALTH_TIMEOUT_S, challenge: str = "") -> tuple[str, str]:
-    """The instance id and the proof (:func:`healthz_proof`; "" without a challenge)
-    that ``GET {url}/healthz?challenge=...`` answers (sent without the token); the
-    whole exchange takes at most ``timeout`` seconds.
-
-    Raises:
-        EndpointError: no answer within ``timeout``, or not a deepboot controller's.
-    """
-    result: list[object] = []
-
-    def ask() -> None:
-        try:
-            query = f"?challenge={challenge}" if challenge else ""
-            with _OPENER.open(url + "/healthz" + query, timeout=timeout) as r:
-                result.append(json.loads(r.read(_MAX_BODY)))
-        except urllib.error.HTTPError as exc:
-            exc.close()
-            result.append(exc)
-        except Exception as exc:  # no answer, not HTTP (http.client's errors), not JSON
-            result.append(exc)
-
-    # A thread, so that an endpoint that answers a byte at a time cannot hold us
-    # past the deadline (urllib's timeout bounds each read, not the exchange).
-    asker = threading.Thread(target=ask, name="deepboot-healthz", daemon=True)
-    asker.start()
-    asker.join(timeout)
-    # urllib's own timeout (the same length) can fire just before the join ends:
-    # that is the same "no answer in time", not an endpoint that does not speak HTTP.
-    if not result or _timed_out(result[0]):
-        raise refused_error(url, f"did not answer GET /healthz within {timeout:g} s")
-    answer = result[0]
-    if isinstance(answer, urllib.error.HTTPError):
-        raise refused_error(url, f"answered GET /healthz with HTTP {answer.code}")
-    if isinstance(answer, urllib.error.URLError):
-        raise refused_error(url, f"does not answer ({_one_line(answer.reason)})")
-    if isinstance(answer, ValueError):
-        raise refused_error(url, "answered GET /healthz with something other than JSON")
-    if isinstance(answer, Exception):
-        raise refused_error(
-            url, f"does not answer HTTP ({_one_line(answer) or type(answer).__name__})"
-        )
-    instance = answer.get("instance") if isinstance(answer, dict) else None
-    if not isinstance(instance, str):
-        raise refused_error(url, "answered GET /healthz without an instance id")
-    proof = answer.get("proof", "") if isinstance(answer, dict) else ""
-    return instance, proof if isinstance(proof, str) else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -542,28 +372,3 @@ def connect(
         InputError: http.json or the token file is malformed (naming it, and the key).
     """
     return Recorded.read(state, token_file).check(timeout)
-
-
-def refused_error(
-    url: str, what: str, source: str = "http.json", outcome: str = "the bearer token was not sent"
-) -> EndpointError:
-    """The error of an endpoint that did not prove itself; ``source``: where its URL
-    came from ("http.json", or a flag such as "--url")."""
-    if source == "http.json":
-        where, whose = "recorded in http.json", "this state directory's controller"
-    else:
-        where, whose = source, "the controller that holds the token"
-    return EndpointError(
-        f"the endpoint at {url} ({where}) {what}: it is down, or not {whose}; {outcome}"
-    )
-
-
-def _timed_out(answer: object) -> bool:
-    """``answer`` is urllib's read or connect timeout (bare, or wrapped in a URLError)."""
-    if isinstance(answer, urllib.error.URLError) and not isinstance(answer, urllib.error.HTTPError):
-        answer = answer.reason
-    return isinstance(answer, TimeoutError)
-
-
-def _one_line(reason: object) -> str:
-    return " ".join(str(reason).split())
