@@ -22,13 +22,13 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from deepboot.runtime.client.endpoint import Endpoint, EndpointError, healthz_proof, prove
+from deepboot.runtime.client.http1wire import read_answer as _read_answer
 from deepboot.runtime.client.provenhttp import (
     MAX_HEADERS,
     ProofFailed,
     ProtocolError,
     ProvenPool,
     Target,
-    _read_answer,
 )
 
 TOKEN = "b0a7" * 16

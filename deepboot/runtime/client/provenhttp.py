@@ -20,7 +20,7 @@ The contract (:class:`ProvenPool`):
   {prefix}/healthz?challenge=C`` (C: 32 fresh random hex digits; no token,
   keep-alive), and its full answer must be a 200 whose JSON echoes the target's
   instance (when known) and whose ``proof`` is
-  :func:`~deepboot.runtime.client.endpoint.healthz_proof` of the token and C. Only then do
+  :func:`~deepboot.runtime.client.endpointproof.healthz_proof` of the token and C. Only then do
   requests go on it, each with ``Authorization: Bearer <token>``, which only the pool
   adds: a caller cannot put the token on a request. An answer that is not that
   (another instance, a wrong or missing proof, not HTTP, not JSON, another status)
@@ -32,11 +32,10 @@ The contract (:class:`ProvenPool`):
   chunked); one that closes, errs, times out or answers out of turn is closed and
   never reopened silently: the next request opens (and proves) a fresh one. At most
   ``limit`` connections are open at once; a request beyond waits for one.
-* **Requests and answers.** A request line, headers (Host, Content-Length, the
-  caller's, the token) and a body. The answer: a status line and headers, bounded
-  (:data:`MAX_LINE` bytes a line, :data:`MAX_HEADERS` lines, :data:`MAX_HEAD` bytes in
-  all), informational (1xx) answers skipped, and a body framed by Content-Length,
-  chunked transfer coding, or the connection's close, of at most ``max_body`` bytes.
+* **Requests and answers** are HTTP/1.1 as :mod:`deepboot.runtime.client.http1wire`
+  writes and reads them (its bounds, :data:`MAX_LINE`, :data:`MAX_HEADERS` and
+  :data:`MAX_HEAD`, and its :class:`Response` and :class:`ProtocolError` are
+  importable from here too), an answer's body of at most ``max_body`` bytes.
   Each request is bounded by its timeout as a whole: waiting for a connection,
   connecting, proving, sending and reading.
 * **Without a token** nothing can be proved and no token is sent: connections are
@@ -49,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import secrets
 import ssl
 from collections import deque
@@ -58,22 +56,36 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from deepboot.core.errors import DeepbootError
-from deepboot.runtime.client.endpoint import EndpointError, proof_failure, refused_error
+from deepboot.runtime.client.endpointproof import EndpointError, proof_failure, refused_error
+from deepboot.runtime.client.http1wire import (
+    MAX_HEAD,
+    MAX_HEADERS,
+    MAX_LINE,
+    ProtocolError,
+    Response,
+    check_caller_headers,
+    read_answer,
+    write_request,
+)
 
-MAX_LINE = 8 << 10
-"""Most bytes of a status or header line (the CRLF included)."""
-MAX_HEADERS = 100
-"""Most header lines of an answer."""
-MAX_HEAD = 64 << 10
-"""Most bytes of an answer's status line and headers together."""
+__all__ = [
+    "MAX_BODY",
+    "MAX_HEAD",
+    "MAX_HEADERS",
+    "MAX_LINE",
+    "MAX_PROOF_BODY",
+    "NoEndpoint",
+    "ProofFailed",
+    "ProtocolError",
+    "ProvenPool",
+    "Response",
+    "Target",
+]
+
 MAX_BODY = 16 << 20
 """Most bytes of an answer's body (``ProvenPool``'s default)."""
 MAX_PROOF_BODY = 1 << 20
 """Most bytes of the answer to ``GET /healthz``."""
-
-_STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([0-9]{3})(?: ([^\r\n]*))?\r?\n")
-_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_HEADER_VALUE = re.compile(r"[^\r\n\x00]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,21 +101,6 @@ class Target:
     url: str
     instance: str | None = None
     source: str = "http.json"
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    """An answer: its status, headers (lower-case names; repeated ones joined with
-    ", ") and body."""
-
-    status: int
-    reason: str
-    headers: Mapping[str, str]
-    body: bytes
-
-
-class ProtocolError(Exception):
-    """An answer that is not well-formed HTTP/1.x, or over a bound."""
 
 
 class NoEndpoint(ConnectionError):
@@ -210,7 +207,7 @@ class ProvenPool:
             ProtocolError: an answer that is not HTTP, or over a bound.
             ValueError: a header carries the token, or a CR or LF.
         """
-        _check_headers(headers)
+        check_caller_headers(headers)
         async with asyncio.timeout(timeout):
             conn = await self._acquire()
             reusable = False
@@ -303,10 +300,11 @@ class ProvenPool:
 
     async def _prove(self, conn: _Conn, target: Target, token: str) -> None:
         challenge = secrets.token_hex(16)
-        _send(conn, "GET", f"/healthz?challenge={challenge}", {}, b"", None)
+        target_path = f"{conn.prefix}/healthz?challenge={challenge}"
+        write_request(conn.writer, conn.host, "GET", target_path, {}, b"", None)
         await conn.writer.drain()
         try:
-            answer, keep = await _read_answer(conn.reader, "GET", MAX_PROOF_BODY)
+            answer, keep = await read_answer(conn.reader, "GET", MAX_PROOF_BODY)
         except ProtocolError as exc:
             raise ProofFailed(
                 target.url, f"does not answer HTTP ({_one_line(str(exc))})", target.source
@@ -329,153 +327,10 @@ class ProvenPool:
         """Send one request on ``conn`` and read its answer: (it, whether ``conn`` may
         carry another)."""
         # The one place the token is put on a request: a proven connection's.
-        _send(conn, method, path, headers, body, self._token if conn.proven else None)
+        token = self._token if conn.proven else None
+        write_request(conn.writer, conn.host, method, conn.prefix + path, headers, body, token)
         await conn.writer.drain()
-        return await _read_answer(conn.reader, method, self._max_body)
-
-
-def _check_headers(headers: Mapping[str, str]) -> None:
-    for name, value in headers.items():
-        if name.lower() in ("authorization", "host", "content-length", "transfer-encoding"):
-            raise ValueError(f"header {name!r} is the pool's to set")
-        if not _TOKEN.fullmatch(name.encode("latin-1", "replace")) or not (
-            _HEADER_VALUE.fullmatch(value)
-        ):
-            raise ValueError(f"header {name!r}: a bad name, or a CR, LF or NUL in its value")
-
-
-def _send(
-    conn: _Conn,
-    method: str,
-    path: str,
-    headers: Mapping[str, str],
-    body: bytes,
-    token: str | None,
-) -> None:
-    lines = [f"{method} {conn.prefix}{path} HTTP/1.1", f"Host: {conn.host}"]
-    lines += [f"{name}: {value}" for name, value in headers.items()]
-    if body or method not in ("GET", "HEAD"):
-        lines.append(f"Content-Length: {len(body)}")
-    if token is not None:
-        lines.append(f"Authorization: Bearer {token}")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
-    conn.writer.write(head + body)
-
-
-async def _readline(reader: asyncio.StreamReader, first: bool = False) -> bytes:
-    """One line (LF-terminated, CRLF allowed), at most :data:`MAX_LINE` bytes."""
-    try:
-        line = await reader.readuntil(b"\n")
-    except asyncio.IncompleteReadError as exc:
-        if first and not exc.partial:
-            raise ConnectionResetError("the connection closed before an answer") from None
-        raise ProtocolError("the connection closed in the middle of an answer") from None
-    except asyncio.LimitOverrunError:
-        raise ProtocolError(f"a line of the answer is over {MAX_LINE} bytes") from None
-    if len(line) > MAX_LINE:
-        raise ProtocolError(f"a line of the answer is over {MAX_LINE} bytes")
-    return line
-
-
-async def _read_head(
-    reader: asyncio.StreamReader,
-) -> tuple[int, int, str, dict[str, str]]:
-    """(minor HTTP version, status, reason, headers) of one answer head."""
-    first = await _readline(reader, first=True)
-    m = _STATUS_LINE.fullmatch(first)
-    if m is None:
-        raise ProtocolError(f"not an HTTP status line: {first[:40]!r}")
-    size = len(first)
-    headers: dict[str, str] = {}
-    for _ in range(MAX_HEADERS + 1):
-        line = await _readline(reader)
-        size += len(line)
-        if size > MAX_HEAD:
-            raise ProtocolError(f"the answer's head is over {MAX_HEAD} bytes")
-        if line in (b"\r\n", b"\n"):
-            reason = (m.group(3) or b"").decode("latin-1")
-            return int(m.group(1)), int(m.group(2)), reason, headers
-        name, colon, value = line.partition(b":")
-        if not colon or not _TOKEN.fullmatch(name):  # obs-fold and junk included
-            raise ProtocolError(f"not an HTTP header line: {line[:40]!r}")
-        key = name.decode("ascii").lower()
-        text = value.strip(b" \t\r\n").decode("latin-1")
-        headers[key] = f"{headers[key]}, {text}" if key in headers else text
-    raise ProtocolError(f"the answer has over {MAX_HEADERS} header lines")
-
-
-async def _read_answer(
-    reader: asyncio.StreamReader, method: str, max_body: int
-) -> tuple[Response, bool]:
-    """The answer to a ``method`` request, and whether the connection may carry another."""
-    while True:
-        minor, status, reason, headers = await _read_head(reader)
-        if status == 101:
-            raise ProtocolError("the endpoint switched protocols (101)")
-        if status >= 200:
-            break
-        # 1xx: informational, another head follows
-    tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
-    keep = "close" not in tokens and (minor == 1 or "keep-alive" in tokens)
-    if method == "HEAD" or status in (204, 304):
-        return Response(status, reason, headers, b""), keep
-    coding = headers.get("transfer-encoding")
-    if coding is not None:
-        if coding.split(",")[-1].strip().lower() == "chunked":
-            body = await _read_chunked(reader, max_body)
-        else:
-            body, keep = await _read_to_close(reader, max_body), False
-    elif "content-length" in headers:
-        values = {v.strip() for v in headers["content-length"].split(",")}
-        if len(values) != 1 or not next(iter(values)).isdigit():
-            raise ProtocolError(f"a bad Content-Length: {headers['content-length'][:40]!r}")
-        length = int(next(iter(values)))
-        if length > max_body:
-            raise ProtocolError(f"an answer's body over {max_body} bytes ({length})")
-        body = await _read_exactly(reader, length)
-    else:
-        body, keep = await _read_to_close(reader, max_body), False
-    return Response(status, reason, headers, body), keep
-
-
-async def _read_exactly(reader: asyncio.StreamReader, n: int) -> bytes:
-    try:
-        return await reader.readexactly(n)
-    except asyncio.IncompleteReadError:
-        raise ProtocolError("the connection closed in the middle of an answer") from None
-
-
-async def _read_chunked(reader: asyncio.StreamReader, max_body: int) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        line = (await _readline(reader)).split(b";", 1)[0].strip()
-        if not line or not all(c in b"0123456789abcdefABCDEF" for c in line) or len(line) > 16:
-            raise ProtocolError(f"a bad chunk size: {line[:40]!r}")
-        n = int(line, 16)
-        if n == 0:
-            break
-        size += n
-        if size > max_body:
-            raise ProtocolError(f"an answer's body over {max_body} bytes")
-        parts.append(await _read_exactly(reader, n))
-        if await _readline(reader) not in (b"\r\n", b"\n"):
-            raise ProtocolError("a chunk not followed by CRLF")
-    for _ in range(MAX_HEADERS + 1):  # trailers, up to the empty line
-        if await _readline(reader) in (b"\r\n", b"\n"):
-            return b"".join(parts)
-    raise ProtocolError(f"over {MAX_HEADERS} trailer lines")
-
-
-async def _read_to_close(reader: asyncio.StreamReader, max_body: int) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-    while data := await reader.read(64 << 10):
-        size += len(data)
-        if size > max_body:
-            raise ProtocolError(f"an answer's body over {max_body} bytes")
-        parts.append(data)
-    return b"".join(parts)
+        return await read_answer(conn.reader, method, self._max_body)
 
 
 def _one_line(text: str) -> str:
