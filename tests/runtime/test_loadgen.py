@@ -25,13 +25,13 @@ from deepboot.runtime.client.loadgen import (
     PlannedRequest,
     RequestRecord,
     ServiceSlo,
-    _summarize,
     parse_wait_ms,
     request_id,
     request_wait,
     run_load,
     run_requests,
 )
+from deepboot.runtime.client.loadsummary import summarize as _summarize
 from deepboot.runtime.client.rateprofile import MAX_REQUESTS, RateProfile, send_times
 from deepboot.runtime.client.tracereplay import parse_service_map, slo_waits, trace_schedule
 from tests.cli_helpers import assert_one_line_error, run_cli, write_state_dir
