@@ -1,5 +1,5 @@
 """The trace behind ``deepboot load --trace``: a DeepBoot-format workload's inference
-rows as a schedule of requests (:class:`~deepboot.runtime.client.loadgen.PlannedRequest`).
+rows as a schedule of requests (:class:`~deepboot.runtime.client.loadrecords.PlannedRequest`).
 
 The workload is read by the simulator's own reader
 (:func:`deepboot.sim.workload.load_workload`, called by ``deepboot load``:
@@ -27,9 +27,9 @@ import math
 from collections.abc import Mapping, Sequence
 
 from deepboot.core.errors import ConfigError, InputError
-from deepboot.core.jobs import Workload
+from deepboot.core.jobs import InferenceTaskSpec, Workload
 from deepboot.core.service import DEFAULT_SLO_WAIT_S, ServiceSpec, valid_name
-from deepboot.runtime.client.loadgen import PlannedRequest
+from deepboot.runtime.client.loadrecords import PlannedRequest
 from deepboot.runtime.client.rateprofile import MAX_REQUESTS
 
 MAX_TIME_SCALE = 1e6
@@ -107,23 +107,9 @@ def trace_schedule(
             request; more than :data:`~deepboot.runtime.client.rateprofile.MAX_REQUESTS`.
         InputError: a trace service whose name the runtime refuses (after mapping).
     """
-    if not (math.isfinite(time_scale) and 0 < time_scale <= MAX_TIME_SCALE):
-        raise ConfigError(f"--time-scale must be in (0, {MAX_TIME_SCALE:g}], got {time_scale}")
-    if not (math.isfinite(start_s) and start_s >= 0):
-        raise ConfigError(f"--start must be a number of trace seconds >= 0, got {start_s}")
-    if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
-        raise ConfigError(f"--duration must be a number of trace seconds > 0, got {duration_s}")
-    if limit is not None and limit < 1:
-        raise ConfigError(f"--limit must be at least 1, got {limit}")
+    _check_window(time_scale, start_s, duration_s, limit)
     mapping = dict(service_map or {})
-    services = {t.service for t in workload.inference}
-    unknown = sorted(set(mapping) - services - {ANY_SERVICE})
-    if unknown:
-        shown = ", ".join(sorted(services)[:10])
-        raise ConfigError(
-            f"--service-map names {', '.join(map(repr, unknown))}, not a service of "
-            f"{source} (its services: {shown}{' ...' if len(services) > 10 else ''})"
-        )
+    _check_map_keys(mapping, {t.service for t in workload.inference}, source)
     end = math.inf if duration_s is None else start_s + duration_s
     out: list[PlannedRequest] = []
     for task in workload.inference:  # sorted by submit time (load_workload)
@@ -136,20 +122,10 @@ def trace_schedule(
                 f"{source} has more than {MAX_REQUESTS:,} requests to replay; at most "
                 f"{MAX_REQUESTS:,} per run (give --limit, or --start and --duration)"
             )
-        service = mapped(mapping, task.service)
-        if not valid_name(service):
-            # The reader's names always pass; this guards the runtime's URL and ids.
-            raise InputError(
-                source,
-                0,
-                "application",
-                f"task {task.name!r}: service {service!r} is not a name the runtime "
-                "accepts (map it with --service-map OLD=NEW)",
-            )
         out.append(
             PlannedRequest(
                 due_s=(task.submit_time - start_s) / time_scale,
-                service=service,
+                service=_sent_to(mapping, task, source),
                 exec_s=task.duration / time_scale,
             )
         )
@@ -157,6 +133,52 @@ def trace_schedule(
         window = f"[{start_s:g}, {end:g})" if duration_s is not None else f"from {start_s:g} s"
         raise ConfigError(f"no inference row of {source} falls in the window {window}")
     return out
+
+
+def _check_window(
+    time_scale: float, start_s: float, duration_s: float | None, limit: int | None
+) -> None:
+    """Raise ConfigError for a bad ``--time-scale``, ``--start``, ``--duration`` or
+    ``--limit`` (see :func:`trace_schedule`)."""
+    if not (math.isfinite(time_scale) and 0 < time_scale <= MAX_TIME_SCALE):
+        raise ConfigError(f"--time-scale must be in (0, {MAX_TIME_SCALE:g}], got {time_scale}")
+    if not (math.isfinite(start_s) and start_s >= 0):
+        raise ConfigError(f"--start must be a number of trace seconds >= 0, got {start_s}")
+    if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
+        raise ConfigError(f"--duration must be a number of trace seconds > 0, got {duration_s}")
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit must be at least 1, got {limit}")
+
+
+def _check_map_keys(mapping: Mapping[str, str], services: set[str], source: str) -> None:
+    """Raise ConfigError when ``mapping`` has a key that is neither one of the trace's
+    ``services`` nor :data:`ANY_SERVICE`."""
+    unknown = sorted(set(mapping) - services - {ANY_SERVICE})
+    if unknown:
+        shown = ", ".join(sorted(services)[:10])
+        raise ConfigError(
+            f"--service-map names {', '.join(map(repr, unknown))}, not a service of "
+            f"{source} (its services: {shown}{' ...' if len(services) > 10 else ''})"
+        )
+
+
+def _sent_to(mapping: Mapping[str, str], task: InferenceTaskSpec, source: str) -> str:
+    """The service ``task``'s request goes to (after ``mapping``).
+
+    Raises:
+        InputError: a name the runtime refuses.
+    """
+    service = mapped(mapping, task.service)
+    if not valid_name(service):
+        # The reader's names always pass; this guards the runtime's URL and ids.
+        raise InputError(
+            source,
+            0,
+            "application",
+            f"task {task.name!r}: service {service!r} is not a name the runtime "
+            "accepts (map it with --service-map OLD=NEW)",
+        )
+    return service
 
 
 def slo_waits(
