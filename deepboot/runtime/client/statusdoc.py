@@ -16,7 +16,8 @@ from deepboot.core.errors import ConfigError
 from deepboot.runtime.store.statedir import StateDir
 
 if TYPE_CHECKING:
-    from deepboot.runtime.store.jobstore import EventRow
+    from deepboot.runtime.cluster.raycluster import ClusterRecord
+    from deepboot.runtime.store.jobstore import EventRow, GpuRow, JobRow, ServiceRow
 
 
 def _float_or_none(text: str) -> float | None:
@@ -44,11 +45,7 @@ def _slo_entry(wait_s: float, target: float, counted: dict[str, Any] | None) -> 
 
 def status_document(state: StateDir) -> dict[str, Any]:
     """What ``deepboot status --json`` prints (schema: docs/runtime.md)."""
-    from deepboot.runtime.cluster.raycluster import (
-        ClusterRecord,
-        RuntimeNotUpError,
-        controller_alive,
-    )
+    from deepboot.runtime.cluster.raycluster import ClusterRecord, RuntimeNotUpError
     from deepboot.runtime.store.jobstore import JobStore
 
     try:
@@ -60,26 +57,13 @@ def status_document(state: StateDir) -> dict[str, Any]:
     store = JobStore(state.db)
     heartbeat = store.meta("heartbeat")
     gpus = store.gpus()
-    lent: dict[str, list[str]] = {}
-    for g in gpus:
-        if g.state == "lent" and g.holder:
-            lent.setdefault(g.holder, []).append(g.gpu)
     slo = json.loads(store.meta("slo", "{}"))
     # The targets the controller applies (--slo-target overrides each service's own);
     # absent before its first flush, and in a store an older deepboot wrote.
     targets = json.loads(store.meta("slo_targets", "{}"))
-    endpoint = None
-    if state.http_file.exists():
-        endpoint = json.loads(state.http_file.read_text()).get("url")
+    lent = _lent_by_holder(gpus)
     doc: dict[str, Any] = {
-        "cluster": {
-            "up": record is not None,
-            "mode": record.mode if record else None,
-            "address": record.address if record else None,
-            "controller_pid": controller_alive(state),
-            "heartbeat_age_s": round(time.time() - float(heartbeat), 3) if heartbeat else None,
-            "endpoint": endpoint,
-        },
+        "cluster": _cluster_entry(state, record, heartbeat),
         # The control loop's training rounds, and the latency of the latest (up to
         # 1,000) decisions, as the simulator's summary reports them.
         "scheduler": {
@@ -87,73 +71,109 @@ def status_document(state: StateDir) -> dict[str, Any]:
             "decision_ms_median": _float_or_none(store.meta("decision_ms_median")),
             "decision_ms_max": _float_or_none(store.meta("decision_ms_max")),
         },
-        "gpus": [
-            {
-                "gpu": g.gpu,
-                "node": g.node,
-                "index": g.idx,
-                "pool": g.pool,
-                "state": g.state,
-                "holder": g.holder or None,
-                "service": g.service or None,
-            }
-            for g in gpus
-        ],
-        "services": [
-            {
-                "name": r.spec.name,
-                "model": r.spec.model,
-                "concurrency": r.spec.concurrency,
-                "max_replicas": r.spec.max_replicas,
-                "queue_bound": r.spec.queue_bound,
-                "cold_start_s": r.cold_start,
-                # Crash-loop back-off: replicas that died loading in a row, and the
-                # Unix time before which no new one starts (null: none).
-                "load_failures": r.load_failures,
-                "backoff_until": r.backoff_until,
-                "slo": _slo_entry(
-                    r.spec.slo_wait_s,
-                    targets.get(r.spec.name, r.spec.slo_target),
-                    slo.get(r.spec.name),
-                ),
-                "replicas": [
-                    {"gpu": g.gpu, "state": g.state, "hits": g.hits}
-                    for g in gpus
-                    if g.service == r.spec.name
-                ],
-            }
-            for r in store.services()
-        ],
+        "gpus": [_gpu_entry(g) for g in gpus],
+        "services": [_service_entry(r, gpus, targets, slo) for r in store.services()],
         # The node-local model caches (--host-cache-gb), as the controller last heard
         # from them: node, models (least recently used first), used_bytes, bound_bytes.
         "caches": json.loads(store.meta("host_cache", "[]")),
-        "jobs": [
-            {
-                "name": r.name,
-                "state": r.state.value,
-                "workers": list(r.workers),
-                "num_workers": len(r.workers),
-                "lent_gpus": sorted(lent.get(r.name, [])),
-                "min_workers": r.spec.min_workers,
-                "max_workers": r.spec.max_workers,
-                "batch_size": r.local_bsz * r.accum * len(r.workers) if r.workers else None,
-                "local_batch_size": r.local_bsz or None,
-                "accumulation_steps": r.accum,
-                "generation": r.generation,
-                "step": r.step,
-                "loss": r.loss,
-                "restarts": r.restarts,
-                "steps_lost": r.steps_lost,
-                "submitted": r.submitted,
-                "started": r.started,
-                "finished": r.finished,
-                "message": r.message,
-            }
-            for r in store.jobs()
-        ],
+        "jobs": [_job_entry(r, lent) for r in store.jobs()],
     }
     store.close()
     return doc
+
+
+def _cluster_entry(state: StateDir, record: ClusterRecord | None, heartbeat: str) -> dict[str, Any]:
+    """The document's ``cluster``: whether it is up, the controller's pid and the age
+    of its last heartbeat, and the endpoint http.json records."""
+    from deepboot.runtime.cluster.raycluster import controller_alive
+
+    endpoint = None
+    if state.http_file.exists():
+        endpoint = json.loads(state.http_file.read_text()).get("url")
+    return {
+        "up": record is not None,
+        "mode": record.mode if record else None,
+        "address": record.address if record else None,
+        "controller_pid": controller_alive(state),
+        "heartbeat_age_s": round(time.time() - float(heartbeat), 3) if heartbeat else None,
+        "endpoint": endpoint,
+    }
+
+
+def _gpu_entry(g: GpuRow) -> dict[str, Any]:
+    return {
+        "gpu": g.gpu,
+        "node": g.node,
+        "index": g.idx,
+        "pool": g.pool,
+        "state": g.state,
+        "holder": g.holder or None,
+        "service": g.service or None,
+    }
+
+
+def _service_entry(
+    r: ServiceRow, gpus: list[GpuRow], targets: dict[str, Any], slo: dict[str, Any]
+) -> dict[str, Any]:
+    """One of the document's ``services``: its spec's limits, its back-off, its SLO
+    (``targets``: the controller's overrides; ``slo``: its counts by service) and
+    its replicas among ``gpus``."""
+    return {
+        "name": r.spec.name,
+        "model": r.spec.model,
+        "concurrency": r.spec.concurrency,
+        "max_replicas": r.spec.max_replicas,
+        "queue_bound": r.spec.queue_bound,
+        "cold_start_s": r.cold_start,
+        # Crash-loop back-off: replicas that died loading in a row, and the
+        # Unix time before which no new one starts (null: none).
+        "load_failures": r.load_failures,
+        "backoff_until": r.backoff_until,
+        "slo": _slo_entry(
+            r.spec.slo_wait_s,
+            targets.get(r.spec.name, r.spec.slo_target),
+            slo.get(r.spec.name),
+        ),
+        "replicas": [
+            {"gpu": g.gpu, "state": g.state, "hits": g.hits}
+            for g in gpus
+            if g.service == r.spec.name
+        ],
+    }
+
+
+def _lent_by_holder(gpus: list[GpuRow]) -> dict[str, list[str]]:
+    """Job -> the lent GPUs it holds."""
+    lent: dict[str, list[str]] = {}
+    for g in gpus:
+        if g.state == "lent" and g.holder:
+            lent.setdefault(g.holder, []).append(g.gpu)
+    return lent
+
+
+def _job_entry(r: JobRow, lent: dict[str, list[str]]) -> dict[str, Any]:
+    """One of the document's ``jobs`` (``lent``: :func:`_lent_by_holder`)."""
+    return {
+        "name": r.name,
+        "state": r.state.value,
+        "workers": list(r.workers),
+        "num_workers": len(r.workers),
+        "lent_gpus": sorted(lent.get(r.name, [])),
+        "min_workers": r.spec.min_workers,
+        "max_workers": r.spec.max_workers,
+        "batch_size": r.local_bsz * r.accum * len(r.workers) if r.workers else None,
+        "local_batch_size": r.local_bsz or None,
+        "accumulation_steps": r.accum,
+        "generation": r.generation,
+        "step": r.step,
+        "loss": r.loss,
+        "restarts": r.restarts,
+        "steps_lost": r.steps_lost,
+        "submitted": r.submitted,
+        "started": r.started,
+        "finished": r.finished,
+        "message": r.message,
+    }
 
 
 def read_state_dir(state_dir: str | Path) -> tuple[list[EventRow], dict[str, str]]:
