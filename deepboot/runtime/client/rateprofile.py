@@ -29,10 +29,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 from itertools import pairwise
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from deepboot.core.errors import InputError, csv_read_errors
+
+if TYPE_CHECKING:
+    from _csv import Reader
 
 PROFILE_COLUMNS: tuple[str, ...] = ("time_s", "rps")
 """The header of a rate profile."""
@@ -98,55 +102,14 @@ class RateProfile:
                 two rows, or a profile that asks for more than :data:`MAX_REQUESTS`.
         """
         spath = str(path)
-        times: list[float] = []
-        rates: list[float] = []
-        last_line = 1
         with (
             csv_read_errors(spath, "a rate profile CSV file"),
             Path(path).open(newline="", encoding="utf-8-sig") as f,
         ):
             reader = csv.reader(f)
             _profile_header(reader, spath)
-            for values in reader:
-                if not values or all(not v.strip() for v in values):
-                    continue
-                line = last_line = reader.line_num
-                if len(values) != len(PROFILE_COLUMNS):
-                    column = PROFILE_COLUMNS[len(values)] if len(values) < 2 else "rps"
-                    what = "missing" if len(values) < 2 else f"{len(values) - 2} extra value(s)"
-                    raise InputError(spath, line, column, f"expected 2 values (time_s,rps), {what}")
-                t = _number(spath, line, "time_s", values[0], MAX_PROFILE_TIME_S)
-                r = _number(spath, line, "rps", values[1], MAX_RPS)
-                if not times and t != 0:
-                    raise InputError(
-                        spath, line, "time_s", f"the first row must be at time 0, got {t:g}"
-                    )
-                if times and t <= times[-1]:
-                    raise InputError(
-                        spath,
-                        line,
-                        "time_s",
-                        f"{t:g} does not come after the previous row's {times[-1]:g}; "
-                        "times must strictly increase",
-                    )
-                times.append(t)
-                rates.append(r)
-        if len(times) < 2:
-            raise InputError(
-                spath,
-                last_line,
-                "time_s",
-                "a profile needs at least two rows: the last one marks the end "
-                "(for example 'T,0' to end at T seconds)",
-            )
-        if rates[-1] != 0:
-            raise InputError(
-                spath,
-                last_line,
-                "rps",
-                f"the last row marks the end of the profile, so its rps must be 0, got "
-                f"{rates[-1]:g} (add a row '{times[-1]:g}+D,0' to keep this rate for D s)",
-            )
+            times, rates, last_line = _profile_rows(reader, spath)
+        _check_end(spath, times, rates, last_line)
         profile = cls(tuple(times), tuple(rates[:-1]), spath)
         expected = profile.expected_requests()
         if expected > MAX_REQUESTS:
@@ -157,6 +120,57 @@ class RateProfile:
                 f"the profile asks for {expected:,.0f} requests; at most {MAX_REQUESTS:,} per run",
             )
         return profile
+
+
+def _profile_rows(reader: Reader, spath: str) -> tuple[list[float], list[float], int]:
+    """(times, rates, the line of the last row) of the rows after the header (blank
+    lines skipped), each checked: two numbers in range, times from 0, increasing."""
+    times: list[float] = []
+    rates: list[float] = []
+    last_line = 1
+    for values in reader:
+        if not values or all(not v.strip() for v in values):
+            continue
+        line = last_line = reader.line_num
+        if len(values) != len(PROFILE_COLUMNS):
+            column = PROFILE_COLUMNS[len(values)] if len(values) < 2 else "rps"
+            what = "missing" if len(values) < 2 else f"{len(values) - 2} extra value(s)"
+            raise InputError(spath, line, column, f"expected 2 values (time_s,rps), {what}")
+        t = _number(spath, line, "time_s", values[0], MAX_PROFILE_TIME_S)
+        r = _number(spath, line, "rps", values[1], MAX_RPS)
+        if not times and t != 0:
+            raise InputError(spath, line, "time_s", f"the first row must be at time 0, got {t:g}")
+        if times and t <= times[-1]:
+            raise InputError(
+                spath,
+                line,
+                "time_s",
+                f"{t:g} does not come after the previous row's {times[-1]:g}; "
+                "times must strictly increase",
+            )
+        times.append(t)
+        rates.append(r)
+    return times, rates, last_line
+
+
+def _check_end(spath: str, times: list[float], rates: list[float], last_line: int) -> None:
+    """Raise InputError unless there are two rows or more, the last with rate 0."""
+    if len(times) < 2:
+        raise InputError(
+            spath,
+            last_line,
+            "time_s",
+            "a profile needs at least two rows: the last one marks the end "
+            "(for example 'T,0' to end at T seconds)",
+        )
+    if rates[-1] != 0:
+        raise InputError(
+            spath,
+            last_line,
+            "rps",
+            f"the last row marks the end of the profile, so its rps must be 0, got "
+            f"{rates[-1]:g} (add a row '{times[-1]:g}+D,0' to keep this rate for D s)",
+        )
 
 
 def _profile_header(reader: Iterator[list[str]], spath: str) -> None:
