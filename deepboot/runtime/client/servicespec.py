@@ -138,22 +138,8 @@ def parse_service(
     args = raw.get("args", {})
     if not isinstance(args, dict):
         raise InputError(where, 0, "args", "must be a table ([args])")
-    cold: float | None = None
-    if "cold_start_s" in raw:
-        cold = _seconds(where, raw, "cold_start_s", 0.0)
-        if cold < 0:
-            raise InputError(where, 0, "cold_start_s", f"must be >= 0 seconds, got {cold:g}")
-    timeouts: dict[str, float | None] = {}
-    for key in ("request_timeout_s", "load_timeout_s", "handler_timeout_s"):
-        if key not in raw and key != "request_timeout_s":
-            timeouts[key] = None
-            continue
-        timeout = _seconds(where, raw, key, 60.0)
-        if not 0 < timeout <= MAX_REQUEST_TIMEOUT_S:
-            raise InputError(
-                where, 0, key, f"must be in (0, {MAX_REQUEST_TIMEOUT_S:g}] seconds, got {timeout:g}"
-            )
-        timeouts[key] = timeout
+    cold = _cold_start(where, raw)
+    timeouts = _timeouts(where, raw)
     try:
         return ServiceSpec(
             name=name,
@@ -179,3 +165,31 @@ def parse_service(
     except ConfigError as exc:  # a check above missed it: still name the key
         m = re.search(r"field '(\w+)'", str(exc))
         raise InputError(where, 0, m.group(1) if m else "", str(exc)) from None
+
+
+def _cold_start(where: str, raw: dict[str, Any]) -> float | None:
+    """``cold_start_s``: seconds >= 0, or None when absent (measured on the first start)."""
+    if "cold_start_s" not in raw:
+        return None
+    cold = _seconds(where, raw, "cold_start_s", 0.0)
+    if cold < 0:
+        raise InputError(where, 0, "cold_start_s", f"must be >= 0 seconds, got {cold:g}")
+    return cold
+
+
+def _timeouts(where: str, raw: dict[str, Any]) -> dict[str, float | None]:
+    """The three timeouts by key, each in ``(0, MAX_REQUEST_TIMEOUT_S]`` seconds:
+    ``request_timeout_s`` (60 when absent), ``load_timeout_s`` and
+    ``handler_timeout_s`` (None when absent: their defaults are the runtime's)."""
+    timeouts: dict[str, float | None] = {}
+    for key in ("request_timeout_s", "load_timeout_s", "handler_timeout_s"):
+        if key not in raw and key != "request_timeout_s":
+            timeouts[key] = None
+            continue
+        timeout = _seconds(where, raw, key, 60.0)
+        if not 0 < timeout <= MAX_REQUEST_TIMEOUT_S:
+            raise InputError(
+                where, 0, key, f"must be in (0, {MAX_REQUEST_TIMEOUT_S:g}] seconds, got {timeout:g}"
+            )
+        timeouts[key] = timeout
+    return timeouts
