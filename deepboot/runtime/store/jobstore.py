@@ -2,9 +2,10 @@
 
 :class:`JobStore` reads and writes its tables (``jobs``, ``gpus``, ``services``, the
 append-only ``events`` log, and ``meta``), whose SQL, columns and writers
-:mod:`deepboot.runtime.store.tables` describes; their rows come back as this module's
-types (:class:`JobRow`, :class:`GpuRow`, :class:`ServiceRow`, :class:`EventRow`; the
-event log's kinds are :class:`LogKind`).
+:mod:`deepboot.runtime.store.tables` describes; their rows come back as the types of
+:mod:`deepboot.runtime.store.storerows` (:class:`JobRow`, :class:`GpuRow`,
+:class:`ServiceRow`, :class:`EventRow`; the event log's kinds are :class:`LogKind`),
+importable from here too.
 
 Several processes share the file (controller, CLI); WAL lets readers run beside the
 one writer, and every write is one transaction, so a SIGKILL loses nothing committed.
@@ -12,175 +13,30 @@ one writer, and every write is one transaction, so a SIGKILL loses nothing commi
 
 from __future__ import annotations
 
-import enum
 import json
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from deepboot.core.errors import ConfigError
 from deepboot.core.service import ServiceSpec
 from deepboot.runtime.client.jobspec import JobSpec
+from deepboot.runtime.store.storerows import (
+    JOB_COLUMNS,
+    EventRow,
+    GpuRow,
+    JobRow,
+    JobState,
+    LogKind,
+    ServiceRow,
+    job_row,
+)
 from deepboot.runtime.store.tables import ensure_schema
 
-
-class JobState(enum.Enum):
-    """Where a job stands."""
-
-    SUBMITTED = "submitted"  # in the store; the controller has not seen it yet
-    QUEUED = "queued"  # known to the scheduler, holds no GPU
-    RUNNING = "running"  # holds GPUs (possibly mid-resize)
-    FINISHED = "finished"  # its function returned on every worker
-    FAILED = "failed"  # its function raised
-    CANCELLED = "cancelled"  # by 'deepboot cancel'
-
-    @property
-    def ended(self) -> bool:
-        return self in (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED)
-
-
-class LogKind(enum.Enum):
-    """Kinds of event-log entries, and the keys of their ``detail``.
-
-    controller_started: {policy, afe, recovered: [job names]}
-    submitted: {workers: [min, max]}
-    started: {generation, workers: [gpu ids], local_bsz, accum}
-    resized: {generation, how: afe|restart|failure, from: [ids], to: [ids], local_bsz,
-              accum, digests: {gpu id: [before, after]}, steps_lost, seconds}
-    worker_failed: {worker, generation, step}
-    preempted: {generation, workers: [ids]}
-    gpu: {gpu, op: bind|lend|release|reclaim, job, proactive (reclaim: true when the
-              SLO guard took it back ahead of demand, false when a waiting request
-              did)}
-    finished: {step, loss, seconds}
-    failed: {error}
-    cancelled: {}
-    reconciled: {kept: [actor names], killed: [actor names]}
-    service_registered: {service, model, concurrency, max_replicas}
-    decision_rejected: {event, error}: a step of the control loop raised; the
-              controller skipped the event and kept running
-    replica: {gpu, service, op: start|ready|sleep|evict|died, cold (start: always
-              true, a new replica; warm reuses and PROTECT are not logged, they
-              happen at every request of a lull, and sleep is logged once per
-              replica, its first), prewarm (start: true when the SLO guard started
-              it ahead of demand), seconds, load_seconds and start
-              (ready: cold, a full load, or host, restored from the node's model
-              cache), cache (evict, with --host-cache-gb: exported|held|none|
-              not-kept|failed), error, phase (load|serve) and backoff_s (died:
-              seconds before the service's next replica may start; 0 unless it
-              died loading)}
-    node: {node, op: left|returned, gpus: [ids]}: a Ray node left the cluster (its
-              GPUs DOWN, out of the ledger) or came back (FREE again)
-    slo: {service, within, over}: the service's answers within and over its
-              slo_wait_s since this controller started (as its Prometheus counters
-              count them); written when they changed, at most once a minute per
-              service, and at shutdown
-    """
-
-    CONTROLLER_STARTED = "controller_started"
-    SUBMITTED = "submitted"
-    STARTED = "started"
-    RESIZED = "resized"
-    WORKER_FAILED = "worker_failed"
-    PREEMPTED = "preempted"
-    GPU = "gpu"
-    FINISHED = "finished"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    RECONCILED = "reconciled"
-    SERVICE_REGISTERED = "service_registered"
-    REPLICA = "replica"
-    DECISION_REJECTED = "decision_rejected"
-    NODE = "node"
-    SLO = "slo"
-
-
-_JOB_COLUMNS = (
-    "name", "spec", "state", "submitted", "started", "finished", "generation", "workers",
-    "local_bsz", "accum", "step", "loss", "restarts", "steps_lost", "attained", "cancel",
-    "message", "model",
-)  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class JobRow:
-    """One row of ``jobs``.
-
-    Attributes:
-        name, spec, state: The job, its file's content, where it stands.
-        submitted, started, finished: Unix times (None until they happen).
-        generation: Its workers' current generation (0 before the first).
-        workers: GPU ids "node.index" of its workers, in rank order.
-        local_bsz, accum: Per-GPU micro-batch and accumulation steps.
-        step, loss: Optimizer steps taken and the last mean loss.
-        restarts: Resizes and recoveries so far.
-        steps_lost: Steps redone after failures, in all.
-        attained: GPU-seconds held so far.
-        cancel: 'deepboot cancel' asked for it.
-        message: Why it failed, or other news for the user.
-        model: The controller's online goodput model (JSON: profile, fit, gradient).
-    """
-
-    name: str
-    spec: JobSpec
-    state: JobState
-    submitted: float
-    started: float | None = None
-    finished: float | None = None
-    generation: int = 0
-    workers: tuple[str, ...] = ()
-    local_bsz: int = 0
-    accum: int = 1
-    step: int = 0
-    loss: float | None = None
-    restarts: int = 0
-    steps_lost: int = 0
-    attained: float = 0.0
-    cancel: bool = False
-    message: str = ""
-    model: str = "{}"
-
-
-@dataclass(frozen=True, slots=True)
-class EventRow:
-    seq: int
-    time: float
-    kind: LogKind
-    job: str
-    detail: dict[str, Any]
-
-
-class GpuRow(NamedTuple):
-    """One row of ``gpus``."""
-
-    gpu: str
-    node: int
-    idx: int
-    pool: str
-    state: str
-    holder: str = ""
-    service: str = ""
-    replica: str = ""
-    hits: int = 0
-    protect_until: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceRow:
-    """One row of ``services``: the spec, when it was registered, its measured cold
-    start (None until a replica has started), and its crash-loop back-off: replicas
-    that died loading in a row, and the Unix time before which none starts (None:
-    no back-off)."""
-
-    spec: ServiceSpec
-    registered: float
-    cold_start: float | None
-    load_failures: int = 0
-    backoff_until: float | None = None
+__all__ = ["EventRow", "GpuRow", "JobRow", "JobState", "JobStore", "LogKind", "ServiceRow"]
 
 
 class JobStore:
@@ -250,17 +106,17 @@ class JobStore:
 
     def job(self, name: str) -> JobRow:
         row = self._db.execute(
-            f"SELECT {', '.join(_JOB_COLUMNS)} FROM jobs WHERE name = ?", (name,)
+            f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs WHERE name = ?", (name,)
         ).fetchone()
         if row is None:
             raise ConfigError(f"no job named {name!r}")
-        return _job_row(row)
+        return job_row(row)
 
     def jobs(self) -> list[JobRow]:
         rows = self._db.execute(
-            f"SELECT {', '.join(_JOB_COLUMNS)} FROM jobs ORDER BY submitted, name"
+            f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs ORDER BY submitted, name"
         ).fetchall()
-        return [_job_row(r) for r in rows]
+        return [job_row(r) for r in rows]
 
     def save_job(self, db: sqlite3.Connection, row: JobRow) -> None:
         """Write every column of ``row`` but ``cancel`` (inside a transaction)."""
@@ -421,27 +277,3 @@ class JobStore:
     def meta(self, key: str, default: str = "") -> str:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return str(row[0]) if row else default
-
-
-def _job_row(r: Sequence[Any]) -> JobRow:
-    d = dict(zip(_JOB_COLUMNS, r, strict=True))
-    return JobRow(
-        name=d["name"],
-        spec=JobSpec.from_json(d["spec"]),
-        state=JobState(d["state"]),
-        submitted=d["submitted"],
-        started=d["started"],
-        finished=d["finished"],
-        generation=d["generation"],
-        workers=tuple(json.loads(d["workers"])),
-        local_bsz=d["local_bsz"],
-        accum=d["accum"],
-        step=d["step"],
-        loss=d["loss"],
-        restarts=d["restarts"],
-        steps_lost=d["steps_lost"],
-        attained=d["attained"],
-        cancel=bool(d["cancel"]),
-        message=d["message"],
-        model=d["model"],
-    )
