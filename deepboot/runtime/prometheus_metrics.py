@@ -68,94 +68,90 @@ class Metrics:
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
-        self.gpus = Gauge("deepboot_gpus", "GPUs by pool and state", ["pool", "state"], registry=r)
-        self.borrowed = Gauge(
-            "deepboot_borrowed_gpus",
-            "Inference-pool GPUs a training job holds",
-            ["job"],
-            registry=r,
+        self.gpus = _gauge(r, "deepboot_gpus", "GPUs by pool and state", "pool", "state")
+        self.borrowed = _gauge(
+            r, "deepboot_borrowed_gpus", "Inference-pool GPUs a training job holds", "job"
         )
-        self.lent = Counter(
-            "deepboot_gpus_lent", "Inference-pool GPUs lent to training jobs", registry=r
-        )
-        self.reclaimed = Counter(
-            "deepboot_gpus_reclaimed", "Lent GPUs taken back by inference", registry=r
-        )
-        self.reclaimed_ahead = Counter(
+        self.lent = _counter(r, "deepboot_gpus_lent", "Inference-pool GPUs lent to training jobs")
+        self.reclaimed = _counter(r, "deepboot_gpus_reclaimed", "Lent GPUs taken back by inference")
+        self.reclaimed_ahead = _counter(
+            r,
             "deepboot_gpus_reclaimed_ahead",
             "Lent GPUs the SLO guard took back ahead of demand (--slo)",
-            registry=r,
         )
-        self.resizes = Counter(
-            "deepboot_job_resizes", "Training-job resizes by kind", ["kind"], registry=r
-        )
-        self.jobs = Gauge("deepboot_jobs", "Training jobs by state", ["state"], registry=r)
-        self.replicas = Gauge(
-            "deepboot_service_replicas", "Replicas by service and state", ["service", "state"],
-            registry=r,
-        )  # fmt: skip
-        self.cold_starts = Counter(
-            "deepboot_replica_cold_starts", "Replicas that loaded their model in full",
-            ["service"], registry=r,
-        )  # fmt: skip
-        self.host_starts = Counter(
-            "deepboot_replica_host_starts", "Replicas restored from their node's model cache",
-            ["service"], registry=r,
-        )  # fmt: skip
-        self.pending = Gauge(
-            "deepboot_service_pending_requests", "Requests waiting for a replica", ["service"],
-            registry=r,
-        )  # fmt: skip
-        self.requests = Counter(
-            "deepboot_inference_requests", "Answered requests by status code",
-            ["service", "code"], registry=r,
-        )  # fmt: skip
-        self.latency = Histogram(
-            "deepboot_inference_request_duration_seconds",
-            "Seconds from a request's arrival to its answer",
-            ["service"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.wait = Histogram(
-            "deepboot_inference_request_wait_seconds",
-            "Seconds from a request's arrival to its hand-off to a ready replica",
-            ["service"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.within_slo = Counter(
-            "deepboot_requests_within_slo", "Requests handed to a replica within slo_wait_s",
-            ["service"], registry=r,
-        )  # fmt: skip
-        self.over_slo = Counter(
-            "deepboot_requests_over_slo", "Requests handed to a replica late, or never",
-            ["service"], registry=r,
-        )  # fmt: skip
-        self.prewarmed = Counter(
-            "deepboot_requests_prewarmed",
-            "Requests served by a replica pre-warmed ahead of demand (--slo)",
-            ["service"], registry=r,
-        )  # fmt: skip
-        # The SLO itself, so that a board draws each service's own target line rather
-        # than a constant.
-        self.slo_wait = Gauge(
-            "deepboot_service_slo_wait_seconds",
-            "The wait within which a request of the service meets its SLO (slo_wait_s)",
-            ["service"], registry=r,
-        )  # fmt: skip
-        self.slo_target = Gauge(
-            "deepboot_service_slo_target",
-            "Fraction of the service's requests that must meet slo_wait_s (slo_target, "
-            "or --slo-target's override)",
-            ["service"], registry=r,
-        )  # fmt: skip
+        self.resizes = _counter(r, "deepboot_job_resizes", "Training-job resizes by kind", "kind")
+        self.jobs = _gauge(r, "deepboot_jobs", "Training jobs by state", "state")
+        self._declare_serving(r)
         for kind in RESIZE_KINDS:
             self.resizes.labels(kind)  # present at 0 from the start
         # The event log's counts, by key ("lent", "reclaimed", "ahead": the proactive
         # reclaims, "resize:<how>", "cold:<service>", "host:<service>"): saved with
         # each flush, restored at start.
         self._counted: _Tally[str] = _Tally()
+
+    def _declare_serving(self, r: CollectorRegistry) -> None:
+        """The metrics of inference: replicas, requests, their waits and SLOs."""
+        self.replicas = _gauge(
+            r, "deepboot_service_replicas", "Replicas by service and state", "service", "state"
+        )
+        self.cold_starts = _counter(
+            r, "deepboot_replica_cold_starts", "Replicas that loaded their model in full", "service"
+        )
+        self.host_starts = _counter(
+            r,
+            "deepboot_replica_host_starts",
+            "Replicas restored from their node's model cache",
+            "service",
+        )
+        self.pending = _gauge(
+            r, "deepboot_service_pending_requests", "Requests waiting for a replica", "service"
+        )
+        self.requests = _counter(
+            r, "deepboot_inference_requests", "Answered requests by status code", "service", "code"
+        )
+        self.latency = _histogram(
+            r,
+            "deepboot_inference_request_duration_seconds",
+            "Seconds from a request's arrival to its answer",
+        )
+        self.wait = _histogram(
+            r,
+            "deepboot_inference_request_wait_seconds",
+            "Seconds from a request's arrival to its hand-off to a ready replica",
+        )
+        self.within_slo = _counter(
+            r,
+            "deepboot_requests_within_slo",
+            "Requests handed to a replica within slo_wait_s",
+            "service",
+        )
+        self.over_slo = _counter(
+            r,
+            "deepboot_requests_over_slo",
+            "Requests handed to a replica late, or never",
+            "service",
+        )
+        self.prewarmed = _counter(
+            r,
+            "deepboot_requests_prewarmed",
+            "Requests served by a replica pre-warmed ahead of demand (--slo)",
+            "service",
+        )
+        # The SLO itself, so that a board draws each service's own target line rather
+        # than a constant.
+        self.slo_wait = _gauge(
+            r,
+            "deepboot_service_slo_wait_seconds",
+            "The wait within which a request of the service meets its SLO (slo_wait_s)",
+            "service",
+        )
+        self.slo_target = _gauge(
+            r,
+            "deepboot_service_slo_target",
+            "Fraction of the service's requests that must meet slo_wait_s (slo_target, "
+            "or --slo-target's override)",
+            "service",
+        )
 
     def replay(self, events: Iterable[EventRow]) -> None:
         """Count the event log's lends, reclaims, resizes, cold and host starts (at the start
@@ -251,3 +247,17 @@ class Metrics:
     def exposition(self) -> bytes:
         """The text exposition format (what ``/metrics`` answers)."""
         return generate_latest(self.registry)
+
+
+def _counter(r: CollectorRegistry, name: str, doc: str, *labels: str) -> Counter:
+    return Counter(name, doc, list(labels), registry=r)
+
+
+def _gauge(r: CollectorRegistry, name: str, doc: str, *labels: str) -> Gauge:
+    return Gauge(name, doc, list(labels), registry=r)
+
+
+def _histogram(r: CollectorRegistry, name: str, doc: str) -> Histogram:
+    """A histogram by service, on the one bucket set of every latency (see the module
+    doc)."""
+    return Histogram(name, doc, ["service"], buckets=_LATENCY_BUCKETS, registry=r)
