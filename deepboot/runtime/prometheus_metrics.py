@@ -81,7 +81,8 @@ class Metrics:
         )
         self.resizes = _counter(r, "deepboot_job_resizes", "Training-job resizes by kind", "kind")
         self.jobs = _gauge(r, "deepboot_jobs", "Training jobs by state", "state")
-        self._declare_serving(r)
+        self._declare_replicas(r)
+        self._declare_requests(r)
         for kind in RESIZE_KINDS:
             self.resizes.labels(kind)  # present at 0 from the start
         # The event log's counts, by key ("lent", "reclaimed", "ahead": the proactive
@@ -89,8 +90,9 @@ class Metrics:
         # each flush, restored at start.
         self._counted: _Tally[str] = _Tally()
 
-    def _declare_serving(self, r: CollectorRegistry) -> None:
-        """The metrics of inference: replicas, requests, their waits and SLOs."""
+    def _declare_replicas(self, r: CollectorRegistry) -> None:
+        """The metrics of inference replicas: by state, how each started, and the
+        requests waiting for one."""
         self.replicas = _gauge(
             r, "deepboot_service_replicas", "Replicas by service and state", "service", "state"
         )
@@ -106,6 +108,10 @@ class Metrics:
         self.pending = _gauge(
             r, "deepboot_service_pending_requests", "Requests waiting for a replica", "service"
         )
+
+    def _declare_requests(self, r: CollectorRegistry) -> None:
+        """The metrics of inference requests: answers, their durations and waits, and
+        each service's SLO and its attainment."""
         self.requests = _counter(
             r, "deepboot_inference_requests", "Answered requests by status code", "service", "code"
         )
