@@ -18,6 +18,7 @@ address, and their children.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import logging
 import os
@@ -110,7 +111,10 @@ def ray_env(record: ClusterRecord | None, token_file: Path | None = None) -> dic
     setting that keeps Ray's node address (and so its servers) on loopback (see
     ``deepboot.runtime.cluster.raynode``), and gloo's and NCCL's sockets (the workers'
     collectives) on the loopback interface too. Ray's workers inherit the raylet's
-    environment, and so these settings.
+    environment, and so these settings. An attached cluster whose address is a
+    loopback one is such a cluster too (every node of it runs on this machine, at
+    127.0.0.1): without the setting a client takes the machine's routable address for
+    its own node's and never finds its raylet there (``ray.init`` waits forever).
     """
     env = dict(os.environ)
     env["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -118,13 +122,25 @@ def ray_env(record: ClusterRecord | None, token_file: Path | None = None) -> dic
     if tok:
         env["RAY_AUTH_MODE"] = "token"
         env["RAY_AUTH_TOKEN_PATH"] = tok
-    if record is None or record.mode == "local":
+    if record is None or record.mode == "local" or on_loopback(record.address):
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
         # The collectives' sockets (gloo on CPUs, NCCL's bootstrap and socket
         # transport on GPUs) on loopback too.
         env["GLOO_SOCKET_IFNAME"] = "lo"
         env["NCCL_SOCKET_IFNAME"] = "lo"
     return env
+
+
+def on_loopback(address: str) -> bool:
+    """Whether a Ray address (``host:port``) is on a loopback interface (127.0.0.0/8,
+    ::1, ``localhost``)."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _new_temp_dir_name() -> str:
