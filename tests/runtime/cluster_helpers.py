@@ -10,9 +10,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deepboot.runtime.store.jobstore import EventRow, JobStore, LogKind
+
+if TYPE_CHECKING:
+    from deepboot.core.cluster import ClusterSpec
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_CODE = REPO / "examples" / "runtime" / "regression.py"
@@ -172,31 +175,269 @@ def assert_exact_resizes(state: Path, name: str) -> list[dict[str, Any]]:
     return resizes
 
 
+SETTINGS = ("--interval", "2", "--poll", "0.3", "--collective-timeout", "15", "--http-port", "0")
+"""The tests' scaled-down timings: 2 s rounds, 0.3 s polls, a 15 s collective timeout,
+and any free HTTP port."""
+
+
 @contextlib.contextmanager
 def local_cluster(
-    state: Path, *flags: str, params: tuple[str, ...] = ("restart_delay=2",)
+    state: Path, *flags: str, params: tuple[str, ...] = ("restart_delay=2",), own: bool = False
 ) -> Iterator[Path]:
-    """``deepboot up`` a local cluster with the tests' scaled-down timings (2 s rounds,
-    0.3 s polls, 15 s collective timeout, any free HTTP port), the policy's ``params``
-    (restart_delay=2 suits DeepBoot and Pollux) and ``flags``; on exit, ``deepboot
-    down``, and no process of it may be left."""
+    """``deepboot up`` a cluster with the tests' scaled-down timings (:data:`SETTINGS`),
+    the policy's ``params`` (restart_delay=2 suits DeepBoot and Pollux) and ``flags``;
+    on exit, ``deepboot down``, and no process of it may be left.
+
+    The controller attaches (``up --address``) to the session's shared Ray cluster of
+    the shape ``flags`` name (:class:`SharedRays`), so that only the controller starts
+    and stops with each test, unless ``own``: then ``up`` starts a local Ray cluster of
+    the test's own, which ``down`` stops (a test that kills Ray nodes, or checks
+    what a local ``up`` starts). A test also gets its own cluster when no shared one is
+    to be had: outside the session's fixture, while another test is attached, or when
+    it asks for a larger model cache than the shared clusters are sized for."""
+    timings = (*SETTINGS, *(f"--param={p}" for p in params))
+    shape, attach_flags = _shape(flags)
+    shared = None if own or _SHARED is None else _SHARED.borrow(shape, flags)
+    if shared is None:
+        cm = _own_cluster(state, (*timings, *flags))
+    else:
+        cm = _attached_cluster(state, shared, (*timings, *attach_flags))
+    with cm:
+        try:
+            yield state
+        except BaseException:
+            dump_state(state)
+            raise
+
+
+@contextlib.contextmanager
+def _own_cluster(state: Path, settings: tuple[str, ...]) -> Iterator[None]:
     from deepboot.runtime.cluster.raycluster import ClusterRecord, cluster_pids
     from deepboot.runtime.store.statedir import StateDir
 
-    cli(
-        state, "up", "--interval", "2", "--poll", "0.3", "--collective-timeout", "15",
-        *(f"--param={p}" for p in params), "--http-port", "0", *flags,
-    )  # fmt: skip
+    cli(state, "up", *settings)
     record = ClusterRecord.load(StateDir.at(state))
     try:
-        yield state
-    except BaseException:
-        dump_state(state)
-        raise
+        yield
     finally:
         cli(state, "down", check=False)
         left = {p for p in cluster_pids(record) if alive(p)}
         assert not left, f"'deepboot down' left processes running: {left}"
+
+
+@contextlib.contextmanager
+def _attached_cluster(state: Path, shared: SharedRay, settings: tuple[str, ...]) -> Iterator[None]:
+    from deepboot.runtime.cluster.raycluster import ClusterRecord
+    from deepboot.runtime.store.statedir import StateDir
+
+    assert _SHARED is not None
+    clean = False
+    try:
+        out = cli(state, "up", *shared.attach_flags(), *settings).stdout
+        assert "attached" in out, out
+        record = ClusterRecord.load(StateDir.at(state))
+        assert record.cluster == shared.cluster, (record.cluster, shared.cluster)
+        try:
+            yield
+        finally:
+            controller = _recorded_controller(state)
+            cli(state, "down", check=False)
+            shared.check_clean(controller)
+            clean = True
+    finally:
+        # Anything of this test's still on the shared cluster (or a failed attach):
+        # the next test gets a fresh one rather than this one's leftovers.
+        _SHARED.give_back(shared, clean)
+
+
+def _recorded_controller(state: Path) -> int | None:
+    try:
+        return int((state / "controller.pid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+_SHAPE_FLAGS = ("--training-nodes", "--inference-nodes", "--gpus-per-node")
+
+
+def _shape(flags: tuple[str, ...]) -> tuple[ClusterSpec, tuple[str, ...]]:
+    """The cluster ``deepboot up flags`` starts (its defaults are the CLI's: parsed by
+    its own parser), and ``flags`` without the shape's (``up --address`` takes the
+    shape from the Ray cluster)."""
+    from deepboot.cli.main import build_parser
+    from deepboot.core.cluster import ClusterSpec
+
+    args = build_parser().parse_args(["up", *flags])
+    total = args.training_nodes + args.inference_nodes
+    shape = ClusterSpec.parse(f"{total}x{args.gpus_per_node}", args.inference_nodes)
+    rest: list[str] = []
+    words = iter(flags)
+    for word in words:
+        if word in _SHAPE_FLAGS:
+            next(words)
+        elif not word.startswith(tuple(f"{f}=" for f in _SHAPE_FLAGS)):
+            rest.append(word)
+    return shape, tuple(rest)
+
+
+SHARED_CACHE_GB = 0.05
+"""The model cache (``--host-cache-gb``) the shared clusters' inference nodes' object
+stores are sized for: the largest a sharing test asks for."""
+
+_RAY_OWN = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
+"""Titles of the Ray processes that are the cluster's own (its agents, and worker
+processes waiting for work), not an actor's or a task's."""
+
+CLEAN_WAIT_S = 60.0
+"""How long a test's actors may take to be gone from a shared cluster after ``down``."""
+
+
+class SharedRay:
+    """A loopback-only Ray cluster of one shape, started as ``deepboot up`` starts a
+    local one (:func:`~deepboot.runtime.cluster.raycluster.up_local`: Ray's token on,
+    its own private directory) but with no controller: tests attach to it one at a
+    time (``deepboot up --address``)."""
+
+    def __init__(self, root: Path, cluster: ClusterSpec) -> None:
+        from deepboot.runtime.actors.modelcache import bound_bytes
+        from deepboot.runtime.cluster import raycluster
+        from deepboot.runtime.store.statedir import StateDir
+
+        self.cluster = cluster
+        state = StateDir.at(root)
+        self.record = raycluster.up_local(state, cluster, bound_bytes(SHARED_CACHE_GB))
+
+    def attach_flags(self) -> tuple[str, ...]:
+        return ("--address", self.record.address, "--ray-token", self.record.token_file)
+
+    def busy(self) -> dict[int, str]:
+        """pid -> title of each process of this cluster that runs an actor or a task."""
+        from deepboot.runtime.cluster.raycluster import cluster_pids
+
+        out = {}
+        for pid in cluster_pids(self.record):
+            try:
+                title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+            except OSError:
+                continue
+            if title.startswith("ray::") and not title.startswith(_RAY_OWN) and alive(pid):
+                out[pid] = title
+        return out
+
+    def named_actors(self, wait_s: float) -> list[str]:
+        """The named actors of deepboot's namespace, once there are none or after
+        ``wait_s`` seconds (a killed actor leaves the list once it is dead)."""
+        from deepboot.runtime.cluster.raycluster import NAMESPACE, run_on_ray
+
+        out = run_on_ray(
+            self.record,
+            "import json, time\n"
+            "from ray.util import list_named_actors\n"
+            f"deadline = time.monotonic() + {wait_s}\n"
+            "while True:\n"
+            "    left = [a['name'] for a in list_named_actors(all_namespaces=True)\n"
+            f"            if a.get('namespace') == {NAMESPACE!r}]\n"
+            "    if not left or time.monotonic() > deadline:\n"
+            "        break\n"
+            "    time.sleep(0.5)\n"
+            "print('LEFT=' + json.dumps(left))",
+        )
+        [line] = [ln for ln in out.splitlines() if ln.startswith("LEFT=")]
+        return list(json.loads(line[len("LEFT=") :]))
+
+    def check_clean(self, controller: int | None) -> None:
+        """After a test's ``deepboot down``: its controller is gone, and so are its
+        actors (by name, so that the next test's ``w|j1|0.0|1`` cannot meet this one's)
+        and their processes (so that the next test finds the GPUs free).
+
+        Raises:
+            AssertionError: something of the test's was still there after
+                :data:`CLEAN_WAIT_S` seconds.
+        """
+        if controller is not None:
+            wait_for("the controller to stop", lambda: not alive(controller), CLEAN_WAIT_S)
+        named = self.named_actors(CLEAN_WAIT_S)
+        assert not named, f"'deepboot down' left actors on the shared cluster: {named}"
+        deadline = time.monotonic() + CLEAN_WAIT_S
+        while (busy := self.busy()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not busy, f"'deepboot down' left processes running: {busy}"
+
+    def stop(self) -> None:
+        """Stop every process of the cluster (by pid) and remove its directory.
+
+        Raises:
+            AssertionError: a process of it is still alive.
+        """
+        from deepboot.runtime.cluster.raycluster import cluster_pids, stop_local
+
+        stop_local(self.record)
+        left = {p for p in cluster_pids(self.record) if alive(p)}
+        assert not left, f"the shared Ray cluster left processes running: {left}"
+
+
+class SharedRays:
+    """The session's shared Ray clusters: one at a time, of the shape the test at hand
+    asks for (the previous one is stopped when another shape is asked for), lent to
+    one test at a time."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.current: SharedRay | None = None
+        self.lent = False
+        self.started = 0
+
+    def borrow(self, shape: ClusterSpec, flags: tuple[str, ...]) -> SharedRay | None:
+        """The shared cluster of ``shape``, started if need be; None when the test
+        needs its own (another test is attached, or its model cache is larger than
+        :data:`SHARED_CACHE_GB`)."""
+        from deepboot.cli.main import build_parser
+
+        cache_gb = build_parser().parse_args(["up", *flags]).host_cache_gb or 0.0
+        if self.lent or cache_gb > SHARED_CACHE_GB:
+            return None
+        if self.current is not None and self.current.cluster != shape:
+            self.close()
+        if self.current is None:
+            self.started += 1
+            self.current = SharedRay(self.root / f"ray-{self.started}", shape)
+        self.lent = True
+        return self.current
+
+    def give_back(self, shared: SharedRay, clean: bool) -> None:
+        """The test is done with ``shared``; one it did not leave clean is stopped."""
+        assert shared is self.current and self.lent
+        self.lent = False
+        if not clean:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the current shared cluster, if any."""
+        current, self.current = self.current, None
+        if current is not None:
+            current.stop()
+
+
+_SHARED: SharedRays | None = None
+
+
+@contextlib.contextmanager
+def shared_rays(root: Path) -> Iterator[SharedRays]:
+    """Make :func:`local_cluster` attach to shared Ray clusters (under ``root``) until
+    the end of the block, which stops them (also on an interrupt, and at the
+    interpreter's exit should the block never end)."""
+    import atexit
+
+    global _SHARED
+    assert _SHARED is None, "shared Ray clusters are in use already"
+    pool = _SHARED = SharedRays(root)
+    atexit.register(pool.close)
+    try:
+        yield pool
+    finally:
+        _SHARED = None
+        atexit.unregister(pool.close)
+        pool.close()
 
 
 def dump_state(state: Path, events_shown: int = 80, log_lines: int = 40) -> None:

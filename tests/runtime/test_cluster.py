@@ -48,7 +48,8 @@ pytestmark = pytest.mark.runtime
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     state = tmp_path_factory.mktemp("deepboot") / "state"
-    with local_cluster(state, "--training-nodes", "2", "--gpus-per-node", "2"):
+    # Its own: the first tests check the Ray processes a local `deepboot up` starts.
+    with local_cluster(state, "--training-nodes", "2", "--gpus-per-node", "2", own=True):
         ray_dir = ClusterRecord.load(StateDir.at(state)).temp_dir
         yield state
     # 'down' leaves no endpoint for a client to trust, and removes Ray's directory.

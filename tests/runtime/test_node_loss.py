@@ -58,7 +58,7 @@ def _node_ops(state: Path) -> list[str]:
 def test_a_dead_node_leaves_the_ledger_until_it_returns(tmp_path: Path) -> None:
     state = tmp_path / "state"
     flags = ("--training-nodes", "1", "--inference-nodes", "1", "--gpus-per-node", "2")
-    with local_cluster(state, *flags):
+    with local_cluster(state, *flags, own=True):  # it kills a Ray node
         record = ClusterRecord.load(StateDir.at(state))
         gate = tmp_path / "gate"
         cli(state, "submit", str(gated_job(tmp_path, "trainer", gate, max_workers=4)))
