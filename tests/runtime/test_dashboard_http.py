@@ -22,6 +22,7 @@ pytest.importorskip("prometheus_client")
 
 from deepboot.core.service import ServiceSpec  # noqa: E402
 from deepboot.runtime.http import router as rt  # noqa: E402
+from deepboot.runtime.http.frontdoor import is_loopback  # noqa: E402
 from deepboot.runtime.http.sessions import LOGIN_TTL_S  # noqa: E402
 from deepboot.runtime.prometheus_metrics import Metrics  # noqa: E402
 from deepboot.runtime.store.jobstore import GpuRow, JobStore  # noqa: E402
@@ -101,7 +102,7 @@ def test_minting_a_login_needs_the_token(router: rt.Router) -> None:
 
 
 def test_every_page_needs_the_cookie_or_the_token_on_loopback(router: rt.Router) -> None:
-    assert rt.is_loopback(router.host)
+    assert is_loopback(router.host)
     wrong = {"Cookie": f"deepboot_dashboard_{router.port}=" + "0" * 64}
     other_port = {"Cookie": session_cookie(router).replace(str(router.port), "1", 1)}
     for path in PAGES:

@@ -25,6 +25,7 @@ pytest.importorskip("prometheus_client")
 
 from deepboot.core.service import ServiceSpec  # noqa: E402
 from deepboot.runtime.http import router as rt  # noqa: E402
+from deepboot.runtime.http.frontdoor import is_loopback  # noqa: E402
 from deepboot.runtime.messages import Arrival  # noqa: E402
 from deepboot.runtime.prometheus_metrics import Metrics  # noqa: E402
 
@@ -94,7 +95,7 @@ def router() -> Iterator[rt.Router]:
     "path", ["/v1/services", "/v1/jobs", "/v1/svc/infer"], ids=["services", "jobs", "infer"]
 )
 def test_work_needs_the_token_on_loopback(router: rt.Router, path: str) -> None:
-    assert rt.is_loopback(router.host)
+    assert is_loopback(router.host)
     body = json.dumps(PROBE_SPEC).encode()
     for headers in (
         {"Content-Type": "application/json"},

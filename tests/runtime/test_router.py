@@ -27,6 +27,7 @@ from deepboot.runtime.controller.controller_settings import ControllerSettings  
 from deepboot.runtime.controller.wiring import Controller  # noqa: E402
 from deepboot.runtime.controller_process import open_router  # noqa: E402
 from deepboot.runtime.http import router as rt  # noqa: E402
+from deepboot.runtime.http.frontdoor import is_loopback  # noqa: E402
 from deepboot.runtime.messages import Arrival, Withdraw  # noqa: E402
 from deepboot.runtime.prometheus_metrics import Metrics  # noqa: E402
 from deepboot.runtime.store.jobstore import JobStore  # noqa: E402
@@ -73,7 +74,7 @@ def _outward_address() -> str:
             addr = str(s.getsockname()[0])
         except OSError:
             addr = ""
-    return addr if addr and not rt.is_loopback(addr) else ""
+    return addr if addr and not is_loopback(addr) else ""
 
 
 TOKEN = "7e57" * 16
@@ -92,7 +93,7 @@ def router() -> Iterator[rt.Router]:
 
 
 def test_loopback_reads_need_no_token(router: rt.Router) -> None:
-    assert router.host == "127.0.0.1" and router.open_reads
+    assert router.host == "127.0.0.1" and router.front_door.open_reads
     code, _, body = _call(router.url + "/healthz")
     assert body.pop("loop_age_s") >= 0
     assert (code, body) == (200, {"ok": True, "instance": router.instance})

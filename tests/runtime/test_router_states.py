@@ -195,7 +195,7 @@ def test_a_client_gone_while_its_call_runs_is_never_retried(router: rt.Router) -
     assert out["gone"][0] == 409
     rep.infers[0].set_exception(RuntimeError("the actor died"))
     wait_until("the death", lambda: any(isinstance(m, msg.Died) for m in inbox.all()))
-    wait_until("the id released", lambda: "gone" not in router._ids)
+    wait_until("the id released", lambda: "gone" not in router.dispatcher.ids)
     seen = inbox.all()
     died = next(i for i, m in enumerate(seen) if isinstance(m, msg.Died))
     assert msg.Arrival("gone", "svc") not in seen[died:]  # no GPU is sought for it

@@ -164,16 +164,13 @@ def test_status_shows_what_the_controller_wrote(tmp_path: Path) -> None:
     assert "0.5 s (90%)" in text and text.count("75.0% (3/4)") == 2
 
 
-class _Router(Dispatcher):
-    """The dispatcher's state and nothing else (no HTTP, no loop of its own)."""
+class _Router:
+    """The router's dispatcher and nothing else (no HTTP, no loop of its own)."""
 
     def __init__(self, spec: ServiceSpec) -> None:
-        self.inbox = Inbox()
-        self.metrics = Metrics()
-        self.services = {spec.name: ServiceQueue(spec)}
-        self.replicas = {}
-        self._ids = set()
-        self._loop = None
+        self.dispatcher = Dispatcher(Inbox(), Metrics())
+        self.dispatcher.services[spec.name] = ServiceQueue(spec)
+        self.inbox, self.metrics = self.dispatcher.inbox, self.dispatcher.metrics
 
 
 def _sample(metrics: Metrics, name: str, **labels: str) -> float:
@@ -207,8 +204,8 @@ def test_the_router_counts_each_answer_once(
         arrived = loop.time() - 5.0  # hand-offs in the past; the answer is now
         p = Pending("r1", "svc", {}, loop.create_future(), arrived, arrived + 9, arrived + 9)
         p.handed = None if handed is None else arrived + handed
-        router._ids.add("r1")
-        router._answer(p, status, {"x": 1})
+        router.dispatcher.ids.add("r1")
+        router.dispatcher.answer(p, status, {"x": 1})
         return p.future.result(), loop.time() - arrived
 
     # Pending times are the router's monotonic clock, as asyncio's loop.time() is.
@@ -219,7 +216,7 @@ def test_the_router_counts_each_answer_once(
     else:
         assert wait_ms == pytest.approx(handed * 1000.0, abs=0.01)
     assert result.headers["X-Request-Id"] == "r1" and result.status == status
-    assert router._ids == set()
+    assert router.dispatcher.ids == set()
     m = router.metrics
     counted: dict[str, Any] = {
         "within": _sample(m, "deepboot_requests_within_slo_total", service="svc"),
@@ -238,8 +235,8 @@ def test_a_second_answer_is_not_counted() -> None:
         loop = asyncio.get_running_loop()
         now = loop.time()
         p = Pending("r1", "svc", {}, loop.create_future(), now, now + 9, now + 9)
-        router._answer(p, 503, {})
-        router._answer(p, 200, {})
+        router.dispatcher.answer(p, 503, {})
+        router.dispatcher.answer(p, 200, {})
 
     asyncio.run(twice())
     assert router.inbox.drain() == [Answered("svc", False)]
@@ -252,11 +249,11 @@ def test_a_retry_past_its_queue_deadline_waited_its_whole_time() -> None:
 
     async def retried() -> Answer:
         loop = asyncio.get_running_loop()
-        router._loop = loop
+        router.dispatcher.loop = loop
         arrived = loop.time() - 5.0
         p = Pending("r1", "svc", {}, loop.create_future(), arrived, arrived + 1, arrived + 9)
         p.handed = arrived + 0.1  # in time, on the replica that died
-        router._enqueue(p, front=True)
+        router.dispatcher.enqueue(p, front=True)
         return p.future.result()
 
     result = asyncio.run(retried())

@@ -38,9 +38,9 @@ crash-loop back-off (``BACKOFF_BASE_S`` doubling per failure in a row, capped at
 service meanwhile, so no GPU is reclaimed for it. A handler that raises while
 loading also fails what waits (502). Every request gets exactly one answer.
 
-:class:`Dispatcher` is a part of :class:`~deepboot.runtime.http.router.Router` (which sets
-the attributes it declares), not a class of its own; its methods run on the router's
-loop only, and tell the controller what happened through the :class:`Inbox`.
+:class:`Dispatcher` is a part the :class:`~deepboot.runtime.http.router.Router` builds: it
+owns the queues and the replicas' slots; its methods run on the router's loop only,
+and tell the controller what happened through the :class:`Inbox`.
 """
 
 from __future__ import annotations
@@ -85,26 +85,27 @@ def _ray_future(ref: Any) -> asyncio.Future[Any]:
 
 class Dispatcher:
     """The router's queues, replicas and back-offs, on its loop (see the module
-    docstring): a part of :class:`~deepboot.runtime.http.router.Router`, which sets these
-    attributes.
+    docstring).
 
-    Attributes:
+    Args:
         inbox: Where messages to the controller go.
         metrics: The controller's metrics.
+
+    Attributes:
         services: Each registered service's queue and back-off.
         replicas: The live replicas, by GPU.
-        _ids: The ids of the requests in progress (taken until each is answered).
-        _loop: The router's loop.
+        ids: The ids of the requests in progress (taken until each is answered).
+        loop: The router's loop, once it runs (its timers are set on it).
     """
 
-    inbox: Inbox
-    metrics: Metrics
-    services: dict[str, ServiceQueue]
-    replicas: dict[str, Replica]
-    _ids: set[str]
-    _loop: asyncio.AbstractEventLoop | None
+    def __init__(self, inbox: Inbox, metrics: Metrics) -> None:
+        self.inbox, self.metrics = inbox, metrics
+        self.services: dict[str, ServiceQueue] = {}
+        self.replicas: dict[str, Replica] = {}
+        self.ids: set[str] = set()
+        self.loop: asyncio.AbstractEventLoop | None = None
 
-    def _set_services(self, specs: dict[str, ServiceSpec], cold: dict[str, float]) -> None:
+    def set_services(self, specs: dict[str, ServiceSpec], cold: dict[str, float]) -> None:
         for name, spec in specs.items():
             q = self.services.get(name)
             if q is None:
@@ -117,16 +118,16 @@ class Dispatcher:
             self.metrics.within_slo.labels(name)
             self.metrics.over_slo.labels(name)
 
-    def _restore_backoff(self, service: str, failures: int, seconds_left: float) -> None:
+    def restore_backoff(self, service: str, failures: int, seconds_left: float) -> None:
         q = self.services.get(service)
         if q is None or failures <= 0:
             return
         left = max(seconds_left, 0.0)
         q.load_failures, q.backoff_until = failures, time.monotonic() + left
-        assert self._loop is not None
-        self._loop.call_later(left, self._post_uncovered, service)
+        assert self.loop is not None
+        self.loop.call_later(left, self._post_uncovered, service)
 
-    def _start_replica(
+    def start_replica(
         self, gpu: str, service: str, name: str, handle: Any, cold: bool, task: str
     ) -> None:
         q = self.services[service]
@@ -145,13 +146,13 @@ class Dispatcher:
         self._pump(service)
         self._maybe_idle(rep)
 
-    def _adopt_replica(self, gpu: str, service: str, name: str, handle: Any) -> None:
+    def adopt_replica(self, gpu: str, service: str, name: str, handle: Any) -> None:
         spec = self.services[service].spec
         rep = Replica(gpu, service, name, handle, spec.concurrency, time.monotonic(), active=False)
         self.replicas[gpu] = rep
         asyncio.ensure_future(self._load(rep, cold=False))
 
-    def _stop_replica(self, gpu: str) -> None:
+    def stop_replica(self, gpu: str) -> None:
         rep = self.replicas.pop(gpu, None)
         if rep is not None:
             rep.dead = True
@@ -208,7 +209,7 @@ class Dispatcher:
             # The handler cannot load: fail what waits rather than let it wait for
             # the next attempt (the log has the handler's error).
             while q.queue:
-                self._drop(q, q.queue[0], 502, "the service's handler failed to load")
+                self.drop(q, q.queue[0], 502, "the service's handler failed to load")
 
     def _back_off(self, q: ServiceQueue, why: str) -> float:
         """One more failure in a row for ``q``'s service: no arrival is posted for it
@@ -228,8 +229,8 @@ class Dispatcher:
                 self.inbox.put(Withdraw(p.id))
                 p.posted = False
         self.inbox.put(Backoff(service, q.load_failures, backoff))
-        assert self._loop is not None
-        self._loop.call_later(backoff, self._post_uncovered, service)
+        assert self.loop is not None
+        self.loop.call_later(backoff, self._post_uncovered, service)
         return backoff
 
     def _reset_backoff(self, q: ServiceQueue) -> None:
@@ -238,7 +239,7 @@ class Dispatcher:
             q.load_failures, q.backoff_until = 0, 0.0
             self.inbox.put(Backoff(q.spec.name, 0, 0.0))
 
-    def _free_replica(self, service: str) -> Replica | None:
+    def free_replica(self, service: str) -> Replica | None:
         best: Replica | None = None
         for rep in self.replicas.values():
             if (
@@ -258,7 +259,7 @@ class Dispatcher:
         if q is None:
             return
         while q.queue:
-            rep = self._free_replica(service)
+            rep = self.free_replica(service)
             if rep is None:
                 break
             p = q.queue.popleft()
@@ -276,18 +277,18 @@ class Dispatcher:
             rep.active = False
             self.inbox.put(Idle(rep.gpu, rep.name))
 
-    def _enqueue(self, p: Pending, front: bool = False) -> None:
+    def enqueue(self, p: Pending, front: bool = False) -> None:
         """Queue ``p`` (a retry at the head); a request past its queue deadline is
         answered 503 instead."""
         q = self.services[p.service]
-        assert self._loop is not None
+        assert self.loop is not None
         p.handed = None  # queued (again, after a death): it waits (again)
         now = time.monotonic()
         if now >= p.queue_deadline:
             self._answer_timeout(q, p)
             return
         if p.timer is None:
-            p.timer = self._loop.call_later(p.queue_deadline - now, self._expire, p)
+            p.timer = self.loop.call_later(p.queue_deadline - now, self._expire, p)
         (q.queue.appendleft if front else q.queue.append)(p)
         self._pump(p.service)
         self._post_uncovered(p.service)
@@ -302,9 +303,9 @@ class Dispatcher:
     def _answer_timeout(self, q: ServiceQueue, p: Pending) -> None:
         retry = str(max(1, round(q.spec.request_timeout_s / 4)))
         reason = f"no replica within {q.spec.request_timeout_s:g} s"
-        self._drop(q, p, 503, reason, **{"Retry-After": retry})
+        self.drop(q, p, 503, reason, **{"Retry-After": retry})
 
-    def _drop(self, q: ServiceQueue, p: Pending, status: int, reason: str, **headers: str) -> None:
+    def drop(self, q: ServiceQueue, p: Pending, status: int, reason: str, **headers: str) -> None:
         """Take ``p`` out of the queue (withdrawing its arrival) and answer it."""
         with contextlib.suppress(ValueError):
             q.queue.remove(p)
@@ -312,7 +313,7 @@ class Dispatcher:
             self.inbox.put(Withdraw(p.id))
             p.posted = False
         self.metrics.pending.labels(p.service).set(len(q.queue))
-        self._answer(p, status, {"error": reason}, **headers)
+        self.answer(p, status, {"error": reason}, **headers)
 
     def _post_uncovered(self, service: str) -> None:
         """Post an arrival for each queued request no starting replica will take
@@ -337,7 +338,7 @@ class Dispatcher:
         try:
             result = await asyncio.wait_for(_ray_future(rep.handle.infer.remote(p.body)), limit)
         except TimeoutError:
-            self._answer(p, 504, {"error": f"no answer within {limit:.3g} s"})
+            self.answer(p, 504, {"error": f"no answer within {limit:.3g} s"})
             # The call may still be running: the replica goes (the controller kills
             # it and a new one starts), so its slot is never reused meanwhile.
             rep.killed = True
@@ -349,12 +350,12 @@ class Dispatcher:
         except Exception as exc:
             if _is_task_error(exc):  # the handler raised: the service's own error
                 log.info("service %s, request %s: the handler raised: %s", p.service, p.id, exc)
-                self._answer(p, 500, {"error": f"the handler raised {_cause_name(exc)}"})
+                self.answer(p, 500, {"error": f"the handler raised {_cause_name(exc)}"})
             else:  # the replica died with the request in flight
                 self._died_serving(p, rep, f"{type(exc).__name__}: {exc}")
         else:
             answer = {"result": result, "replica": rep.gpu, "prewarmed": rep.prewarmed}
-            self._answer(p, 200, answer)
+            self.answer(p, 200, answer)
             if rep.prewarmed:
                 self.metrics.prewarmed.labels(p.service).inc()
             self.inbox.put(Served(p.service, time.monotonic() - began))
@@ -381,16 +382,16 @@ class Dispatcher:
                     backoff = self._back_off(q, f"{q.serve_deaths} replicas died serving")
             self._replica_lost(rep, error, phase="serve", backoff=backoff)
         if p.abandoned:
-            self._answer(p, 499, {"error": "the client went away"})
+            self.answer(p, 499, {"error": "the client went away"})
         elif p.deaths >= MAX_DEATHS:
             log.warning(
                 "request %s of %s: in flight on %d replicas that died; not retried",
                 p.id, p.service, p.deaths,
             )  # fmt: skip
-            self._answer(p, 502, {"error": f"{p.deaths} replicas died serving it"})
+            self.answer(p, 502, {"error": f"{p.deaths} replicas died serving it"})
         else:
             log.info("request %s: replica %s died; retrying", p.id, rep.name)
-            self._enqueue(p, front=True)
+            self.enqueue(p, front=True)
 
     def _replica_lost(self, rep: Replica, error: str, phase: str, backoff: float = 0.0) -> None:
         if rep.dead:
@@ -403,21 +404,21 @@ class Dispatcher:
             # Its queued requests may have counted on it: ask again for those uncovered.
             self._post_uncovered(rep.service)
 
-    def _answer(self, p: Pending, status: int, body: dict[str, Any], **headers: str) -> None:
+    def answer(self, p: Pending, status: int, body: dict[str, Any], **headers: str) -> None:
         if p.future.done():
             return
         if p.timer is not None:
             p.timer.cancel()
-        self._ids.discard(p.id)  # an id is in progress until its request is answered
+        self.ids.discard(p.id)  # an id is in progress until its request is answered
         now = time.monotonic()
         # Never handed to a replica: what it waited is its whole time, to this answer.
         wait = (now if p.handed is None else p.handed) - p.arrived
         body = {"id": p.id, "service": p.service, **body}
         headers = {"X-Request-Id": p.id, "X-Wait-Ms": wait_header(wait), **headers}
         p.future.set_result(Answer(status, body, headers))
-        self._count(p.service, status, wait, now - p.arrived, handed=p.handed is not None)
+        self.count(p.service, status, wait, now - p.arrived, handed=p.handed is not None)
 
-    def _count(self, service: str, status: int, wait: float, spent: float, handed: bool) -> None:
+    def count(self, service: str, status: int, wait: float, spent: float, handed: bool) -> None:
         """Count an answered request of ``service`` (answered ``status``, ``wait`` and
         ``spent`` seconds from arrival to hand-off and to answer; ``handed``: it reached
         a replica) in the metrics, and tell the controller (its SLO attainment). Within

@@ -2,7 +2,7 @@
 request passes before any work, reading a bounded JSON body, and the one-line error
 answer.
 
-The checks, in this order (:meth:`FrontDoor._front_door`, the aiohttp middleware):
+The checks, in this order (:meth:`FrontDoor.middleware`, the aiohttp middleware):
 
 - Every route that accepts work (the three POSTs) needs ``Authorization: Bearer
   <STATE_DIR/http-token>``, on loopback too (401 otherwise). The reads stay open on
@@ -21,13 +21,13 @@ The checks, in this order (:meth:`FrontDoor._front_door`, the aiohttp middleware
 - Bounded input: a body over its route's limit (64 KiB for jobs and services, the
   service's ``max_body_bytes`` for a request) is refused (413) before it is parsed,
   and a full queue answers 503 before the body is read; JSON deeper than
-  :data:`MAX_JSON_DEPTH` is a 400 (:meth:`FrontDoor._read_json`).
+  :data:`MAX_JSON_DEPTH` is a 400 (:meth:`FrontDoor.read_json`).
 - Every error answer is one short JSON line with the request's id (:func:`error`);
   the log keeps the detail (tracebacks, internal paths).
 
 A handler raises :class:`Refused` to refuse a request; the middleware answers it.
-:class:`FrontDoor` is a part of :class:`~deepboot.runtime.http.router.Router` (which sets
-the attributes it declares), not a class of its own.
+:class:`FrontDoor` is a part the :class:`~deepboot.runtime.http.router.Router` builds and
+installs; it knows nothing of the router.
 """
 
 from __future__ import annotations
@@ -116,22 +116,27 @@ class DashboardGate(Protocol):
 
 
 class FrontDoor:
-    """The front door's checks and body reader (see the module docstring): a part of
-    :class:`~deepboot.runtime.http.router.Router`, which sets these attributes.
+    """The front door's checks and body reader (see the module docstring): the
+    router's middleware (:meth:`middleware`) and the one body reader its handlers use
+    (:meth:`read_json`).
 
-    Attributes:
-        host, port: Where the endpoint listens.
-        open_reads: Whether the reads are open without the token (a loopback endpoint).
+    Args:
+        host: Where the endpoint listens.
+        port: Its port (0 until it listens: the router sets the one it got).
+        token: The bearer token.
         dashboard: The dashboard, whose pages need its session cookie or the token,
             on loopback too, and refuse cross-site requests (None: not served).
-        _token_bytes: The bearer token, as bytes.
+
+    Attributes:
+        open_reads: Whether the reads are open without the token (a loopback endpoint).
     """
 
-    host: str
-    port: int
-    open_reads: bool
-    dashboard: DashboardGate | None
-    _token_bytes: bytes
+    def __init__(
+        self, host: str, port: int, token: str, dashboard: DashboardGate | None = None
+    ) -> None:
+        self.host, self.port, self.dashboard = host, port, dashboard
+        self._token_bytes = token.encode("utf-8", "surrogateescape")
+        self.open_reads = is_loopback(host)
 
     @property
     def url(self) -> str:
@@ -172,9 +177,10 @@ class FrontDoor:
         return not (self.open_reads and is_loopback(_host_name(request.host)))
 
     @web.middleware
-    async def _front_door(
+    async def middleware(
         self, request: web.Request, handler: Callable[[web.Request], Any]
     ) -> web.StreamResponse:
+        """Every request passes here before its handler (see the module docstring)."""
         rid = ""
         try:
             rid = request[RID] = self._request_id(request)
@@ -212,7 +218,7 @@ class FrontDoor:
             log.exception("request %s to %s failed", rid, request.path)
             return error(500, "internal error (the controller's log has the detail)", rid)
 
-    async def _read_json(self, request: web.Request, limit: int) -> Any:
+    async def read_json(self, request: web.Request, limit: int) -> Any:
         """The body as JSON, read only up to ``limit`` bytes.
 
         Raises:

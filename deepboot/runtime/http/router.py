@@ -61,14 +61,7 @@ from deepboot.runtime.http.connbounds import (
     track_requests,
 )
 from deepboot.runtime.http.dispatch import Dispatcher
-from deepboot.runtime.http.frontdoor import (
-    RID,
-    SPEC_BODY_BYTES,
-    FrontDoor,
-    Refused,
-    error,
-    is_loopback,
-)
+from deepboot.runtime.http.frontdoor import RID, SPEC_BODY_BYTES, FrontDoor, Refused, error
 from deepboot.runtime.http.routerstate import Pending, Replica, ServiceQueue
 from deepboot.runtime.messages import Inbox, Received
 from deepboot.runtime.prometheus_metrics import Metrics
@@ -81,7 +74,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("deepboot.router")
 
 
-class Router(FrontDoor, Dispatcher):
+class Router:
     """See the module docstring.
 
     Args:
@@ -130,13 +123,9 @@ class Router(FrontDoor, Dispatcher):
         self.metrics = metrics
         self.host, self.port = host, port
         self.token = token
-        self._token_bytes = token.encode("utf-8", "surrogateescape")
-        self.open_reads = is_loopback(host)
         self.instance = instance or secrets.token_hex(16)
         self._submit, self._register = submit, register
-        self.services: dict[str, ServiceQueue] = {}
-        self.replicas: dict[str, Replica] = {}
-        self._ids: set[str] = set()
+        self.dispatcher = Dispatcher(inbox, metrics)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
@@ -151,6 +140,22 @@ class Router(FrontDoor, Dispatcher):
             from deepboot.runtime.http.livedashboard import Dashboard
 
             self.dashboard = Dashboard(state, port, self._live)
+        self.front_door = FrontDoor(host, port, token, self.dashboard)
+
+    @property
+    def url(self) -> str:
+        """The endpoint's URL (its own origin)."""
+        return self.front_door.url
+
+    @property
+    def services(self) -> dict[str, ServiceQueue]:
+        """Each registered service's queue and back-off (the dispatcher's)."""
+        return self.dispatcher.services
+
+    @property
+    def replicas(self) -> dict[str, Replica]:
+        """The live replicas, by GPU (the dispatcher's)."""
+        return self.dispatcher.replicas
 
     def beat(self) -> None:
         """The controller's loop completed a turn (``/healthz`` reports its age)."""
@@ -203,7 +208,7 @@ class Router(FrontDoor, Dispatcher):
             self._thread.join(10)
 
     def _serve(self) -> None:
-        loop = self._loop = asyncio.new_event_loop()
+        loop = self._loop = self.dispatcher.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(self._listen())
@@ -217,9 +222,12 @@ class Router(FrontDoor, Dispatcher):
 
     async def _listen(self) -> None:
         # client_max_size bounds aiohttp's own readers; each route reads its body
-        # through _read_json with its own, smaller, limit. track_requests comes first:
-        # a request that reaches it has its head (the header-read timeout stops).
-        app = web.Application(middlewares=[track_requests, self._front_door], client_max_size=2**20)
+        # through the front door's read_json with its own, smaller, limit.
+        # track_requests comes first: a request that reaches it has its head (the
+        # header-read timeout stops).
+        app = web.Application(
+            middlewares=[track_requests, self.front_door.middleware], client_max_size=2**20
+        )
         app.router.add_post("/v1/{service}/infer", self._infer)
         app.router.add_get("/v1/services", self._list_services)
         app.router.add_post("/v1/services", self._post_service)
@@ -237,7 +245,7 @@ class Router(FrontDoor, Dispatcher):
         # The connections' bounds, and aiohttp's own errors as one JSON line
         # (deepboot.runtime.http.connbounds).
         self._listener = await serve(self._runner, self.host, self.port, self.bounds)
-        self.port = self._listener.sockets[0].getsockname()[1]
+        self.port = self.front_door.port = self._listener.sockets[0].getsockname()[1]
         if self.dashboard is not None:
             self.dashboard.port = self.port  # names its cookie
 
@@ -252,12 +260,12 @@ class Router(FrontDoor, Dispatcher):
         self, specs: Mapping[str, ServiceSpec], cold: Mapping[str, float] | None = None
     ) -> None:
         """The registered services (and the cold starts measured so far, seconds)."""
-        self.call(self._set_services, dict(specs), dict(cold or {}))
+        self.call(self.dispatcher.set_services, dict(specs), dict(cold or {}))
 
     def restore_backoff(self, service: str, failures: int, seconds_left: float) -> None:
         """A restarted controller's record of ``service``'s crash-loop back-off (after
         :meth:`set_services`): ``failures`` in a row, ``seconds_left`` of it to run."""
-        self.call(self._restore_backoff, service, failures, seconds_left)
+        self.call(self.dispatcher.restore_backoff, service, failures, seconds_left)
 
     def start_replica(
         self, gpu: str, service: str, name: str, handle: Any, cold: bool, task: str = ""
@@ -266,15 +274,15 @@ class Router(FrontDoor, Dispatcher):
         (``cold``; ``handle`` is its new actor) or a warm reuse of the one there. A new
         replica with no ``task`` is pre-warmed (``WarmReplica``): the service's
         requests queue on it while it loads, as on any replica starting."""
-        self.call(self._start_replica, gpu, service, name, handle, cold, task)
+        self.call(self.dispatcher.start_replica, gpu, service, name, handle, cold, task)
 
     def adopt_replica(self, gpu: str, service: str, name: str, handle: Any) -> None:
         """A live replica a restarted controller kept (idle: PROTECT or SLEEP)."""
-        self.call(self._adopt_replica, gpu, service, name, handle)
+        self.call(self.dispatcher.adopt_replica, gpu, service, name, handle)
 
     def stop_replica(self, gpu: str) -> None:
         """The replica on ``gpu`` is evicted (the controller kills its actor)."""
-        self.call(self._stop_replica, gpu)
+        self.call(self.dispatcher.stop_replica, gpu)
 
     # -- HTTP handlers ---------------------------------------------------------------------------
 
@@ -284,24 +292,27 @@ class Router(FrontDoor, Dispatcher):
         q = self.services.get(service) if valid_name(service) else None
         if q is None:
             raise Refused(404, "no such service")
-        if rid in self._ids:
+        if rid in self.dispatcher.ids:
             raise Refused(409, "a request with this id is in progress")
         spec = q.spec
-        if self._free_replica(service) is None and len(q.queue) + q.reading >= spec.queue_bound:
+        if (
+            self.dispatcher.free_replica(service) is None
+            and len(q.queue) + q.reading >= spec.queue_bound
+        ):
             # Before the body is read: a full queue costs a client nothing to learn.
             # Answered at once, never handed to a replica: over the SLO, waited 0.
-            self._count(service, 503, 0.0, 0.0, handed=False)
+            self.dispatcher.count(service, 503, 0.0, 0.0, handed=False)
             retry = str(max(1, round(spec.request_timeout_s / 4)))
             headers = {"Retry-After": retry, "X-Wait-Ms": wait_header(0.0)}
             return error(503, "queue full", rid, **headers)
-        self._ids.add(rid)
+        self.dispatcher.ids.add(rid)
         try:
             # The body is read with a queue place held (so that slow uploads cannot
             # overfill the queue) and within request_timeout_s.
             q.reading += 1
             try:
                 body = await asyncio.wait_for(
-                    self._read_json(request, spec.max_body_bytes), spec.request_timeout_s
+                    self.front_door.read_json(request, spec.max_body_bytes), spec.request_timeout_s
                 )
             except TimeoutError:
                 reason = f"the body did not arrive within {spec.request_timeout_s:g} s"
@@ -309,7 +320,7 @@ class Router(FrontDoor, Dispatcher):
             finally:
                 q.reading -= 1
         except BaseException:
-            self._ids.discard(rid)
+            self.dispatcher.ids.discard(rid)
             raise
         now = time.monotonic()
         p = Pending(
@@ -318,7 +329,7 @@ class Router(FrontDoor, Dispatcher):
             now + spec.request_timeout_s + spec.handler_deadline_s,
         )  # fmt: skip
         self.inbox.put(Received(service))  # every request counts in the load
-        self._enqueue(p)  # from here on, answering the request releases its id
+        self.dispatcher.enqueue(p)  # from here on, answering the request releases its id
         try:
             # The router answers every request by its deadline; the extra second
             # is a backstop, never the bound.
@@ -327,12 +338,12 @@ class Router(FrontDoor, Dispatcher):
             )
         except TimeoutError:
             log.error("request %s: no answer by its deadline (a router bug)", rid)
-            self._drop(q, p, 504, "no answer in time")
+            self.dispatcher.drop(q, p, 504, "no answer in time")
             answer = p.future.result()
         except asyncio.CancelledError:  # the client went away (handler_cancellation)
             if p in q.queue:
                 log.info("request %s: the client went away while queued; withdrawn", rid)
-                self._drop(q, p, 499, "the client went away")
+                self.dispatcher.drop(q, p, 499, "the client went away")
             else:  # in flight: it runs to its end, but is never retried
                 p.abandoned = True
             raise
@@ -380,7 +391,7 @@ class Router(FrontDoor, Dispatcher):
     ) -> web.Response:
         if fn is None:
             raise Refused(404, "not available")
-        raw = await self._read_json(request, SPEC_BODY_BYTES)
+        raw = await self.front_door.read_json(request, SPEC_BODY_BYTES)
         if not isinstance(raw, dict):
             raise Refused(400, "the body must be a JSON object")
         try:
