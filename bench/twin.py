@@ -102,7 +102,8 @@ from deepboot.core.service import DEFAULT_SLO_WAIT_S, ServiceSpec  # noqa: E402
 from deepboot.perf.fit import fit_perf_params  # noqa: E402
 from deepboot.perf.goodput import compute_time, step_time  # noqa: E402
 from deepboot.report.timeline import load_offset  # noqa: E402
-from deepboot.runtime.cluster.raycluster import ClusterRecord, cluster_pids, process_alive  # noqa: E402
+from deepboot.runtime.cluster.processes import process_alive  # noqa: E402
+from deepboot.runtime.cluster.raycluster import ClusterRecord, cluster_pids  # noqa: E402
 from deepboot.runtime.store.jobstore import EventRow, JobRow, JobStore, LogKind  # noqa: E402
 from deepboot.runtime.store.statedir import StateDir  # noqa: E402
 

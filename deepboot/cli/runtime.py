@@ -451,7 +451,7 @@ def _wait_until_served(state: StateDir, service: str, timeout: float = 30.0) -> 
     import urllib.error
 
     from deepboot.runtime.client.endpoint import EndpointError, connect
-    from deepboot.runtime.cluster.raycluster import controller_alive
+    from deepboot.runtime.cluster.processes import controller_alive
 
     if controller_alive(state) is None or not state.http_file.exists():
         return ""

@@ -14,7 +14,7 @@ from rich.console import Console
 from deepboot.cli.files import PathArg, check_outputs, require_path, write_bytes
 from deepboot.core.errors import ConfigError
 from deepboot.runtime.client.statusdoc import read_state_dir
-from deepboot.runtime.cluster.raycluster import controller_alive
+from deepboot.runtime.cluster.processes import controller_alive
 from deepboot.runtime.store.statedir import StateDir
 
 if TYPE_CHECKING:

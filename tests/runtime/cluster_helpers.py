@@ -103,7 +103,7 @@ def worker_pids(state: Path, job_name: str) -> list[int]:
 
 
 def alive(pid: int) -> bool:
-    from deepboot.runtime.cluster.raycluster import process_alive
+    from deepboot.runtime.cluster.processes import process_alive
 
     return process_alive(pid)
 

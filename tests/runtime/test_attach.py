@@ -17,7 +17,8 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("torch")
 
-from deepboot.runtime.cluster.raycluster import ClusterRecord, cluster_pids, kill_pids  # noqa: E402
+from deepboot.runtime.cluster.processes import kill_pids  # noqa: E402
+from deepboot.runtime.cluster.raycluster import ClusterRecord, cluster_pids  # noqa: E402
 from tests.runtime.cluster_helpers import alive, cli, job, wait_for, write_job  # noqa: E402
 
 pytestmark = pytest.mark.runtime

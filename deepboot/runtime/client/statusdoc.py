@@ -85,7 +85,7 @@ def status_document(state: StateDir) -> dict[str, Any]:
 def _cluster_entry(state: StateDir, record: ClusterRecord | None, heartbeat: str) -> dict[str, Any]:
     """The document's ``cluster``: whether it is up, the controller's pid and the age
     of its last heartbeat, and the endpoint http.json records."""
-    from deepboot.runtime.cluster.raycluster import controller_alive
+    from deepboot.runtime.cluster.processes import controller_alive
 
     endpoint = None
     if state.http_file.exists():

@@ -17,27 +17,23 @@ address, and their children.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import logging
 import os
 import re
 import secrets
-import shutil
-import signal
 import socket
-import stat
 import subprocess
 import sys
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from deepboot.core.cluster import ClusterSpec, Node, Pool
 from deepboot.core.errors import ConfigError, DeepbootError
 from deepboot.runtime.actors.rayresources import cluster_from_ray_nodes, node_resources
+from deepboot.runtime.cluster import privatedir, processes
 from deepboot.runtime.store.statedir import StateDir
 
 log = logging.getLogger(__name__)
@@ -60,7 +56,8 @@ class ClusterRecord:
         mode: "local" (started by ``up``; ``down`` stops it) or "attached".
         address: The Ray GCS address, host:port.
         temp_dir: The directory of a local cluster's Ray (its ``--temp-dir`` is
-            :func:`ray_dir_of` it), created by ``up``: a random name, mode 0700; ""
+            :func:`~deepboot.runtime.cluster.privatedir.ray_dir_of` it), created by
+            ``up``: a random name, mode 0700; ""
             when attached.
         nodes: (node_id, pool, gpus) of every deepboot node.
         token_file: Ray's token file ("" when the attached cluster has none).
@@ -149,83 +146,13 @@ def _new_temp_dir_name() -> str:
     return f"/tmp/deepboot-ray-{secrets.token_hex(6)}"
 
 
-def ray_dir_of(temp_dir: str) -> str:
-    """Ray's ``--temp-dir`` inside a local cluster's private directory ``temp_dir``.
-
-    Not ``temp_dir`` itself: Ray makes every directory it creates, ``--temp-dir``
-    included, mode 0777 (each of its worker processes does it again), so that other
-    users may share them. The private directory around it keeps them out.
-    """
-    return os.path.join(temp_dir, "ray")
-
-
-def _not_private(path: str) -> str | None:
-    """Why ``path`` is not a directory private to this user (None when it is)."""
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        return "it is a symbolic link"
-    if not stat.S_ISDIR(st.st_mode):
-        return "it is not a directory"
-    if st.st_uid != os.geteuid():
-        return f"it belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
-    if stat.S_IMODE(st.st_mode) != 0o700:
-        return f"its mode is {stat.S_IMODE(st.st_mode):04o}, not 0700"
-    return None
-
-
-def make_private_dir(path: str) -> str:
-    """Create directory ``path``, mode 0700 whatever the umask; returns ``path``.
-
-    A directory already there is used only if it is this user's, mode 0700 and not
-    a link: one that another user created first (or a link in its place) could hold
-    or see what Ray puts there.
-
-    Raises:
-        DeepbootError: ``path`` exists and is not this user's private directory, or
-            cannot be created.
-    """
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise DeepbootError(f"cannot create directory {path}: {exc.strerror}") from None
-    else:
-        # The umask may have taken bits away; O_NOFOLLOW: chmod this directory, not
-        # whatever a link put in its place would point to.
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        try:
-            os.fchmod(fd, 0o700)
-        finally:
-            os.close(fd)
-    why = _not_private(path)
-    if why is not None:
-        raise DeepbootError(
-            f"{path} exists and is not this user's private directory ({why}); refusing "
-            "to start Ray in it (another user may have created it)"
-        )
-    return path
-
-
 def remove_temp_dir(record: ClusterRecord) -> bool:
     """Remove a local cluster's directory (``record.temp_dir``, Ray's inside) if it is
-    ours (mode 0700, not a link); True if it is gone. One that is not ours is left
-    alone, with a warning."""
-    path = record.temp_dir
-    if record.mode != "local" or not path:
+    ours (:func:`~deepboot.runtime.cluster.privatedir.remove_private_dir`); True if it
+    is gone. An attached cluster's is never touched."""
+    if record.mode != "local" or not record.temp_dir:
         return False
-    try:
-        why = _not_private(path)
-    except FileNotFoundError:
-        return True
-    except OSError as exc:
-        log.warning("the cluster's directory %s: %s; left in place", path, exc)
-        return False
-    if why is not None:
-        log.warning("the cluster's directory %s is not ours (%s): left in place", path, why)
-        return False
-    shutil.rmtree(path, ignore_errors=True)
-    return not os.path.lexists(path)
+    return privatedir.remove_private_dir(record.temp_dir, "the cluster's directory")
 
 
 def _free_port() -> int:
@@ -293,8 +220,8 @@ def up_local(state: StateDir, cluster: ClusterSpec, cache_bytes: int = 0) -> Clu
     inference node's object store sized for a model cache of ``cache_bytes``).
 
     Ray's directory is ``<temp_dir>/ray`` in a new private directory ``temp_dir``
-    (see :func:`make_private_dir`), recorded in the cluster record; a failed start
-    stops what it started and removes it.
+    (see :func:`~deepboot.runtime.cluster.privatedir.make_private_dir`), recorded in
+    the cluster record; a failed start stops what it started and removes it.
 
     Raises:
         ConfigError: a cluster is already recorded in ``state``.
@@ -304,8 +231,8 @@ def up_local(state: StateDir, cluster: ClusterSpec, cache_bytes: int = 0) -> Clu
     if state.cluster_file.exists():
         raise ConfigError(f"a cluster is already up in {state.root} (run 'deepboot down' first)")
     token = state.ensure_token()
-    temp_dir = make_private_dir(_new_temp_dir_name())
-    ray_dir = ray_dir_of(temp_dir)
+    temp_dir = privatedir.make_private_dir(_new_temp_dir_name())
+    ray_dir = privatedir.ray_dir_of(temp_dir)
     env = ray_env(None, token)
     head, *rest = cluster.nodes
     port = _free_port()
@@ -390,24 +317,6 @@ def run_on_ray(record: ClusterRecord, body: str) -> str:
 # -- stopping ----------------------------------------------------------------------------
 
 
-def _cmdlines() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, command line) of every process we can read (Linux /proc)."""
-    out: dict[int, tuple[int, str]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        try:
-            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-            stat_line = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        cmd = raw.replace(b"\0", b" ").decode(errors="replace")
-        ppid = int(stat_line.rsplit(")", 1)[1].split()[1])
-        out[pid] = (ppid, cmd)
-    return out
-
-
 def _marks(record: ClusterRecord) -> re.Pattern[str] | None:
     """What names a local cluster on a command line: its Ray directory (whole: not
     another one whose name merely starts the same) or ``--address``/``--gcs-address``
@@ -424,67 +333,13 @@ def cluster_pids(record: ClusterRecord) -> set[int]:
     """Processes of a local cluster: those naming its Ray directory or GCS address
     on their command line (see :func:`_marks`), and all their descendants."""
     marks = _marks(record)
-    if marks is None:
-        return set()
-    procs = _cmdlines()
-    roots = {pid for pid, (_, cmd) in procs.items() if marks.search(cmd)}
-    roots.discard(os.getpid())
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in procs.items():
-        children.setdefault(ppid, []).append(pid)
-    found, todo = set(), list(roots)
-    while todo:
-        pid = todo.pop()
-        if pid in found:
-            continue
-        found.add(pid)
-        todo.extend(children.get(pid, []))
-    return found
-
-
-def kill_pids(pids: Iterable[int], grace: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL what is left after ``grace`` seconds."""
-    pending = set(pids)
-    for pid in pending:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while pending and time.monotonic() < deadline:
-        pending = {p for p in pending if process_alive(p)}
-        time.sleep(0.1)
-    for pid in pending:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def controller_alive(state: StateDir) -> int | None:
-    """The controller's pid if it runs, else None (the pid file names a live process
-    whose command line is the controller's: a reused pid is not taken for it)."""
-    try:
-        pid = int(state.controller_pid.read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    if not process_alive(pid):
-        return None
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    return pid if b"deepboot.runtime.controller_process" in cmd else None
+    return set() if marks is None else processes.marked_with_descendants(marks)
 
 
 def stop_local(record: ClusterRecord) -> int:
     """Stop every process of a local cluster and remove its Ray directory if it is
     ours (:func:`remove_temp_dir`); returns how many processes were signalled."""
     pids = cluster_pids(record)
-    kill_pids(pids)
+    processes.kill_pids(pids)
     remove_temp_dir(record)
     return len(pids)

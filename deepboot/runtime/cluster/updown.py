@@ -17,7 +17,8 @@ from deepboot.policies import registry
 from deepboot.runtime import logbounds
 from deepboot.runtime.actors.modelcache import bound_bytes
 from deepboot.runtime.cluster import raycluster
-from deepboot.runtime.cluster.raycluster import ClusterRecord, controller_alive, ray_env
+from deepboot.runtime.cluster.processes import controller_alive, process_alive
+from deepboot.runtime.cluster.raycluster import ClusterRecord, ray_env
 from deepboot.runtime.controller.controller_settings import ControllerSettings, settings_file
 from deepboot.runtime.store.statedir import StateDir
 from deepboot.runtime.store.statelock import holding
@@ -118,7 +119,7 @@ def wait_for_endpoint(state: StateDir, pid: int, timeout: float = 120.0) -> dict
         info = _endpoint(state)
         if info is not None and info.get("pid") == pid:
             return info
-        if not raycluster.process_alive(pid):
+        if not process_alive(pid):
             break
         time.sleep(0.2)
     tail = logbounds.tail(state.logs / "controller.log", 15)

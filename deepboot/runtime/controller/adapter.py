@@ -5,7 +5,7 @@ and killed; every job whose GPU set changed handed to its next generation)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from deepboot.core.cluster import ClusterSpec
@@ -28,6 +28,7 @@ from deepboot.scheduler.events import Event, EventKind
 from deepboot.scheduler.operations import (
     Bind,
     EvictReplica,
+    GpuOperation,
     Lend,
     ProtectReplica,
     Reclaim,
@@ -176,55 +177,21 @@ class RayBackend:
                 not carry out their job's operation.
         """
         check_applicable(step.ops)
-        board, replicas = self.board, self.replicas
         touched: list[str] = []
         intents: dict[str, Placement] = {}
         for op in step.ops:
             if isinstance(op, Start | Resize | Preempt):
                 intents[op.job] = new_placement(op)  # carried out below, once its GPUs moved
-                continue
-            if isinstance(op, StartReplica):
-                replicas.start_replica(op)  # through the ledger, around the actors
-                continue
-            if isinstance(op, WarmReplica):
-                replicas.warm_replica(op)  # likewise, with no request
-                continue
-            gpu = board.get(op.gpu)
-            replica, service = gpu.replica, gpu.service
-            apply_gpu_op(board, op)  # every GPU change: the ledger checks it
-            if isinstance(op, Bind | Lend | Release | Reclaim):
-                touched.append(op.job)
-                ahead = isinstance(op, Reclaim) and op.proactive
-                self.log.gpu(op.gpu, type(op).__name__.lower(), op.job, proactive=ahead)
-                if isinstance(op, Reclaim):
-                    self.crash.hit("reclaim.applied")
-            elif isinstance(op, EvictReplica):
-                replicas.replica_gone(op.gpu, replica, service)
-            elif isinstance(op, ProtectReplica):
-                # Not logged (every idle moment of a replica); SLEEP, when its GPU
-                # becomes lendable, is. Its expiry is on the one queue.
-                expiry = Event(EventKind.PROTECT_EXPIRED, seq=gpu.version, gpu=op.gpu)
-                self.post(expiry, at=op.until)
-            elif isinstance(op, SleepReplica) and replica and replicas.slept.get(op.gpu) != replica:
-                # Once per replica: its next sleeps follow warm reuses, not logged.
-                replicas.slept[op.gpu] = replica
-                self.log.note(LogKind.REPLICA, gpu=gpu_name(op.gpu), service=service, op="sleep")
+            elif isinstance(op, StartReplica):
+                self.replicas.start_replica(op)  # through the ledger, around the actors
+            elif isinstance(op, WarmReplica):
+                self.replicas.warm_replica(op)  # likewise, with no request
+            else:
+                touched += self._apply_gpu_op(op)
         for u in step.unplaced:
             if u.inference and u.name in self.requests.arrived:
                 self.requests.waiting.setdefault(u.name, self.requests.arrived[u.name])
-        for job in dict.fromkeys(touched):
-            if job not in intents:
-                raise InvalidDecisionError(
-                    f"GPUs of job {job} moved with no Start, Resize or Preempt of it"
-                )
-        for job, want in intents.items():
-            held = Placement.of(g.node_id for g in board.held(job))
-            if held != want:
-                raise InvalidDecisionError(
-                    f"{job}: its operation places it on nodes {want.counts()}, its GPU "
-                    f"operations on {held.counts()}"
-                )
-            self.generations.retarget(self.jobs[job])
+        self._carry_out(intents, touched)
         if step.round:
             # A job that lost a worker and that the round left where it stands (the
             # survivors' GPUs: no operation of it) re-forms there: the round decided
@@ -232,3 +199,45 @@ class RayBackend:
             for rec in self.jobs.values():
                 if rec.lost and rec.name not in intents:
                     self.generations.retarget(rec)
+
+    def _apply_gpu_op(self, op: GpuOperation) -> list[str]:
+        """Apply one GPU operation on the ledger (which checks it), then what follows
+        it around the replicas and the log; the job it moved a GPU of, if any."""
+        gpu, slept = self.board.get(op.gpu), self.replicas.slept
+        replica, service = gpu.replica, gpu.service
+        apply_gpu_op(self.board, op)  # every GPU change: the ledger checks it
+        if isinstance(op, Bind | Lend | Release | Reclaim):
+            ahead = isinstance(op, Reclaim) and op.proactive
+            self.log.gpu(op.gpu, type(op).__name__.lower(), op.job, proactive=ahead)
+            if isinstance(op, Reclaim):
+                self.crash.hit("reclaim.applied")
+            return [op.job]
+        if isinstance(op, EvictReplica):
+            self.replicas.replica_gone(op.gpu, replica, service)
+        elif isinstance(op, ProtectReplica):
+            # Not logged (every idle moment of a replica); SLEEP, when its GPU becomes
+            # lendable, is. Its expiry is on the one queue.
+            expiry = Event(EventKind.PROTECT_EXPIRED, seq=gpu.version, gpu=op.gpu)
+            self.post(expiry, at=op.until)
+        elif isinstance(op, SleepReplica) and replica and slept.get(op.gpu) != replica:
+            # Once per replica: its next sleeps follow warm reuses, not logged.
+            slept[op.gpu] = replica
+            self.log.note(LogKind.REPLICA, gpu=gpu_name(op.gpu), service=service, op="sleep")
+        return []
+
+    def _carry_out(self, intents: Mapping[str, Placement], touched: list[str]) -> None:
+        """Start each job's next generation on the GPUs the ledger says it holds, once
+        every GPU operation ran; they must match its operation's placement."""
+        for job in dict.fromkeys(touched):
+            if job not in intents:
+                raise InvalidDecisionError(
+                    f"GPUs of job {job} moved with no Start, Resize or Preempt of it"
+                )
+        for job, want in intents.items():
+            held = Placement.of(g.node_id for g in self.board.held(job))
+            if held != want:
+                raise InvalidDecisionError(
+                    f"{job}: its operation places it on nodes {want.counts()}, its GPU "
+                    f"operations on {held.counts()}"
+                )
+            self.generations.retarget(self.jobs[job])

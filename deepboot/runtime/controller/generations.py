@@ -216,7 +216,28 @@ class Generations:
         same resize (its event reports the whole resize, from its first offer).
         """
         prev = rec.gen
-        pending = rec.transition
+        gen = self._next_generation(rec, members, how)
+        rec.transition = self._next_transition(rec, gen.number, how, retry)
+        rec.gen, rec.lost = gen, ()
+        rec.move(
+            JobState.RUNNING,
+            generation=gen.number,
+            workers=members,
+            local_bsz=gen.local_bsz,
+            accum=gen.accum_steps,
+            restarts=rec.row.restarts + (0 if how == "start" or retry else 1),
+        )
+        # Durable intent before any actor starts: a restarted controller finds it.
+        self.flush()
+        self.crash.hit(f"{how}.recorded")
+        self._tell_workers(rec, prev, gen)
+        self.crash.hit(f"{how}.offered")
+        self._start_joiners(rec, gen, how, joiners)
+
+    def _next_generation(self, rec: JobRec, members: tuple[str, ...], how: str) -> Generation:
+        """The generation after ``rec``'s current one on ``members``: its batch, how its
+        members restore their state, and an empty rendezvous store."""
+        prev = rec.gen
         number = (prev.number if prev else rec.row.generation) + 1
         nodes = num_nodes(members)
         local_bsz, accum = rec.batch_for(nodes, len(members), self.job_mode)
@@ -239,36 +260,31 @@ class Generations:
         (self.state.rendezvous / rec.name).mkdir(parents=True, exist_ok=True)
         # A file store must start empty: stale addresses make gloo connect to nothing.
         Path(gen.store_path).unlink(missing_ok=True)
-        old = prev.members if prev and not prev.stop else ()
+        return gen
+
+    def _next_transition(self, rec: JobRec, number: int, how: str, retry: bool) -> Transition:
+        """The resize that generation ``number`` carries out, as its event will report
+        it (a retry or a replaced unformed generation continues the pending one)."""
+        prev, pending = rec.gen, rec.transition
         if retry and pending is not None:
-            rec.transition = Transition(
-                pending.how, number, pending.started, pending.old, pending.steps_before
-            )
-        elif pending is not None and prev is not None and not prev.stop:
+            started, old, steps = pending.started, pending.old, pending.steps_before
+            return Transition(pending.how, number, started, old, steps)
+        if pending is not None and prev is not None and not prev.stop:
             # The pending generation never formed (a reclaim came mid-resize): this one
             # replaces it, and the event reports the resize from the last formed group.
             kind = pending.how if pending.how in ("start", "restart") else how
-            rec.transition = Transition(kind, number, self.clock(), pending.old, rec.row.step)
-        else:
-            rec.transition = Transition(
-                how if not (how == "start" and rec.row.started) else "restart",
-                number,
-                self.clock(),
-                old or (prev.members if prev else ()),
-                rec.row.step,
-            )
-        rec.gen, rec.lost = gen, ()
-        rec.move(
-            JobState.RUNNING,
-            generation=number,
-            workers=members,
-            local_bsz=local_bsz,
-            accum=accum,
-            restarts=rec.row.restarts + (0 if how == "start" or retry else 1),
+            return Transition(kind, number, self.clock(), pending.old, rec.row.step)
+        old = prev.members if prev and not prev.stop else ()
+        return Transition(
+            how if not (how == "start" and rec.row.started) else "restart",
+            number,
+            self.clock(),
+            old or (prev.members if prev else ()),
+            rec.row.step,
         )
-        # Durable intent before any actor starts: a restarted controller finds it.
-        self.flush()
-        self.crash.hit(f"{how}.recorded")
+
+    def _tell_workers(self, rec: JobRec, prev: Generation | None, gen: Generation) -> None:
+        """Offer ``gen`` to ``rec``'s live workers; those not in it leave."""
         if prev is not None and not prev.stop:
             # Workers told to leave by an earlier, unformed generation may have heard
             # of this one from their peers: offer it, so they leave now rather than
@@ -277,10 +293,14 @@ class Generations:
                 self.actors.offer(name, gen)
         for g, name in list(rec.actors.items()):
             self.actors.offer(name, gen)
-            if g not in members:
+            if g not in gen.members:
                 rec.leave(name, g, self.clock())
                 del rec.actors[g]
-        self.crash.hit(f"{how}.offered")
+
+    def _start_joiners(
+        self, rec: JobRec, gen: Generation, how: str, joiners: tuple[str, ...]
+    ) -> None:
+        """Start a worker on each of ``joiners``, each under a new incarnation's name."""
         spec = rec.row.spec
         config = WorkerConfig(
             rec.name,

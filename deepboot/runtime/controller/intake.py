@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.gpu import GpuState
@@ -92,73 +93,95 @@ class Intake:
         self.catalog.log_slo()
 
     def handle_messages(self) -> None:
-        """Act on what the router reported (arrivals, idle and dead replicas)."""
+        """Act on what the router reported (arrivals, idle and dead replicas), one
+        handler per message type; the events they note are flushed once at the end."""
+        handlers: dict[type, Callable[[Any], None]] = {
+            rt.Received: self._on_received,
+            rt.Served: self._on_served,
+            rt.Answered: self._on_answered,
+            rt.Arrival: self._on_arrival,
+            rt.Backoff: self._on_backoff,
+            rt.Withdraw: self._on_withdraw,
+            rt.Idle: self._on_idle,
+            rt.Ready: self._on_ready,
+            rt.Died: self._on_died,
+        }
         for msg in self.inbox.drain():
-            if isinstance(msg, rt.Received):
-                self.requests.demand.arrived(msg.service, self.clock())
-                if self.requests.arrivals is not None:
-                    self.requests.arrivals.arrived(msg.service, self.clock())
-            elif isinstance(msg, rt.Served):
-                self.requests.demand.ran(msg.service, self.clock(), msg.seconds)
-                if self.requests.arrivals is not None:
-                    self.requests.arrivals.ran(msg.service, msg.seconds)
-            elif isinstance(msg, rt.Answered):
-                self.catalog.slo.record(msg.service, msg.within, self.clock(), msg.wait)
-            elif isinstance(msg, rt.Arrival):
-                if msg.task in self.requests.arrived or msg.service not in self.catalog.specs:
-                    continue
-                self.requests.arrived[msg.task] = msg.service
-                self.post(Event(EventKind.INFERENCE_ARRIVAL, job=msg.task, service=msg.service))
-            elif isinstance(msg, rt.Backoff):
-                until = self.clock() + msg.seconds if msg.failures else None
-                self.catalog.backoff(msg.service, msg.failures, until)
-            elif isinstance(msg, rt.Withdraw):
-                self.requests.placed(msg.task)
-            elif isinstance(msg, rt.Idle):
-                rec = self.board.get(parse_gpu(msg.gpu))
-                if rec.replica == msg.replica and rec.state is GpuState.RUNNING:
-                    self.post(self._emptied(rec))
-            elif isinstance(msg, rt.Ready):
-                rec = self.board.get(parse_gpu(msg.gpu))
-                warming = self.replicas.warming.get(rec.gpu_id)
-                if warming is not None and warming.replica == msg.replica and msg.inflight:
-                    # Requests joined it while it loaded: it serves them, and its
-                    # Idle is then an INFERENCE_DONE (the loop's REPLICA_WARM would
-                    # leave a replica that took a task RUNNING anyway).
-                    del self.replicas.warming[rec.gpu_id]
-                if rec.replica == msg.replica and rec.service:
-                    self.replicas.ready[rec.gpu_id] = msg.replica
-                    if msg.start == "cold":  # the service's cold start, not a host start
-                        self.catalog.cold_start_measured(rec.service, msg.load_seconds, msg.seconds)
-                    else:
-                        self.replicas.cache_used(rec.node_id, rec.service)
-                    self.log.note(
-                        LogKind.REPLICA,
-                        gpu=msg.gpu,
-                        service=rec.service,
-                        op="ready",
-                        seconds=round(msg.seconds, 3),
-                        load_seconds=round(msg.load_seconds, 3),
-                        start=msg.start,
-                    )
-                # The standby this replica may have used is replaced now, not while
-                # it loaded (no-op without --standby-replicas or with one there).
-                self.replicas.start_standbys()
-            elif isinstance(msg, rt.Died):
-                rec = self.board.get(parse_gpu(msg.gpu))
-                if rec.replica != msg.replica:
-                    continue
-                log.warning("replica %s died (%s): %s", msg.replica, msg.phase, msg.error)
-                self.actors.kill(msg.replica)
-                self.log.note(
-                    LogKind.REPLICA, gpu=msg.gpu, service=rec.service, op="died",
-                    error=msg.error[-2000:], phase=msg.phase, backoff_s=round(msg.backoff_s, 3),
-                )  # fmt: skip
-                self.board.fail(rec)  # the fact; the loop retries the queued tasks
-                self.post(Event(EventKind.REPLICA_LOST, gpu=rec.gpu_id))
-                self.replicas.start_standbys()  # were it a promoted standby: replaced now
+            handlers[type(msg)](msg)
         if self.log.pending:
             self.flush()
+
+    def _on_received(self, msg: rt.Received) -> None:
+        self.requests.demand.arrived(msg.service, self.clock())
+        if self.requests.arrivals is not None:
+            self.requests.arrivals.arrived(msg.service, self.clock())
+
+    def _on_served(self, msg: rt.Served) -> None:
+        self.requests.demand.ran(msg.service, self.clock(), msg.seconds)
+        if self.requests.arrivals is not None:
+            self.requests.arrivals.ran(msg.service, msg.seconds)
+
+    def _on_answered(self, msg: rt.Answered) -> None:
+        self.catalog.slo.record(msg.service, msg.within, self.clock(), msg.wait)
+
+    def _on_arrival(self, msg: rt.Arrival) -> None:
+        if msg.task in self.requests.arrived or msg.service not in self.catalog.specs:
+            return
+        self.requests.arrived[msg.task] = msg.service
+        self.post(Event(EventKind.INFERENCE_ARRIVAL, job=msg.task, service=msg.service))
+
+    def _on_backoff(self, msg: rt.Backoff) -> None:
+        until = self.clock() + msg.seconds if msg.failures else None
+        self.catalog.backoff(msg.service, msg.failures, until)
+
+    def _on_withdraw(self, msg: rt.Withdraw) -> None:
+        self.requests.placed(msg.task)
+
+    def _on_idle(self, msg: rt.Idle) -> None:
+        rec = self.board.get(parse_gpu(msg.gpu))
+        if rec.replica == msg.replica and rec.state is GpuState.RUNNING:
+            self.post(self._emptied(rec))
+
+    def _on_ready(self, msg: rt.Ready) -> None:
+        rec = self.board.get(parse_gpu(msg.gpu))
+        warming = self.replicas.warming.get(rec.gpu_id)
+        if warming is not None and warming.replica == msg.replica and msg.inflight:
+            # Requests joined it while it loaded: it serves them, and its Idle is then
+            # an INFERENCE_DONE (the loop's REPLICA_WARM would leave a replica that
+            # took a task RUNNING anyway).
+            del self.replicas.warming[rec.gpu_id]
+        if rec.replica == msg.replica and rec.service:
+            self.replicas.ready[rec.gpu_id] = msg.replica
+            if msg.start == "cold":  # the service's cold start, not a host start
+                self.catalog.cold_start_measured(rec.service, msg.load_seconds, msg.seconds)
+            else:
+                self.replicas.cache_used(rec.node_id, rec.service)
+            self.log.note(
+                LogKind.REPLICA,
+                gpu=msg.gpu,
+                service=rec.service,
+                op="ready",
+                seconds=round(msg.seconds, 3),
+                load_seconds=round(msg.load_seconds, 3),
+                start=msg.start,
+            )
+        # The standby this replica may have used is replaced now, not while it loaded
+        # (no-op without --standby-replicas or with one there).
+        self.replicas.start_standbys()
+
+    def _on_died(self, msg: rt.Died) -> None:
+        rec = self.board.get(parse_gpu(msg.gpu))
+        if rec.replica != msg.replica:
+            return
+        log.warning("replica %s died (%s): %s", msg.replica, msg.phase, msg.error)
+        self.actors.kill(msg.replica)
+        self.log.note(
+            LogKind.REPLICA, gpu=msg.gpu, service=rec.service, op="died",
+            error=msg.error[-2000:], phase=msg.phase, backoff_s=round(msg.backoff_s, 3),
+        )  # fmt: skip
+        self.board.fail(rec)  # the fact; the loop retries the queued tasks
+        self.post(Event(EventKind.REPLICA_LOST, gpu=rec.gpu_id))
+        self.replicas.start_standbys()  # were it a promoted standby: replaced now
 
     def _emptied(self, rec: BoardGpu) -> Event:
         """The event of the RUNNING replica on ``rec`` reported idle: REPLICA_WARM

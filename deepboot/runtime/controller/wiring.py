@@ -135,6 +135,22 @@ class Controller:
         self.catalog = ServiceCatalog(
             self.store, self.log, self.router, clock, settings.shared.slo_target
         )
+        self._wire_parts(incarnations)
+        # The one driver: its queue holds the ticks and the replicas' protect timers;
+        # its wall clock wakes early when the router posts a message.
+        wall = WallClock(clock, self.inbox.wake, longest_wait=settings.poll)
+        self.driver = Driver(
+            self.loop, self.backend, self.rng, wall, on_rejected=self._rejected,
+            observe=self.recorder.observe,
+        )  # fmt: skip
+        self._stop = False
+        self.watchdog = TurnWatchdog(settings.slow_turn_s)
+
+    def _wire_parts(self, incarnations: Incarnations) -> None:
+        """Build the parts, each handed the collaborators it uses (the shared state
+        first, then the parts it calls), and the world adapter the driver steps."""
+        state, settings, cluster = self.state, self.settings, self.cluster
+        actors, clock = self.actors, self.clock
         self.generations = Generations(
             state, settings, self.loop.training.job_mode, self.board, actors,
             incarnations=incarnations, clock=clock,
@@ -169,15 +185,6 @@ class Controller:
             self.replicas, self.generations, self.log, self.crash, self.post,
             settings.interval, clock,
         )  # fmt: skip
-        # The one driver: its queue holds the ticks and the replicas' protect timers;
-        # its wall clock wakes early when the router posts a message.
-        wall = WallClock(clock, self.inbox.wake, longest_wait=settings.poll)
-        self.driver = Driver(
-            self.loop, self.backend, self.rng, wall, on_rejected=self._rejected,
-            observe=self.recorder.observe,
-        )  # fmt: skip
-        self._stop = False
-        self.watchdog = TurnWatchdog(settings.slow_turn_s)
 
     def post(self, event: Event, at: float | None = None) -> None:
         """Schedule ``event`` on the driver's queue at ``at`` (None: now)."""

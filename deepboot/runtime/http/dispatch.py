@@ -52,11 +52,12 @@ import time
 from typing import Any
 
 from deepboot.core.service import ServiceSpec
+from deepboot.runtime.http import replica_calls
+from deepboot.runtime.http.replica_calls import LoadFailed
 from deepboot.runtime.http.routerstate import (
     BACKOFF_BASE_S,
     BACKOFF_CAP_S,
     MAX_DEATHS,
-    PLACE_TIMEOUT_S,
     Answer,
     Pending,
     Replica,
@@ -77,10 +78,6 @@ from deepboot.runtime.prometheus_metrics import Metrics
 from deepboot.runtime.slotally import wait_header
 
 log = logging.getLogger("deepboot.router")
-
-
-def _ray_future(ref: Any) -> asyncio.Future[Any]:
-    return asyncio.wrap_future(ref.future())
 
 
 class Dispatcher:
@@ -159,34 +156,16 @@ class Dispatcher:
 
     async def _load(self, rep: Replica, cold: bool) -> None:
         q = self.services[rep.service]
-        limit = q.spec.load_timeout(q.cold_s)
-        stage = f"did not get its GPU within {PLACE_TIMEOUT_S:g} s"
-        try:
-            # Two bounds: Ray starts the actor once its GPU is released (a lent
-            # worker's shrink, an evicted replica), then the handler loads.
-            await asyncio.wait_for(_ray_future(rep.handle.pid.remote()), PLACE_TIMEOUT_S)
-            stage = f"did not load within {limit:g} s"
-            loaded = await asyncio.wait_for(_ray_future(rep.handle.load.remote()), limit)
-        except TimeoutError:
-            self._load_failed(rep, f"replica {rep.name} {stage}", broken=False)
-            return
-        except asyncio.CancelledError:
-            if _we_are_cancelled():
-                raise
-            self._load_failed(rep, f"replica {rep.name}: its load was cancelled", broken=False)
-            return
-        except Exception as exc:  # the actor died, or the handler failed to build
-            self._load_failed(rep, f"{type(exc).__name__}: {exc}", broken=_is_task_error(exc))
+        loaded = await replica_calls.load(rep.handle, rep.name, q.spec.load_timeout(q.cold_s))
+        if isinstance(loaded, LoadFailed):
+            self._load_failed(rep, loaded.error, loaded.broken)
             return
         if rep.dead:
             return
         rep.ready = True
         if q.serve_deaths == 0:  # a replica that loads but dies serving ends nothing
             self._reset_backoff(q)
-        if isinstance(loaded, dict):
-            seconds, start = float(loaded["seconds"]), str(loaded["start"])
-        else:  # a replica an older deepboot started (detached: it outlives upgrades)
-            seconds, start = float(loaded), "cold"
+        seconds, start = loaded.seconds, loaded.start
         waited = time.monotonic() - rep.created
         self._pump(rep.service)
         if cold:
@@ -336,7 +315,8 @@ class Dispatcher:
         limit = max(min(q.spec.handler_deadline_s, p.deadline - time.monotonic()), 0.001)
         began = time.monotonic()
         try:
-            result = await asyncio.wait_for(_ray_future(rep.handle.infer.remote(p.body)), limit)
+            call = replica_calls.ray_future(rep.handle.infer.remote(p.body))
+            result = await asyncio.wait_for(call, limit)
         except TimeoutError:
             self.answer(p, 504, {"error": f"no answer within {limit:.3g} s"})
             # The call may still be running: the replica goes (the controller kills
@@ -344,13 +324,14 @@ class Dispatcher:
             rep.killed = True
             self._replica_lost(rep, f"request {p.id} ran past {limit:.3g} s", phase="serve")
         except asyncio.CancelledError:
-            if _we_are_cancelled():
+            if replica_calls.we_are_cancelled():
                 raise
             self._died_serving(p, rep, "the call was cancelled")
         except Exception as exc:
-            if _is_task_error(exc):  # the handler raised: the service's own error
+            if replica_calls.is_task_error(exc):  # the handler raised: the service's error
                 log.info("service %s, request %s: the handler raised: %s", p.service, p.id, exc)
-                self.answer(p, 500, {"error": f"the handler raised {_cause_name(exc)}"})
+                raised = replica_calls.cause_name(exc)
+                self.answer(p, 500, {"error": f"the handler raised {raised}"})
             else:  # the replica died with the request in flight
                 self._died_serving(p, rep, f"{type(exc).__name__}: {exc}")
         else:
@@ -433,27 +414,3 @@ class Dispatcher:
         if status == 200:
             m.latency.labels(service).observe(spent)
         self.inbox.put(Answered(service, within, wait))
-
-
-def _we_are_cancelled() -> bool:
-    """True when the running task itself is being cancelled (not an awaited future)."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
-
-
-def _cause_name(exc: BaseException) -> str:
-    """The class name of the user's exception inside a Ray task error."""
-    cause = getattr(exc, "cause", None)
-    return type(cause).__name__ if isinstance(cause, BaseException) else "an exception"
-
-
-def _is_task_error(exc: BaseException) -> bool:
-    """True when ``exc`` is the user's code raising (not the actor dying)."""
-    with contextlib.suppress(ImportError):
-        import ray
-
-        if isinstance(exc, ray.exceptions.RayTaskError) and not isinstance(
-            exc, ray.exceptions.RayActorError
-        ):
-            return True
-    return False

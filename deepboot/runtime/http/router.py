@@ -26,6 +26,8 @@ Its parts, each in a module of its own:
 - :mod:`deepboot.runtime.http.connbounds`: the connections' bounds (header-read and idle
   timeouts, connections open at once) and aiohttp's own errors (a request its parser
   refuses) as one JSON line, logged once per peer per interval;
+- :mod:`deepboot.runtime.http.infer`: a request's way from its connection to its
+  queue and back (admission, the bounded body, the wait for its answer);
 - here, :class:`Router`: its life cycle (the thread, the loop, ``http.json``), what
   the controller tells it, and the HTTP handlers.
 
@@ -50,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from deepboot.core.errors import ConfigError, InputError
-from deepboot.core.service import ServiceSpec, valid_name
+from deepboot.core.service import ServiceSpec
 from deepboot.runtime.client.endpoint import CHALLENGE_RE, healthz_proof
 from deepboot.runtime.http.connbounds import (
     HEADER_TIMEOUT_S,
@@ -61,11 +63,11 @@ from deepboot.runtime.http.connbounds import (
     track_requests,
 )
 from deepboot.runtime.http.dispatch import Dispatcher
-from deepboot.runtime.http.frontdoor import RID, SPEC_BODY_BYTES, FrontDoor, Refused, error
-from deepboot.runtime.http.routerstate import Pending, Replica, ServiceQueue
-from deepboot.runtime.messages import Inbox, Received
+from deepboot.runtime.http.frontdoor import SPEC_BODY_BYTES, FrontDoor, Refused
+from deepboot.runtime.http.infer import InferHandler
+from deepboot.runtime.http.routerstate import Replica, ServiceQueue
+from deepboot.runtime.messages import Inbox
 from deepboot.runtime.prometheus_metrics import Metrics
-from deepboot.runtime.slotally import wait_header
 
 if TYPE_CHECKING:
     from deepboot.runtime.http.livedashboard import Dashboard
@@ -141,6 +143,7 @@ class Router:
 
             self.dashboard = Dashboard(state, port, self._live)
         self.front_door = FrontDoor(host, port, token, self.dashboard)
+        self.infer = InferHandler(self.dispatcher, self.front_door, inbox)
 
     @property
     def url(self) -> str:
@@ -228,7 +231,7 @@ class Router:
         app = web.Application(
             middlewares=[track_requests, self.front_door.middleware], client_max_size=2**20
         )
-        app.router.add_post("/v1/{service}/infer", self._infer)
+        app.router.add_post("/v1/{service}/infer", self.infer.handle)
         app.router.add_get("/v1/services", self._list_services)
         app.router.add_post("/v1/services", self._post_service)
         app.router.add_post("/v1/jobs", self._post_job)
@@ -285,69 +288,6 @@ class Router:
         self.call(self.dispatcher.stop_replica, gpu)
 
     # -- HTTP handlers ---------------------------------------------------------------------------
-
-    async def _infer(self, request: web.Request) -> web.Response:
-        service = request.match_info["service"]
-        rid = request[RID]
-        q = self.services.get(service) if valid_name(service) else None
-        if q is None:
-            raise Refused(404, "no such service")
-        if rid in self.dispatcher.ids:
-            raise Refused(409, "a request with this id is in progress")
-        spec = q.spec
-        if (
-            self.dispatcher.free_replica(service) is None
-            and len(q.queue) + q.reading >= spec.queue_bound
-        ):
-            # Before the body is read: a full queue costs a client nothing to learn.
-            # Answered at once, never handed to a replica: over the SLO, waited 0.
-            self.dispatcher.count(service, 503, 0.0, 0.0, handed=False)
-            retry = str(max(1, round(spec.request_timeout_s / 4)))
-            headers = {"Retry-After": retry, "X-Wait-Ms": wait_header(0.0)}
-            return error(503, "queue full", rid, **headers)
-        self.dispatcher.ids.add(rid)
-        try:
-            # The body is read with a queue place held (so that slow uploads cannot
-            # overfill the queue) and within request_timeout_s.
-            q.reading += 1
-            try:
-                body = await asyncio.wait_for(
-                    self.front_door.read_json(request, spec.max_body_bytes), spec.request_timeout_s
-                )
-            except TimeoutError:
-                reason = f"the body did not arrive within {spec.request_timeout_s:g} s"
-                raise Refused(408, reason) from None
-            finally:
-                q.reading -= 1
-        except BaseException:
-            self.dispatcher.ids.discard(rid)
-            raise
-        now = time.monotonic()
-        p = Pending(
-            rid, service, body, asyncio.get_running_loop().create_future(), now,
-            now + spec.request_timeout_s,
-            now + spec.request_timeout_s + spec.handler_deadline_s,
-        )  # fmt: skip
-        self.inbox.put(Received(service))  # every request counts in the load
-        self.dispatcher.enqueue(p)  # from here on, answering the request releases its id
-        try:
-            # The router answers every request by its deadline; the extra second
-            # is a backstop, never the bound.
-            answer = await asyncio.wait_for(
-                asyncio.shield(p.future), p.deadline - time.monotonic() + 1.0
-            )
-        except TimeoutError:
-            log.error("request %s: no answer by its deadline (a router bug)", rid)
-            self.dispatcher.drop(q, p, 504, "no answer in time")
-            answer = p.future.result()
-        except asyncio.CancelledError:  # the client went away (handler_cancellation)
-            if p in q.queue:
-                log.info("request %s: the client went away while queued; withdrawn", rid)
-                self.dispatcher.drop(q, p, 499, "the client went away")
-            else:  # in flight: it runs to its end, but is never retried
-                p.abandoned = True
-            raise
-        return web.json_response(answer.body, status=answer.status, headers=answer.headers)
 
     def _live(self) -> dict[str, dict[str, int]]:
         """Each service's requests queued and in flight now (on the loop)."""
