@@ -16,9 +16,9 @@ pytest.importorskip("ray")
 pytest.importorskip("torch")
 
 from deepboot.core.cluster import Node, Pool  # noqa: E402
+from deepboot.runtime.cluster.processes import command_lines  # noqa: E402
 from deepboot.runtime.cluster.raycluster import (  # noqa: E402
     ClusterRecord,
-    _cmdlines,
     cluster_pids,
     start_local_node,
 )
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.runtime
 
 def _node_processes(record: ClusterRecord, node: int) -> set[int]:
     """The processes of one Ray node: those naming its deepboot resource, and theirs."""
-    procs = _cmdlines()
+    procs = command_lines()
     ours = cluster_pids(record)
     roots = {p for p in ours if f"deepboot_node_{node}" in procs[p][1]}
     found, todo = set(), list(roots)

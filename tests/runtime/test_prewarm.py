@@ -149,10 +149,11 @@ def test_a_pre_warmed_replica_once_loaded(
     ctl.intake.handle_messages()
     ctl.driver.run_due()  # the first tick: the replica loading is the service's
     assert ctl.board.get(GPU).state is GpuState.RUNNING
-    assert bool(ctl.replicas.warming) is not bool(inflight)
+    assert bool(ctl.replicas.prewarming()) is not bool(inflight)
     ctl.inbox.put(rt.Idle("1.0", name))
     ctl.intake.handle_messages()
-    assert not ctl.replicas.warming and not ctl.backend.snapshot(Event(EventKind.RETRY)).replicas
+    assert not ctl.replicas.prewarming()
+    assert not ctl.backend.snapshot(Event(EventKind.RETRY)).replicas
     ctl.driver.run_due()
     gpu = ctl.board.get(GPU)
     assert (gpu.state, gpu.replica, gpu.protect_until) == (state, name, until)

@@ -16,7 +16,7 @@ from pathlib import Path
 from deepboot.runtime.store.statedir import StateDir
 
 
-def _cmdlines() -> dict[int, tuple[int, str]]:
+def command_lines() -> dict[int, tuple[int, str]]:
     """pid -> (parent pid, command line) of every process we can read (Linux /proc)."""
     out: dict[int, tuple[int, str]] = {}
     for entry in os.scandir("/proc"):
@@ -37,7 +37,7 @@ def _cmdlines() -> dict[int, tuple[int, str]]:
 def marked_with_descendants(marks: re.Pattern[str]) -> set[int]:
     """The processes whose command line ``marks`` matches (never this one), and all
     their descendants."""
-    procs = _cmdlines()
+    procs = command_lines()
     roots = {pid for pid, (_, cmd) in procs.items() if marks.search(cmd)}
     roots.discard(os.getpid())
     children: dict[int, list[int]] = {}

@@ -128,7 +128,7 @@ class RayBackend:
             for g in gpus
             if rounds
             and g.state is GpuState.RUNNING
-            and replicas.ready.get(g.gpu_id) != board.get(g.gpu_id).replica
+            and replicas.is_loading(g.gpu_id, board.get(g.gpu_id).replica)
         )
         return Snapshot(
             now, self.cluster, jobs, gpus, waiting, MappingProxyType(loads),
@@ -203,7 +203,7 @@ class RayBackend:
     def _apply_gpu_op(self, op: GpuOperation) -> list[str]:
         """Apply one GPU operation on the ledger (which checks it), then what follows
         it around the replicas and the log; the job it moved a GPU of, if any."""
-        gpu, slept = self.board.get(op.gpu), self.replicas.slept
+        gpu = self.board.get(op.gpu)
         replica, service = gpu.replica, gpu.service
         apply_gpu_op(self.board, op)  # every GPU change: the ledger checks it
         if isinstance(op, Bind | Lend | Release | Reclaim):
@@ -219,9 +219,12 @@ class RayBackend:
             # lendable, is. Its expiry is on the one queue.
             expiry = Event(EventKind.PROTECT_EXPIRED, seq=gpu.version, gpu=op.gpu)
             self.post(expiry, at=op.until)
-        elif isinstance(op, SleepReplica) and replica and slept.get(op.gpu) != replica:
+        elif (
+            isinstance(op, SleepReplica)
+            and replica
+            and self.replicas.first_sleep(op.gpu, replica, service)
+        ):
             # Once per replica: its next sleeps follow warm reuses, not logged.
-            slept[op.gpu] = replica
             self.log.note(LogKind.REPLICA, gpu=gpu_name(op.gpu), service=service, op="sleep")
         return []
 

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from deepboot.core.gpu import GpuId
 from deepboot.runtime.controller.jobrecords import gpu_name
-from deepboot.runtime.store.jobstore import JobStore, LogKind
+from deepboot.runtime.store.jobstore import JobState, JobStore, LogKind
 
 
 class Counter(Protocol):
@@ -40,6 +40,13 @@ class EventLog:
         for a request that was waiting (reactive)."""
         extra = {"proactive": proactive} if op == "reclaim" else {}
         self.note(LogKind.GPU, job, gpu=gpu_name(gpu), op=op, **extra)
+
+    def moved(self, job: str, was: JobState, to: JobState) -> None:
+        """Record that ``job``'s state changed from ``was`` to ``to``
+        (``LogKind.MOVED``), unless ``to`` is an end: finished, failed and cancelled
+        are records of their own, noted by the part that ends the job."""
+        if not to.ended:
+            self.note(LogKind.MOVED, job, **{"from": was.value, "to": to.value})
 
     @property
     def pending(self) -> bool:

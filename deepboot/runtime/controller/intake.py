@@ -144,14 +144,11 @@ class Intake:
 
     def _on_ready(self, msg: rt.Ready) -> None:
         rec = self.board.get(parse_gpu(msg.gpu))
-        warming = self.replicas.warming.get(rec.gpu_id)
-        if warming is not None and warming.replica == msg.replica and msg.inflight:
-            # Requests joined it while it loaded: it serves them, and its Idle is then
-            # an INFERENCE_DONE (the loop's REPLICA_WARM would leave a replica that
-            # took a task RUNNING anyway).
-            del self.replicas.warming[rec.gpu_id]
+        # A pre-warmed replica that requests joined while it loaded serves them, and
+        # its Idle is then an INFERENCE_DONE (the loop's REPLICA_WARM would leave a
+        # replica that took a task RUNNING anyway).
+        self.replicas.loaded(rec.gpu_id, msg.replica, msg.inflight)
         if rec.replica == msg.replica and rec.service:
-            self.replicas.ready[rec.gpu_id] = msg.replica
             if msg.start == "cold":  # the service's cold start, not a host start
                 self.catalog.cold_start_measured(rec.service, msg.load_seconds, msg.seconds)
             else:
@@ -189,20 +186,20 @@ class Intake:
         took no request, else INFERENCE_DONE. Posted instead of, never besides, the
         INFERENCE_DONE: at the same instant the loop handles that first, which would
         put the replica to sleep before its warm-up's protect time."""
-        warming = self.replicas.warming.get(rec.gpu_id)
-        if warming is None or warming.replica != rec.replica:
+        warming = self.replicas.emptied_prewarm(rec.gpu_id, rec.replica)
+        if warming is None:
             return Event(EventKind.INFERENCE_DONE, gpu=rec.gpu_id)
-        del self.replicas.warming[rec.gpu_id]
+        assert warming.warm_until is not None  # a pre-warmed replica's
         return Event(
             EventKind.REPLICA_WARM, seq=rec.version, gpu=rec.gpu_id,
-            service=warming.service, until=warming.until,
+            service=warming.service, until=warming.warm_until,
         )  # fmt: skip
 
     def take_submissions(self, rows: list[JobRow]) -> list[Event]:
         events = []
         for row in rows:
             if row.state is JobState.SUBMITTED and row.name not in self.jobs:
-                rec = JobRec(row)
+                rec = JobRec(row, on_move=self.log.moved)
                 rec.move(JobState.QUEUED)
                 self.jobs[row.name] = rec
                 why = self._never_runs(rec)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -185,6 +185,8 @@ class JobRec:
             loop's round on the death (``WORKER_LOST``) to say where the job goes on.
         model: The online goodput model.
         reports: The latest report of each worker.
+        on_move: Told ``(job, from, to)`` of each move that changes the state
+            (:meth:`move`); the controller's event log records it.
     """
 
     row: JobRow
@@ -197,6 +199,9 @@ class JobRec:
     lost: tuple[str, ...] = ()
     model: OnlineModel = field(default_factory=OnlineModel)
     reports: dict[str, WorkerReport] = field(default_factory=dict)
+    on_move: Callable[[str, JobState, JobState], None] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def name(self) -> str:
@@ -228,6 +233,8 @@ class JobRec:
         if to not in JOB_TRANSITIONS[now]:
             raise JobTransitionError(f"job {self.name}: no move from {now.value} to {to.value}")
         self.row = replace(self.row, state=to, **changes)
+        if to is not now and self.on_move is not None:
+            self.on_move(self.name, now, to)
 
     def batch_for(self, num_nodes: int, num_replicas: int, mode: JobMode) -> tuple[int, int]:
         """(local_bsz, micro-batches per step) for a size: the user's batch split over

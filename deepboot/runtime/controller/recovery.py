@@ -284,7 +284,7 @@ class Recovery:
         reform: list[tuple[JobRec, JobPlan]] = []
         for job in plan.jobs:
             row = rows[job.name]
-            rec = JobRec(row, model=OnlineModel.from_json(row.model))
+            rec = JobRec(row, model=OnlineModel.from_json(row.model), on_move=self.log.moved)
             self.jobs[row.name] = rec
             if job.outcome is Outcome.WAITING:
                 continue

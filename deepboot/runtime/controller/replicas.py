@@ -17,7 +17,6 @@ import json
 import logging
 import sqlite3
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -29,6 +28,7 @@ from deepboot.runtime.controller.controller_settings import ControllerSettings
 from deepboot.runtime.controller.eventlog import EventLog
 from deepboot.runtime.controller.faults import CrashPoints
 from deepboot.runtime.controller.jobrecords import gpu_name
+from deepboot.runtime.controller.replicarecords import ReplicaPhase, ReplicaRec
 from deepboot.runtime.controller.service_catalog import ServiceCatalog
 from deepboot.runtime.controller.shared import Flush, Incarnations, Requests, RouterLink
 from deepboot.runtime.store.jobstore import JobStore, LogKind
@@ -48,24 +48,6 @@ a longer one means its process is in trouble; then a new replica starts instead)
 CACHE_CALL_TIMEOUT_S = 10.0
 """Longest wait for a model cache to start or to say what it holds (then the
 controller goes on without it: starts are cold there until it answers)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Warming:
-    """A replica pre-warmed by ``WarmReplica`` whose load the router has not reported.
-
-    Attributes:
-        replica: Its actor's name (the GPU's replica, while it is this one).
-        service: Its service.
-        until: The operation's ``until``: the REPLICA_WARM posted once it loaded
-            with no request protects it until then.
-        started: When it was started (Unix time).
-    """
-
-    replica: str
-    service: str
-    until: float
-    started: float
 
 
 class Replicas:
@@ -88,13 +70,9 @@ class Replicas:
         clock: Wall clock.
 
     Attributes:
-        warming: The pre-warmed replicas (``WarmReplica``) whose load the router has
-            not reported yet, by GPU (at most one per GPU).
-        slept: The replica whose ``sleep`` was last logged, per GPU: logged once per
-            replica (with --slo a replica sleeps after every request, and warm reuses
-            are not logged, so a second ``sleep`` of the same replica says nothing new).
-        ready: The replica that last reported Ready, per GPU: a RUNNING GPU whose
-            replica is not this one is still loading (``Snapshot.loading``).
+        on_gpu: The record (:class:`~deepboot.runtime.controller.replicarecords.ReplicaRec`)
+            of the replica last started, or recovered, on each GPU; a record whose
+            name is not the ledger's replica there is of one gone (evicted, dead).
         standbys: With --standby-replicas: node -> its standby's actor name (not yet
             promoted).
         caches: The node-local model caches as last heard from them: node -> their
@@ -121,9 +99,7 @@ class Replicas:
         self.settings, self.cluster, self.actors, self.router = settings, cluster, actors, router
         self.log, self.flush, self.crash = log, flush, crash
         self.incarnations, self.clock = incarnations, clock
-        self.warming: dict[GpuId, Warming] = {}
-        self.slept: dict[GpuId, str] = {}
-        self.ready: dict[GpuId, str] = {}
+        self.on_gpu: dict[GpuId, ReplicaRec] = {}
         self.standbys: dict[int, str] = {}
         self.caches: dict[int, dict[str, Any]] = {}
         self._cached_view: Mapping[int, frozenset[str]] | None = None  # the snapshot's
@@ -163,13 +139,15 @@ class Replicas:
             InvalidDecisionError: the GPU is not FREE (nothing was started).
         """
         apply_gpu_op(self.board, op)
-        name = self._new_replica(op.gpu, op.service, task="")
-        self.warming[op.gpu] = Warming(name, op.service, op.until, self.clock())
+        self._new_replica(op.gpu, op.service, task="", warm_until=op.until)
 
-    def _new_replica(self, gpu_id: GpuId, service: str, task: str) -> str:
+    def _new_replica(
+        self, gpu_id: GpuId, service: str, task: str, warm_until: float | None = None
+    ) -> str:
         """Start a new replica of ``service`` on ``gpu_id`` (already RUNNING on the
-        ledger) for request ``task`` ("": pre-warmed, none) and tell the router;
-        returns the actor's name. The node's standby becomes it when there is one
+        ledger) for request ``task`` ("": pre-warmed with ``warm_until``, none) and
+        tell the router; returns the actor's name, whose record is LOADING (or
+        PREWARMING). The node's standby becomes it when there is one
         (``--standby-replicas``), else a new actor.
 
         A new actor's log row is durable before the actor exists: a controller that
@@ -197,8 +175,65 @@ class Replicas:
             self.flush()
             self.crash.hit("cold.recorded")
             handle = self.actors.create_replica(name, spec.to_json(), gpu, log_path)
+        phase = ReplicaPhase.LOADING if warm_until is None else ReplicaPhase.PREWARMING
+        self.on_gpu[gpu_id] = ReplicaRec(name, service, phase, self.clock(), warm_until)
         self.router.start_replica(gpu, service, name, handle, cold=True, task=task)
         return name
+
+    # -- the replicas' records -------------------------------------------------------------
+
+    def record(self, gpu_id: GpuId, replica: str | None) -> ReplicaRec | None:
+        """The record of ``replica`` on ``gpu_id`` (None: another one's, or none)."""
+        r = self.on_gpu.get(gpu_id)
+        return r if r is not None and replica is not None and r.name == replica else None
+
+    def adopt(self, gpu_id: GpuId, replica: str, service: str) -> None:
+        """A live replica a restarted controller kept: loaded (it was idle)."""
+        self.on_gpu[gpu_id] = ReplicaRec(replica, service, ReplicaPhase.READY, self.clock())
+
+    def loaded(self, gpu_id: GpuId, replica: str, inflight: int) -> None:
+        """The router reported ``replica`` Ready: a pre-warmed one that requests
+        joined while it loaded serves them (READY), one with none waits for its Idle
+        (WARM_IDLE: :meth:`emptied_prewarm`)."""
+        r = self.record(gpu_id, replica)
+        if r is None or r.loaded:
+            return
+        if r.phase is ReplicaPhase.PREWARMING and not inflight:
+            r.move(ReplicaPhase.WARM_IDLE)
+        else:
+            r.move(ReplicaPhase.READY)
+
+    def emptied_prewarm(self, gpu_id: GpuId, replica: str | None) -> ReplicaRec | None:
+        """The router reported ``replica`` idle: if it is a pre-warmed one that took
+        no request, its record, moved on (its REPLICA_WARM is the caller's); else None."""
+        r = self.record(gpu_id, replica)
+        if r is None or not r.prewarm_pending:
+            return None
+        r.move(ReplicaPhase.READY if r.loaded else ReplicaPhase.LOADING)
+        return r
+
+    def prewarming(self) -> list[ReplicaRec]:
+        """The pre-warmed replicas not yet protected by their REPLICA_WARM nor serving."""
+        return [r for r in self.on_gpu.values() if r.prewarm_pending]
+
+    def is_loading(self, gpu_id: GpuId, replica: str | None) -> bool:
+        """``replica`` on ``gpu_id`` has not reported Ready (``Snapshot.loading``)."""
+        r = self.record(gpu_id, replica)
+        return r is None or not r.loaded
+
+    def first_sleep(self, gpu_id: GpuId, replica: str, service: str | None) -> bool:
+        """``replica`` goes to sleep: True the first time (its sleep is logged once:
+        with --slo a replica sleeps after every request, and warm reuses are not
+        logged, so a second ``sleep`` of the same replica says nothing new)."""
+        r = self.record(gpu_id, replica)
+        if r is None:  # one this controller never started nor kept: loaded, surely
+            r = self.on_gpu[gpu_id] = ReplicaRec(
+                replica, service or "", ReplicaPhase.READY, self.clock()
+            )
+        if r.sleep_logged:
+            return False
+        r.sleep_logged = True
+        return True
 
     # -- standby replicas (--standby-replicas) -----------------------------------------------
 
@@ -252,13 +287,14 @@ class Replicas:
         on it, and only one it has no room for reaches the loop as an arrival, which
         must then not join it. ``ready_at`` is an estimate (its start plus the
         service's ``cold_start_s``): the loop reads it only for a replica with room."""
-        if not self.warming:
+        warming = {g: r for g, r in self.on_gpu.items() if r.prewarm_pending}
+        if not warming:
             return _NO_REPLICAS
         out: dict[GpuId, ReplicaLoad] = {}
-        for gpu_id, w in sorted(self.warming.items()):
+        for gpu_id, w in sorted(warming.items()):
             rec = self.board.get(gpu_id)
             spec = self.catalog.specs.get(w.service)
-            if rec.replica != w.replica or rec.state is not GpuState.RUNNING or spec is None:
+            if rec.replica != w.name or rec.state is not GpuState.RUNNING or spec is None:
                 continue  # gone since (died, evicted): not loading any more
             out[gpu_id] = ReplicaLoad(spec.concurrency, w.started + (spec.cold_start_s or 0.0))
         return MappingProxyType(out)

@@ -313,6 +313,9 @@ class Controller:
         took = warm_kernels(self.settings.policy, self.settings.params)
         log.info("compiled kernels loaded in %.1f s", took)
         self.recovery.recover()
+        for rec in self.recovery.adopted:  # loaded: it was idle
+            assert rec.replica is not None and rec.service is not None
+            self.replicas.adopt(rec.gpu_id, rec.replica, rec.service)
         self.replicas.start_caches()
         self.replicas.start_standbys()
         if router is not None:

@@ -72,6 +72,11 @@ class LogKind(enum.Enum):
               slo_wait_s since this controller started (as its Prometheus counters
               count them); written when they changed, at most once a minute per
               service, and at shutdown
+    moved: {from, to}: a job's state changed (the controller's checked move, by
+              its JOB_TRANSITIONS table) to a state that has no record of its own:
+              queued (seen by the controller, preempted, every worker lost) or
+              running (a generation offered); finished, failed and cancelled are
+              their own records
     """
 
     CONTROLLER_STARTED = "controller_started"
@@ -90,6 +95,7 @@ class LogKind(enum.Enum):
     DECISION_REJECTED = "decision_rejected"
     NODE = "node"
     SLO = "slo"
+    MOVED = "moved"
 
 
 JOB_COLUMNS = (
