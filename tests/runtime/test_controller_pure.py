@@ -36,7 +36,7 @@ class Untouchable:
 
 COLLABORATORS = (
     "loop", "cluster", "board", "jobs", "requests", "catalog", "replicas", "generations",
-    "log", "crash", "post", "interval", "clock",
+    "log", "crash", "post", "interval", "clock", "caches",
 )  # fmt: skip
 
 

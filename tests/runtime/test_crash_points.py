@@ -235,7 +235,7 @@ def test_a_controller_killed_at_a_crash_point_loses_nothing(tmp_path: Path, poin
     first = controller(
         state, fake, clock, crash_at=point, afe=afe, host_cache_gb=gb, standby=standby
     )
-    first.replicas.start_caches()
+    first.caches.start()
     with pytest.raises(Crashed):
         scenario(first, fake)
     first.store.close()

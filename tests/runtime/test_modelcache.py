@@ -153,7 +153,7 @@ def test_an_evicted_replica_exports_into_its_nodes_cache_before_it_is_killed(
     fake = FakeActors(export_bytes=1000)
     ctl = controller(tmp_path, fake)
     assert set(fake.caches) == {1}, "one cache per inference node"
-    assert ctl.replicas.cached_models() == {}
+    assert ctl.caches.cached_models() == {}
     name = evict_after_start(ctl)
     assert fake.exported == [name] and name in fake.killed
     assert fake.exported.index(name) <= fake.killed.index(name)
@@ -176,7 +176,7 @@ def test_an_export_that_fails_or_times_out_still_evicts(tmp_path: Path) -> None:
     evict(ctl, (1, 1))
     assert name in fake.killed
     assert evicts(ctl)[-1]["cache"] == "failed"
-    assert ctl.replicas.cached_models() == {}
+    assert ctl.caches.cached_models() == {}
 
 
 def test_without_export_weights_or_without_the_cache_nothing_changes(tmp_path: Path) -> None:
@@ -231,18 +231,18 @@ def test_a_node_that_left_and_returned_gets_a_new_empty_cache(tmp_path: Path) ->
     fake = FakeActors(export_bytes=1000, nodes={0, 1}, clock=clock)
     ctl = controller(tmp_path, fake, clock=clock)
     evict_after_start(ctl)
-    assert ctl.replicas.cached_models() == {1: frozenset({"tiny"})}
+    assert ctl.caches.cached_models() == {1: frozenset({"tiny"})}
     fake.lose_node(1)
     clock.t += 10
     ctl.nodes.check_nodes()
-    assert ctl.replicas.cached_models() == {}, "a lost node's cache is not offered to ATS-I"
+    assert ctl.caches.cached_models() == {}, "a lost node's cache is not offered to ATS-I"
     fake.nodes = {0, 1}
     clock.t += 10
     ctl.nodes.check_nodes()
     assert 1 in fake.caches and fake.caches[1].view()["models"] == []
     evict_after_start(ctl)  # the new cache takes the next export
     assert evicts(ctl)[-1]["cache"] == "exported"
-    assert ctl.replicas.cached_models() == {1: frozenset({"tiny"})}
+    assert ctl.caches.cached_models() == {1: frozenset({"tiny"})}
 
 
 def test_a_restarted_controller_finds_the_caches_with_what_they_hold(tmp_path: Path) -> None:
@@ -252,4 +252,4 @@ def test_a_restarted_controller_finds_the_caches_with_what_they_hold(tmp_path: P
     first.store.close()
     second = Controller(first.state, first.settings, CLUSTER, fake, clock=Clock())
     second.start()
-    assert second.replicas.cached_models() == {1: frozenset({"tiny"})}
+    assert second.caches.cached_models() == {1: frozenset({"tiny"})}

@@ -32,6 +32,7 @@ from deepboot.runtime.controller.controller_settings import (  # noqa: E402
 from deepboot.runtime.controller.eventlog import EventLog  # noqa: E402
 from deepboot.runtime.controller.faults import CrashPoints  # noqa: E402
 from deepboot.runtime.controller.generations import Change, Generations  # noqa: E402
+from deepboot.runtime.controller.hostcaches import HostCaches  # noqa: E402
 from deepboot.runtime.controller.intake import Intake  # noqa: E402
 from deepboot.runtime.controller.jobrecords import JobRec, JobTransitionError  # noqa: E402
 from deepboot.runtime.controller.recovery import Recovery  # noqa: E402
@@ -203,9 +204,11 @@ def replicas(k: Kit, **settings: Any) -> Replicas:
     catalog = ServiceCatalog(k.store, k.log, router, k.clock, None)
     k.store.register_service(ServiceSpec("svc", "tiny", handler="m:load", cold_start_s=5.0))
     catalog.take_services()
+    config = ControllerSettings(**settings)
     return Replicas(
-        k.board, catalog, Requests(None), k.state, ControllerSettings(**settings), CLUSTER,
+        k.board, catalog, Requests(None), k.state, config, CLUSTER,
         k.fake, router, k.log, k.flush, CrashPoints(None), Incarnations(k.store), k.clock,
+        caches=HostCaches(k.fake, config, CLUSTER, catalog),
     )  # fmt: skip
 
 
@@ -250,7 +253,7 @@ def test_replicas_alone_a_task_replica_is_loading_until_ready(tmp_path: Path) ->
 
 
 class RecordingParts:
-    """The parts intake calls (polling, nodes, replicas), recorded; ``end`` writes the
+    """The parts intake calls (polling, nodes, replicas, the caches), recorded; ``end`` writes the
     ended row and forgets the job, as the controller's flush does."""
 
     def __init__(self, store: JobStore, jobs: dict[str, JobRec]) -> None:
@@ -280,8 +283,8 @@ class RecordingParts:
     def emptied_prewarm(self, gpu_id: GpuId, replica: str | None) -> None:
         return None
 
-    def cache_used(self, node: int, service: str) -> None:
-        self.calls.append(f"cache_used {service}")
+    def used(self, node: int, service: str) -> None:  # the model caches'
+        self.calls.append(f"cache used by {service}")
 
 
 def intake(k: Kit) -> tuple[Intake, rt.Inbox, RecordingParts, dict[str, JobRec]]:
@@ -295,6 +298,7 @@ def intake(k: Kit) -> tuple[Intake, rt.Inbox, RecordingParts, dict[str, JobRec]]
     part = Intake(
         inbox, k.store, build_loop(settings), CLUSTER, k.board, jobs, Requests(None), catalog,
         parts, parts, parts, k.fake, k.log, k.post, k.flush, k.clock,  # type: ignore[arg-type]
+        caches=parts,  # type: ignore[arg-type]
     )  # fmt: skip
     return part, inbox, parts, jobs
 
@@ -331,7 +335,7 @@ def test_intake_alone_acts_on_each_router_message(tmp_path: Path) -> None:
     kinds = [(e.kind, e.job or e.gpu) for e, _ in k.posted]
     assert kinds == [(EventKind.INFERENCE_ARRIVAL, "t1"), (EventKind.REPLICA_LOST, SERVING)]
     assert k.fake.killed == ["r1"] and gpu.state is GpuState.FREE
-    assert parts.calls == ["loaded r1", "cache_used svc", "start_standbys", "start_standbys"]
+    assert parts.calls == ["loaded r1", "cache used by svc", "start_standbys", "start_standbys"]
     assert [r["op"] for r in k.events(LogKind.REPLICA)] == ["ready", "died"]
 
 

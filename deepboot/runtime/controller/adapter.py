@@ -17,6 +17,7 @@ from deepboot.policies.lending import ServiceLoad
 from deepboot.runtime.controller.eventlog import EventLog
 from deepboot.runtime.controller.faults import CrashPoints
 from deepboot.runtime.controller.generations import Generations
+from deepboot.runtime.controller.hostcaches import HostCaches
 from deepboot.runtime.controller.jobrecords import JobRec, gpu_name
 from deepboot.runtime.controller.replicas import Replicas
 from deepboot.runtime.controller.service_catalog import ServiceCatalog
@@ -94,7 +95,9 @@ class RayBackend:
         post: Post,
         interval: float,
         clock: Callable[[], float],
+        caches: HostCaches,
     ) -> None:
+        self.caches = caches
         self.loop, self.cluster, self.board, self.jobs = loop, cluster, board, jobs
         self.requests, self.catalog, self.replicas = requests, catalog, replicas
         self.generations, self.log, self.crash, self.post = generations, log, crash, post
@@ -133,7 +136,7 @@ class RayBackend:
         return Snapshot(
             now, self.cluster, jobs, gpus, waiting, MappingProxyType(loads),
             services=self.catalog.specs, replicas=replicas.warming_loads(),
-            arrivals=MappingProxyType(arrivals), cached=replicas.cached_models(),
+            arrivals=MappingProxyType(arrivals), cached=self.caches.cached_models(),
             loading=loading,
         )  # fmt: skip
 

@@ -16,6 +16,7 @@ from deepboot.core.modes import JobMode
 from deepboot.runtime import messages as rt
 from deepboot.runtime.actors.handles import Actors
 from deepboot.runtime.controller.eventlog import EventLog
+from deepboot.runtime.controller.hostcaches import HostCaches
 from deepboot.runtime.controller.jobrecords import JobRec, parse_gpu
 from deepboot.runtime.controller.nodes import Nodes
 from deepboot.runtime.controller.polling import Polling
@@ -50,6 +51,7 @@ class Intake:
         post: The driver's queue.
         flush: Writes the records a message left.
         clock: Wall clock.
+        caches: The node-local model caches (one a replica started from).
     """
 
     def __init__(
@@ -70,7 +72,9 @@ class Intake:
         post: Post,
         flush: Flush,
         clock: Callable[[], float],
+        caches: HostCaches,
     ) -> None:
+        self.caches = caches
         self.inbox, self.store, self.loop, self.cluster = inbox, store, loop, cluster
         self.board, self.jobs, self.requests, self.catalog = board, jobs, requests, catalog
         self.polling, self.replicas, self.nodes, self.actors = polling, replicas, nodes, actors
@@ -152,7 +156,7 @@ class Intake:
             if msg.start == "cold":  # the service's cold start, not a host start
                 self.catalog.cold_start_measured(rec.service, msg.load_seconds, msg.seconds)
             else:
-                self.replicas.cache_used(rec.node_id, rec.service)
+                self.caches.used(rec.node_id, rec.service)
             self.log.note(
                 LogKind.REPLICA,
                 gpu=msg.gpu,

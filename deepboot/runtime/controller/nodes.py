@@ -22,6 +22,7 @@ from deepboot.core.gpu import GpuState
 from deepboot.runtime.actors.handles import Actors
 from deepboot.runtime.controller.controller_settings import ControllerSettings
 from deepboot.runtime.controller.eventlog import EventLog
+from deepboot.runtime.controller.hostcaches import HostCaches
 from deepboot.runtime.controller.jobrecords import JobRec, gpu_name
 from deepboot.runtime.controller.polling import Polling
 from deepboot.runtime.controller.replicas import Replicas
@@ -49,6 +50,7 @@ class Nodes:
         log: The event log.
         post: The driver's queue (REPLICA_LOST).
         clock: Wall clock.
+        caches: The node-local model caches (a returned node's starts again).
     """
 
     def __init__(
@@ -64,7 +66,9 @@ class Nodes:
         log: EventLog,
         post: Post,
         clock: Callable[[], float],
+        caches: HostCaches,
     ) -> None:
+        self.caches = caches
         self.cluster, self.board, self.jobs, self.polling = cluster, board, jobs, polling
         self.replicas, self.actors, self.router, self.settings = replicas, actors, router, settings
         self.log, self.post, self.clock = log, post, clock
@@ -90,7 +94,7 @@ class Nodes:
                 for g in down:
                     self.board.fail(g, GpuState.FREE)
                 log.warning("node %d is back: %d GPUs free", node.node_id, len(down))
-                self.replicas.cache_node_back(node.node_id)
+                self.caches.node_back(node.node_id)
                 self.replicas.start_standbys()  # its standby died with it (forgotten when it left)
                 self.log.note(LogKind.NODE, node=node.node_id, op="returned",
                           gpus=[gpu_name(g.gpu_id) for g in down])  # fmt: skip

@@ -4,18 +4,13 @@ pre-warmed with no task (``WarmReplica``, ``--slo``), evicted ones exported into
 node's model cache (``--host-cache-gb``) and killed; the ledger has the GPU's state,
 the router the replica's requests.
 
-The node-local model caches (:mod:`deepboot.runtime.actors.modelcache`) are started (or
-found, after a controller's restart) here too, and their contents mirrored for the
-control loop's snapshot (``Snapshot.cached``: ATS-I prefers a node that caches the
-model). The mirror is advisory: a replica asks its node's cache itself when it
-loads, so a stale mirror costs a placement preference, never a wrong start.
+Each replica's record (:mod:`~deepboot.runtime.controller.replicarecords`) is kept
+here; the node-local model caches are :mod:`~deepboot.runtime.controller.hostcaches`'.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import sqlite3
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -27,11 +22,12 @@ from deepboot.runtime.actors.replica_actor import STANDBY_CONCURRENCY, replica_n
 from deepboot.runtime.controller.controller_settings import ControllerSettings
 from deepboot.runtime.controller.eventlog import EventLog
 from deepboot.runtime.controller.faults import CrashPoints
+from deepboot.runtime.controller.hostcaches import HostCaches
 from deepboot.runtime.controller.jobrecords import gpu_name
 from deepboot.runtime.controller.replicarecords import ReplicaPhase, ReplicaRec
 from deepboot.runtime.controller.service_catalog import ServiceCatalog
 from deepboot.runtime.controller.shared import Flush, Incarnations, Requests, RouterLink
-from deepboot.runtime.store.jobstore import JobStore, LogKind
+from deepboot.runtime.store.jobstore import LogKind
 from deepboot.runtime.store.statedir import StateDir
 from deepboot.scheduler.control import ReplicaLoad
 from deepboot.scheduler.operations import StartReplica, WarmReplica
@@ -44,10 +40,6 @@ _NO_REPLICAS: Mapping[GpuId, ReplicaLoad] = MappingProxyType({})
 STANDBY_CALL_TIMEOUT_S = 2.0
 """Longest wait for a ready standby to take its service (a call that returns at once:
 a longer one means its process is in trouble; then a new replica starts instead)."""
-
-CACHE_CALL_TIMEOUT_S = 10.0
-"""Longest wait for a model cache to start or to say what it holds (then the
-controller goes on without it: starts are cold there until it answers)."""
 
 
 class Replicas:
@@ -68,6 +60,7 @@ class Replicas:
         crash: The crash points.
         incarnations: The actor names' counters.
         clock: Wall clock.
+        caches: The node-local model caches (an evicted replica's model goes there).
 
     Attributes:
         on_gpu: The record (:class:`~deepboot.runtime.controller.replicarecords.ReplicaRec`)
@@ -75,8 +68,6 @@ class Replicas:
             name is not the ledger's replica there is of one gone (evicted, dead).
         standbys: With --standby-replicas: node -> its standby's actor name (not yet
             promoted).
-        caches: The node-local model caches as last heard from them: node -> their
-            view (``ModelCache.view``); the snapshot's ``cached`` is read from it.
     """
 
     def __init__(
@@ -94,16 +85,14 @@ class Replicas:
         crash: CrashPoints,
         incarnations: Incarnations,
         clock: Callable[[], float],
+        caches: HostCaches,
     ) -> None:
         self.board, self.catalog, self.requests, self.state = board, catalog, requests, state
         self.settings, self.cluster, self.actors, self.router = settings, cluster, actors, router
         self.log, self.flush, self.crash = log, flush, crash
-        self.incarnations, self.clock = incarnations, clock
+        self.incarnations, self.clock, self.caches = incarnations, clock, caches
         self.on_gpu: dict[GpuId, ReplicaRec] = {}
         self.standbys: dict[int, str] = {}
-        self.caches: dict[int, dict[str, Any]] = {}
-        self._cached_view: Mapping[int, frozenset[str]] | None = None  # the snapshot's
-        self._caches_changed = False
 
     def start_replica(self, op: StartReplica) -> None:
         """A task's replica on ``op.gpu``: the idle one of its service there, woken
@@ -311,7 +300,7 @@ class Replicas:
         """
         if replica is None:
             return
-        cache = self._export(gpu, replica, service)
+        cache = self.caches.export(gpu, replica, service)
         if cache:
             self.crash.hit("evict.exported")
         self.actors.kill(replica)
@@ -320,104 +309,8 @@ class Replicas:
         extra = {"cache": cache} if cache else {}
         self.log.note(LogKind.REPLICA, gpu=gpu_name(gpu), service=service, op="evict", **extra)
 
-    # -- the node-local model caches ---------------------------------------------------------
-
-    def _cache_gb(self) -> float:
-        return float(self.settings.shared.host_cache_gb)
-
-    def start_caches(self) -> None:
-        """Start (or find, with what they hold) the model cache of every inference
-        node, bounded to ``--host-cache-gb``; nothing when the cache is off. Each wait
-        is bounded: a cache that does not answer is retried at its node's next
-        eviction."""
-        if not self._cache_gb():
-            return
-        for node in self.cluster.pool_nodes(Pool.INFERENCE):
-            view = self.actors.ensure_cache(node.node_id, self._cache_gb(), CACHE_CALL_TIMEOUT_S)
-            self.set_cache(node.node_id, view)
-
     def node_left(self, node: int) -> None:
         """Node ``node`` left the cluster: its standby and its model cache died with
         it (another of each once it returns)."""
         self.standbys.pop(node, None)
-        self.set_cache(node, None)
-
-    def cache_node_back(self, node: int) -> None:
-        """Node ``node`` returned to the cluster: start its cache again (empty: the
-        old one died with the node), if it is an inference node."""
-        if self._cache_gb() and node in {
-            n.node_id for n in self.cluster.pool_nodes(Pool.INFERENCE)
-        }:
-            self.set_cache(
-                node, self.actors.ensure_cache(node, self._cache_gb(), CACHE_CALL_TIMEOUT_S)
-            )
-
-    def set_cache(self, node: int, view: dict[str, Any] | None) -> None:
-        if view is None:
-            if self.caches.pop(node, None) is not None:
-                self._cached_view = None
-                self._caches_changed = True
-            return
-        if self.caches.get(node) != view:
-            self.caches[node] = view
-            self._cached_view = None
-            self._caches_changed = True
-
-    def cached_models(self) -> Mapping[int, frozenset[str]]:
-        """The snapshot's ``cached``: node -> the models its cache holds (as last
-        heard); the same object until that changes."""
-        view = self._cached_view
-        if view is None:
-            view = self._cached_view = MappingProxyType(
-                {n: frozenset(v["models"]) for n, v in sorted(self.caches.items()) if v["models"]}
-            )
-        return view
-
-    def cache_used(self, node: int, service: str) -> None:
-        """A replica of ``service`` on ``node`` started from the node's cache: hear
-        what the cache holds now (its order of use changed)."""
-        if self._cache_gb():
-            self.set_cache(node, self.actors.cache_view(node, CACHE_CALL_TIMEOUT_S))
-
-    def _export(self, gpu: GpuId, replica: str, service: str | None) -> str:
-        """Ask ``replica`` to export its model into its node's cache, waiting at most
-        ``export_timeout``; what happened, for the event log: "" (the cache is off),
-        "exported", "held" (the cache holds the model already: nothing to copy),
-        "none" (its handler has no ``export_weights``), "not-kept" (larger than the
-        whole cache), "failed" (an error or the timeout: logged, and the replica is
-        evicted anyway)."""
-        spec = self.catalog.specs.get(service) if service else None
-        if not self._cache_gb() or spec is None:
-            return ""
-        node = gpu[0]
-        if node not in self.caches:  # not started yet, or it did not answer: try again
-            self.set_cache(
-                node, self.actors.ensure_cache(node, self._cache_gb(), CACHE_CALL_TIMEOUT_S)
-            )
-            if node not in self.caches:
-                return "failed"
-        if spec.model in self.caches[node]["models"]:
-            return "held"
-        timeout = self.settings.export_timeout
-        try:
-            view = self.actors.export_replica(replica, node, timeout)
-        except Exception as exc:  # noqa: BLE001 (evicted anyway: the GPU is needed)
-            log.warning("replica %s: export into node %d's cache failed or took over %g s "
-                        "(%s: %s); evicted anyway", replica, node, timeout,
-                        type(exc).__name__, exc)  # fmt: skip
-            # Heard nothing reliable: ask the cache again (start it, if it died with
-            # its node) at the node's next eviction.
-            self.set_cache(node, None)
-            return "failed"
-        if view is None:
-            return "none"
-        self.set_cache(node, view)
-        # Not kept: larger than the whole cache (the cache says so in its log).
-        return "exported" if spec.model in view["models"] else "not-kept"
-
-    def write_caches(self, store: JobStore, db: sqlite3.Connection) -> None:
-        """What the caches hold, in ``db``, when it changed since the last flush."""
-        if self._caches_changed:
-            views = [self.caches[n] for n in sorted(self.caches)]
-            store.set_meta(db, "host_cache", json.dumps(views))
-            self._caches_changed = False
+        self.caches.node_left(node)

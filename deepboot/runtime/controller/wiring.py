@@ -56,6 +56,7 @@ from deepboot.runtime.controller.controller_settings import (
 from deepboot.runtime.controller.eventlog import EventLog
 from deepboot.runtime.controller.faults import CrashPoints, die
 from deepboot.runtime.controller.generations import Generations
+from deepboot.runtime.controller.hostcaches import HostCaches
 from deepboot.runtime.controller.intake import Intake
 from deepboot.runtime.controller.jobrecords import JobRec, gpu_name
 from deepboot.runtime.controller.nodes import Nodes
@@ -161,19 +162,20 @@ class Controller:
             post=self.post, clock=clock,
             log=self.log, flush=self.flush, crash=self.crash,
         )  # fmt: skip
+        self.caches = HostCaches(actors, settings, cluster, self.catalog)
         self.replicas = Replicas(
             self.board, self.catalog, self.requests, state, settings, cluster, actors,
             self.router, incarnations=incarnations, clock=clock,
-            log=self.log, flush=self.flush, crash=self.crash,
+            log=self.log, flush=self.flush, crash=self.crash, caches=self.caches,
         )  # fmt: skip
         self.nodes = Nodes(
             cluster, self.board, self.jobs, self.polling, self.replicas, actors, self.router,
-            settings, self.log, self.post, clock,
+            settings, self.log, self.post, clock, caches=self.caches,
         )  # fmt: skip
         self.intake = Intake(
             self.inbox, self.store, self.loop, cluster, self.board, self.jobs, self.requests,
             self.catalog, self.polling, self.replicas, self.nodes, actors, self.log,
-            self.post, self.flush, clock,
+            self.post, self.flush, clock, caches=self.caches,
         )  # fmt: skip
         self.recovery = Recovery(
             self.store, actors, self.board, self.jobs, self.catalog, self.generations,
@@ -183,7 +185,7 @@ class Controller:
         self.backend = RayBackend(
             self.loop, cluster, self.board, self.jobs, self.requests, self.catalog,
             self.replicas, self.generations, self.log, self.crash, self.post,
-            settings.interval, clock,
+            settings.interval, clock, caches=self.caches,
         )  # fmt: skip
 
     def post(self, event: Event, at: float | None = None) -> None:
@@ -224,7 +226,7 @@ class Controller:
                 ],
             )
             self.catalog.write_changes(db)
-            self.replicas.write_caches(store, db)
+            self.caches.write(store, db)
             store.set_meta(db, "counters", json.dumps(self.metrics.counts()))
             slos = self.catalog.write_slo(db)
             store.prune_events(db, self.settings.keep_events)
@@ -316,7 +318,7 @@ class Controller:
         for rec in self.recovery.adopted:  # loaded: it was idle
             assert rec.replica is not None and rec.service is not None
             self.replicas.adopt(rec.gpu_id, rec.replica, rec.service)
-        self.replicas.start_caches()
+        self.caches.start()
         self.replicas.start_standbys()
         if router is not None:
             self.connect_router(router())
