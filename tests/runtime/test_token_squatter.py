@@ -46,12 +46,16 @@ import sys, time
 from pathlib import Path
 from deepboot.core.service import ServiceSpec
 from deepboot.runtime.http import router as rt
+from deepboot.runtime.http.infer import InferHandler
 from deepboot.runtime.prometheus_metrics import Metrics
 
-class Router(rt.Router):
-    async def _infer(self, request):
+class Handler(InferHandler):
+    async def handle(self, request):
         print("infer", flush=True)
-        return await super()._infer(request)
+        return await super().handle(request)
+
+rt.InferHandler = Handler  # the route the router builds
+Router = rt.Router
 
 state = Path(sys.argv[1])
 token = (state / "http-token").read_text().strip()
