@@ -66,8 +66,13 @@ test-slow: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -m slow || [ $$? -eq 5 ]
 
 # Real Ray clusters and torch processes on this machine (logical GPUs, gloo on CPU).
+# Two pytest processes (pytest-xdist), each with its own shared Ray clusters: the tests
+# mostly wait (jobs that train, loads against cold starts), so two overlap on 2 cores
+# (measured: about one core busy on average, 40 -> 24 minutes); four saturate both
+# cores and slow the timed scenarios past their bounds (docs/benchmarks.md).
 test-runtime: $(VENV)/.installed-runtime
-	$(BIN)/python -m pytest -q -m "runtime and not slow and not browser" -p no:cacheprovider
+	$(BIN)/python -m pytest -q -m "runtime and not slow and not browser" -p no:cacheprovider \
+		-n 2 --dist worksteal
 
 # The live dashboard in headless Chromium on a real local cluster (Debian's chromium
 # and chromium-driver; selenium, the `browser` extra). Skipped without a browser,
