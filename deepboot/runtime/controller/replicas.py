@@ -206,7 +206,10 @@ class Replicas:
         return [r for r in self.on_gpu.values() if r.prewarm_pending]
 
     def is_loading(self, gpu_id: GpuId, replica: str | None) -> bool:
-        """``replica`` on ``gpu_id`` has not reported Ready (``Snapshot.loading``)."""
+        """``replica`` on ``gpu_id`` has not reported Ready (``Snapshot.loading``);
+        False when the GPU has no replica."""
+        if replica is None:
+            return False
         r = self.record(gpu_id, replica)
         return r is None or not r.loaded
 
