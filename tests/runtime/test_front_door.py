@@ -183,7 +183,9 @@ def test_a_handler_that_fails_to_load_backs_off(cluster: Path, tmp_path: Path) -
             "model": "m",
             "handler": f"{HANDLERS}:broken",
             "concurrency": 1,
-            "request_timeout_s": 3,
+            # Long enough for the replica's actor to start and its handler to fail on
+            # a loaded 2-core machine (3 s was overrun once, in two pytest processes).
+            "request_timeout_s": 15,
         },
     )
     code, answer = _infer(cluster, "broken", {}, "b1")
