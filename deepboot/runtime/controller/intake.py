@@ -75,6 +75,18 @@ class Intake:
         caches: HostCaches,
     ) -> None:
         self.caches = caches
+        # One handler per router message type (built once: the loop drains every turn).
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            rt.Received: self._on_received,
+            rt.Served: self._on_served,
+            rt.Answered: self._on_answered,
+            rt.Arrival: self._on_arrival,
+            rt.Backoff: self._on_backoff,
+            rt.Withdraw: self._on_withdraw,
+            rt.Idle: self._on_idle,
+            rt.Ready: self._on_ready,
+            rt.Died: self._on_died,
+        }
         self.inbox, self.store, self.loop, self.cluster = inbox, store, loop, cluster
         self.board, self.jobs, self.requests, self.catalog = board, jobs, requests, catalog
         self.polling, self.replicas, self.nodes, self.actors = polling, replicas, nodes, actors
@@ -99,19 +111,8 @@ class Intake:
     def handle_messages(self) -> None:
         """Act on what the router reported (arrivals, idle and dead replicas), one
         handler per message type; the events they note are flushed once at the end."""
-        handlers: dict[type, Callable[[Any], None]] = {
-            rt.Received: self._on_received,
-            rt.Served: self._on_served,
-            rt.Answered: self._on_answered,
-            rt.Arrival: self._on_arrival,
-            rt.Backoff: self._on_backoff,
-            rt.Withdraw: self._on_withdraw,
-            rt.Idle: self._on_idle,
-            rt.Ready: self._on_ready,
-            rt.Died: self._on_died,
-        }
         for msg in self.inbox.drain():
-            handlers[type(msg)](msg)
+            self._handlers[type(msg)](msg)
         if self.log.pending:
             self.flush()
 
