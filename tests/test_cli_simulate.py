@@ -63,3 +63,26 @@ def test_simulate_writes_summary_with_exact_schema(
     warnings = [line for line in captured.err.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "2 inference tasks" in warnings[0]
     assert "Traceback" not in captured.err
+    assert "Inference" not in captured.out  # none served: no inference table
+
+
+def test_simulate_prints_an_inference_table_when_it_serves_inference(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    workload = make_tiny_workload(tmp_path)
+    out = tmp_path / "summary.json"
+    argv = ["simulate", "--workload", str(workload), "--policy", "deepboot", "--cluster", "2x4"]
+    code = main([*argv, "--inference-nodes", "1", "--summary-json", str(out), "--quiet"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    inference = json.loads(out.read_text(encoding="utf-8"))["inference"]
+    text = captured.out
+    assert "Inference" in text
+    # Each figure of the table is the summary's, with the SLO it was measured against.
+    [slo] = [line for line in text.splitlines() if "Within the SLO" in line]
+    assert "wait <= 1 s" in slo and f"{100 * inference['slo_attainment']:.1f}%" in slo
+    [requests] = [line for line in text.splitlines() if "│ Requests " in line]
+    assert requests.split("│")[2].strip() == f"{inference['tasks']:,}"
+    for label in ("Median wait", "p99 wait", "Cold starts", "Reclaims (proactive / reactive)",
+                  "GPU-hours lent to training"):  # fmt: skip
+        assert label in text, label

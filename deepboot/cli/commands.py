@@ -46,7 +46,7 @@ from deepboot.cli.services import read_services_arg
 from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.errors import ConfigError, InputError
 from deepboot.report.schema import conform_summary
-from deepboot.report.table import summary_table
+from deepboot.report.table import inference_table, summary_table
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,9 @@ def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     )
     summary = conform_summary(summary)
     out.print(summary_table(summary))
+    served = inference_table(summary)
+    if served is not None:
+        out.print(served)
     if summary_json is not None:
         write_text(summary_json, json.dumps(summary, indent=2) + "\n")
         log.info("wrote %s", summary_json)

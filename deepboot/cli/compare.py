@@ -76,7 +76,7 @@ from deepboot.matrix import (
 )
 from deepboot.perf.apps import load_apps
 from deepboot.report.html import FigureImage
-from deepboot.report.table import MatrixRow, matrix_table
+from deepboot.report.table import MatrixRow, matrix_table, training_pool_only
 
 if TYPE_CHECKING:
     from deepboot.core.jobs import Workload
@@ -239,7 +239,14 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--baseline",
         metavar="NAME",
-        help="run the average JCT is compared with (default: the first run)",
+        help="run the average JCT is compared with (default: the first training-pool-"
+        "only run, lending off, when the matrix has one; else the first run)",
+    )
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="print every column of the table, however wide (default: the columns that "
+        "fit the terminal, most telling first; results.csv always has them all)",
     )
     add_interval_and_seed(p, "the policies'")
     p.add_argument(
@@ -473,10 +480,17 @@ def compare(args: argparse.Namespace, out: Console, err: Console) -> int:
         _write_json(out_dir / "summaries" / f"{t.workload_name}--{t.run.name}.json", data)
     specs = {r.name: r.text for r in runs}
     write_atomic(out_dir / "results.csv", lambda p: write_results_csv(p, rows, specs))
-    baseline = args.baseline
+    baseline = args.baseline or training_pool_only(
+        [(r.name, r.lending, r.no_inference) for r in runs]
+    )
     if rows:
-        title = f"Comparison ({len(rows)} runs)"
-        table = matrix_table(rows, f"{baseline}#0" if baseline and reps > 1 else baseline, title)
+        title = f"Comparison ({len(rows)} runs; vs base: {baseline or 'the first run'})"
+        table = matrix_table(
+            rows,
+            f"{baseline}#0" if baseline and reps > 1 else baseline,
+            title,
+            width=None if args.wide else out.width,
+        )
         _print_wide(out, table)
     if reps > 1 and interrupted is None:
         _replications(out, out_dir, tasks, outcomes, runs, baseline, reps)
@@ -491,7 +505,7 @@ def compare(args: argparse.Namespace, out: Console, err: Console) -> int:
         command=command_line(args),
         settings=_settings(args, procs, wall_s),
         rows=rows,
-        baseline=args.baseline,
+        baseline=baseline,
         runs={r.name: f"{r.text}  ({described[r.name]})" for r in runs},
         figures=figures,
         notes=failures,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,17 +24,23 @@ METRICS: tuple[tuple[str, str], ...] = (
     ("training.p99_jct_s", "p99 JCT (s)"),
     ("training.restarts", "Restarts"),
     ("inference.avg_delay_s", "Inference delay (s)"),
+    ("inference.slo_attainment", "SLO attained (%)"),
 )
 """(summary path, header) of the metrics given intervals."""
+
+PERCENT = frozenset({"inference.slo_attainment"})
+"""Metrics that are fractions, shown in the table as percentages (the CSV keeps the
+fraction)."""
 
 DIFF_METRIC = "training.avg_jct_s"
 
 
 def _value(summary: Mapping[str, Any], path: str) -> float:
+    """The metric at ``path``; NaN where the run has none (no inference: no SLO)."""
     node: Any = summary
     for key in path.split("."):
         node = node[key]
-    return float(node)
+    return math.nan if node is None else float(node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +59,8 @@ class IntervalRow:
     workload: str
     run: str
     metrics: Mapping[str, Interval]
+    """Each metric's interval, by summary path; a metric some replication lacks (an
+    SLO without inference) is left out."""
     diff: Interval | None = None
     relative: float | None = None
 
@@ -68,7 +77,14 @@ def interval_rows(
     """
     rows = []
     for (workload, run), summaries in samples.items():
-        metrics = {path: mean_interval([_value(s, path) for s in summaries]) for path, _ in METRICS}
+        served = all(s.get("inference", {}).get("tasks") for s in summaries)
+        metrics = {}
+        for path, _ in METRICS:
+            if path.startswith("inference.") and not served:
+                continue  # no request: no delay, no SLO to attain
+            values = [_value(s, path) for s in summaries]
+            if all(math.isfinite(v) for v in values):
+                metrics[path] = mean_interval(values)
         base = samples.get((workload, baseline)) if baseline else None
         diff = relative = None
         if base is not None and run != baseline and len(base) == len(summaries):
@@ -79,6 +95,15 @@ def interval_rows(
             relative = diff.mean / base_mean if base_mean else None
         rows.append(IntervalRow(workload, run, metrics, diff, relative))
     return rows
+
+
+def _cell(r: IntervalRow, path: str) -> str:
+    iv = r.metrics.get(path)
+    if iv is None:
+        return "-"
+    if path in PERCENT:
+        return f"{100 * iv.mean:.1f} ± {100 * iv.half:.1f}"
+    return _fmt(iv)
 
 
 def _fmt(iv: Interval) -> str:
@@ -104,7 +129,7 @@ def interval_table(rows: Sequence[IntervalRow], baseline: str | None, replicatio
     table.add_column("Δ %", justify="right")
     table.add_column("real?", justify="center")
     for r in rows:
-        cells = [_fmt(r.metrics[path]) for path, _ in METRICS]
+        cells = [_cell(r, path) for path, _ in METRICS]
         if r.diff is None:
             diff, pct, real = ("base" if r.run == baseline else "-"), "", ""
         else:
@@ -126,11 +151,11 @@ def intervals_csv(rows: Sequence[IntervalRow]) -> str:
     header += ["diff_avg_jct_s.mean", "diff_avg_jct_s.low", "diff_avg_jct_s.high", "real"]
     writer.writerow(header)
     for r in rows:
-        n = next(iter(r.metrics.values())).n
+        n = r.metrics[DIFF_METRIC].n if DIFF_METRIC in r.metrics else ""
         line: list[object] = [r.workload, r.run, n]
         for path, _ in METRICS:
-            iv = r.metrics[path]
-            line += [repr(iv.mean), repr(iv.low), repr(iv.high)]
+            iv = r.metrics.get(path)
+            line += ["", "", ""] if iv is None else [repr(iv.mean), repr(iv.low), repr(iv.high)]
         if r.diff is None:
             line += ["", "", "", ""]
         else:

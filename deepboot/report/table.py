@@ -124,6 +124,70 @@ def summary_table(summary: Mapping[str, Any]) -> Table:
     return table
 
 
+def _percent(value: Any) -> str:
+    x = _number(value)
+    return "-" if x is None else f"{100.0 * x:.1f}%"
+
+
+def _slo_waits(inference: Mapping[str, Any]) -> str:
+    """The wait(s) attainment was measured against: ``1 s``, or ``1-3 s`` when the
+    services differ."""
+    per = inference.get("per_service")
+    waits = sorted(
+        {
+            w
+            for s in (per.values() if isinstance(per, Mapping) else ())
+            if isinstance(s, Mapping) and (w := _number(s.get("slo_wait_s"))) is not None
+        }
+    )
+    if not waits:
+        return "?"
+    if len(waits) == 1:
+        return f"{waits[0]:g} s"
+    return f"{waits[0]:g}-{waits[-1]:g} s"
+
+
+def inference_table(summary: Mapping[str, Any]) -> Table | None:
+    """What the run did to inference, in a two-column table; None when the run served
+    no inference (no task, or no inference pool). Never mutates ``summary``.
+
+    Rows: requests, SLO attainment with the wait it was measured against, the
+    median, p99 and longest waits, cold and host-memory starts, reclaims (proactive
+    and reactive) and the GPU-hours lent to training."""
+    inference = summary.get("inference")
+    cluster = summary.get("cluster", {})
+    if not isinstance(inference, Mapping) or not _number(inference.get("tasks")):
+        return None
+    if not _number(cluster.get("inference_nodes")):
+        return None
+    table = Table(title=Text("Inference"), title_justify="left")
+    table.add_column("Metric")
+    table.add_column("Value", justify="right")
+    late = _number(inference.get("requests_late"))
+    table.add_row("Requests", format_value(inference.get("tasks"), Unit.COUNT))
+    table.add_row(
+        f"Within the SLO (wait <= {_slo_waits(inference)})",
+        _percent(inference.get("slo_attainment")),
+    )
+    table.add_row("Late requests", "-" if late is None else f"{late:,.0f}")
+    table.add_row("Median wait", format_value(inference.get("p50_delay_s"), Unit.SECONDS))
+    table.add_row("p99 wait", format_value(inference.get("p99_delay_s"), Unit.SECONDS))
+    table.add_row("Longest wait", format_value(inference.get("max_delay_s"), Unit.SECONDS))
+    table.add_row("Cold starts", format_value(inference.get("cold_starts"), Unit.COUNT))
+    if "host_starts" in inference:
+        table.add_row(
+            "Starts from host memory", format_value(inference.get("host_starts"), Unit.COUNT)
+        )
+    table.add_row(
+        "Reclaims (proactive / reactive)",
+        f"{format_value(inference.get('reclaims_proactive'), Unit.COUNT)} / "
+        f"{format_value(inference.get('reclaims_reactive'), Unit.COUNT)}",
+    )
+    lent = _number(cluster.get("lent_gpu_s"))
+    table.add_row("GPU-hours lent to training", "-" if lent is None else f"{lent / 3600:,.1f}")
+    return table
+
+
 def compare_table(summaries: Sequence[Mapping[str, Any]], baseline: int = 0) -> Table:
     """Several run summaries side by side, one column each.
 
@@ -352,27 +416,92 @@ def _two_lines(text: str) -> str:
     return " ".join(words[:cut]) + "\n" + " ".join(words[cut:])
 
 
+NARROW_PRIORITY: tuple[str, ...] = (
+    "Workload",
+    "Run",
+    "Avg JCT (s)",
+    "Avg JCT vs base",
+    "SLO attained (%)",
+    "Done",
+    "Reclaims",
+    "p99 JCT (s)",
+    "Makespan (h)",
+    "Max restarts/job",
+    "Lent GPU-h",
+    "Inference p99 delay (s)",
+    "Cold starts",
+    "Median JCT (s)",
+    "Restarts",
+    "Inference avg delay (s)",
+)
+"""The compare matrix's columns in the order a narrow terminal keeps them: the first
+that fit are shown, in :data:`MATRIX_HEADERS` order (every header appears once)."""
+
+
 def matrix_table(
-    rows: Sequence[MatrixRow], baseline: str | None = None, title: str = "Comparison"
+    rows: Sequence[MatrixRow],
+    baseline: str | None = None,
+    title: str = "Comparison",
+    width: int | None = None,
 ) -> Table:
     """One rich table of every (workload, run): the compare command's output.
 
     Each workload's best value of a column is bold and reference rows are italic;
-    the last column is the average JCT relative to ``baseline`` (see
-    :func:`matrix_cells`).
+    the "vs base" column is the average JCT relative to ``baseline`` (see
+    :func:`matrix_cells`). With ``width``, only the columns of :data:`NARROW_PRIORITY`'s
+    longest prefix whose table fits ``width`` characters are shown (at least workload,
+    run and average JCT); None: every column.
     """
-    table = Table(title=Text(title), title_justify="left")
-    for i, header in enumerate(MATRIX_HEADERS):
-        # Headers on two lines keep the table narrow; values never wrap.
-        table.add_column(_two_lines(header), justify="left" if i < 2 else "right", no_wrap=True)
+    cells = matrix_cells(rows, baseline)
     best = best_cells(rows)
+    shown = list(range(len(MATRIX_HEADERS)))
+    if width is not None:
+        keep = 3
+        for n in range(3, len(NARROW_PRIORITY) + 1):
+            if _natural_width(_build(rows, cells, best, title, _columns(n))) <= width:
+                keep = n
+        shown = _columns(keep)
+    return _build(rows, cells, best, title, shown)
+
+
+def _columns(n: int) -> list[int]:
+    """Indices into :data:`MATRIX_HEADERS` of the first ``n`` priority columns, in
+    display order."""
+    return sorted(MATRIX_HEADERS.index(h) for h in NARROW_PRIORITY[:n])
+
+
+def _natural_width(table: Table) -> int:
+    console = Console(file=io.StringIO(), width=1000, color_system=None)
+    return console.measure(table).maximum
+
+
+def _build(
+    rows: Sequence[MatrixRow],
+    cells: Sequence[Sequence[str]],
+    best: set[tuple[int, int]],
+    title: str,
+    shown: Sequence[int],
+) -> Table:
+    table = Table(title=Text(title), title_justify="left")
+    for j in shown:
+        # Headers on two lines keep the table narrow; values never wrap.
+        table.add_column(
+            _two_lines(MATRIX_HEADERS[j]), justify="left" if j < 2 else "right", no_wrap=True
+        )
     previous = None
-    for i, cells in enumerate(matrix_cells(rows, baseline)):
+    for i, row in enumerate(cells):
         if previous is not None and rows[i].workload != previous:
             table.add_section()
         previous = rows[i].workload
         table.add_row(
-            *(Text(c, style="bold" if (i, j) in best else "") for j, c in enumerate(cells)),
+            *(Text(row[j], style="bold" if (i, j) in best else "") for j in shown),
             style="italic" if rows[i].reference else "",
         )
     return table
+
+
+def training_pool_only(runs: Sequence[tuple[str, bool | None, bool]]) -> str | None:
+    """The first run that keeps training on its own pool (``(name, lending,
+    no_inference)``: lending off, inference kept): the baseline a comparison of
+    lending reads against. None when no run is one."""
+    return next((name for name, lending, no_inf in runs if lending is False and not no_inf), None)

@@ -101,3 +101,30 @@ def test_reference_rows_are_shown_but_never_ranked() -> None:
     assert (0, avg) in best
     assert not any(r == 2 for r, _ in best)
     assert matrix_cells(rows)[2][avg] == "2,000"
+
+
+@pytest.mark.parametrize("width", [80, 100, 140])
+def test_a_narrow_table_fits_its_width_with_the_telling_columns(width: int) -> None:
+    table = matrix_table(make_rows(), "pollux-only", title="Comparison", width=width)
+    text = to_text(table, width=1000)  # rendered at its natural width: nothing squeezed
+    assert max(len(line) for line in text.splitlines()) <= width, text
+    assert "…" not in text
+    for word in ("small", "deepboot", "JCT", "-46.8%", "SLO"):
+        assert word in text, (width, word)
+    wider = to_text(matrix_table(make_rows(), "pollux-only", width=width + 60), width=1000)
+    assert len(wider.splitlines()[2]) >= len(text.splitlines()[2])  # more room, more columns
+
+
+def test_wide_shows_every_column() -> None:
+    text = to_text(matrix_table(make_rows(), "pollux-only"), width=1000)
+    for header in MATRIX_HEADERS:
+        for word in header.split(" "):
+            assert word in text, header
+
+
+def test_the_training_pool_only_run_is_the_default_baseline() -> None:
+    from deepboot.report.table import training_pool_only
+
+    runs = [("deepboot", None, False), ("limit", False, True), ("pollux-only", False, False)]
+    assert training_pool_only(runs) == "pollux-only"  # the no-inference bound is not it
+    assert training_pool_only(runs[:2]) is None

@@ -26,6 +26,7 @@ ONE_AND_ONE = ("--training-nodes", "1", "--inference-nodes", "1", "--gpus-per-no
 def cli(
     state: Path, *args: str, check: bool = True, timeout: float = 240
 ) -> subprocess.CompletedProcess[str]:
+    started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "deepboot.cli.main", *args, "--state-dir", str(state)],
         capture_output=True,
@@ -33,6 +34,7 @@ def cli(
         timeout=timeout,
         cwd=REPO,
     )
+    _log_wait(f"deepboot {args[0] if args else ''}", time.monotonic() - started)
     if check and proc.returncode != 0:
         raise AssertionError(f"deepboot {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -82,14 +84,27 @@ def job(state: Path, name: str) -> dict[str, Any]:
 
 
 def wait_for(what: str, ok: Callable[[], Any], timeout: float = 600.0, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
+    """Poll ``ok`` every ``every`` seconds until it returns something true (returned),
+    failing after ``timeout``. With ``DEEPBOOT_WAIT_LOG`` set, each wait appends a line
+    (test, seconds waited, what) to that file: where a runtime test's time goes."""
+    started = time.monotonic()
+    deadline = started + timeout
     while True:
         value = ok()
         if value:
+            _log_wait(what, time.monotonic() - started)
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(every)
+
+
+def _log_wait(what: str, seconds: float) -> None:
+    path = os.environ.get("DEEPBOOT_WAIT_LOG")
+    if path:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
+        with open(path, "a") as f:
+            f.write(f"{test}\t{seconds:.1f}\t{what}\n")
 
 
 def events(state: Path, job_name: str | None = None) -> list[EventRow]:
