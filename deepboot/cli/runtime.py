@@ -530,38 +530,9 @@ def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:
     for g in doc["gpus"]:
         holder = g["holder"] or (f"replica of {g['service']}" if g["service"] else "")
         gt.add_row(g["pool"], str(g["node"]), g["gpu"], g["state"], holder)
-    out.print(gt)
+    _print_whole(out, gt)
     if doc["services"]:
-        st = Table(title="services")
-        for col in (
-            "service",
-            "model",
-            "replicas (GPU: state)",
-            "in flight / replica",
-            "cold start",
-            "back-off",
-            "SLO wait (target)",
-            "within SLO, last 5 min",
-            "since start",
-        ):
-            st.add_column(col)
-        now = time.time()
-        for sv in doc["services"]:
-            reps = ", ".join(f"{r['gpu']}: {r['state']}" for r in sv["replicas"]) or "none"
-            cold = f"{sv['cold_start_s']:.2f} s" if sv["cold_start_s"] is not None else ""
-            cap = f" (max {sv['max_replicas']})" if sv["max_replicas"] else ""
-            backoff = ""
-            if sv["load_failures"]:
-                left = (sv["backoff_until"] or now) - now
-                wait = f"{left:.0f} s left" if left > 0 else "over"
-                backoff = f"{sv['load_failures']} failed loads; {wait}"
-            slo = sv["slo"]
-            st.add_row(
-                sv["name"], sv["model"], reps + cap, str(sv["concurrency"]), cold, backoff,
-                f"{slo['slo_wait_s']:g} s ({100.0 * slo['slo_target']:g}%)",
-                _attained(slo["recent"]), _attained(slo["total"]),
-            )  # fmt: skip
-        out.print(st)
+        _print_services(out, doc["services"])
     if doc["caches"]:
         ct = Table(title="model caches (host memory)")
         for col in ("node", "models (least recently used first)", "used / bound"):
@@ -574,12 +545,52 @@ def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:
     return 0
 
 
+def _print_services(out: Console, services: list[dict[str, Any]]) -> None:
+    """The services table: every column when that fits the terminal, else the compact
+    one of ``status --watch`` (names never cut)."""
+    from deepboot.cli.statusview import services_table
+
+    st = Table(title="services")
+    for col in (
+        "service",
+        "model",
+        "replicas (GPU: state)",
+        "in flight / replica",
+        "cold start",
+        "back-off",
+        "SLO wait (target)",
+        "within SLO, last 5 min",
+        "since start",
+    ):
+        st.add_column(col)
+    now = time.time()
+    for sv in services:
+        reps = ", ".join(f"{r['gpu']}: {r['state']}" for r in sv["replicas"]) or "none"
+        cold = f"{sv['cold_start_s']:.2f} s" if sv["cold_start_s"] is not None else ""
+        cap = f" (max {sv['max_replicas']})" if sv["max_replicas"] else ""
+        backoff = ""
+        if sv["load_failures"]:
+            left = (sv["backoff_until"] or now) - now
+            wait = f"{left:.0f} s left" if left > 0 else "over"
+            backoff = f"{sv['load_failures']} failed loads; {wait}"
+        slo = sv["slo"]
+        st.add_row(
+            sv["name"], sv["model"], reps + cap, str(sv["concurrency"]), cold, backoff,
+            f"{slo['slo_wait_s']:g} s ({100.0 * slo['slo_target']:g}%)",
+            _attained(slo["recent"]), _attained(slo["total"]),
+        )  # fmt: skip
+    if not _print_fitting(out, st, services_table(services, out.width, cut_names=False)):
+        for sv in services:  # the compact table has no back-off column
+            if sv["load_failures"]:
+                left = (sv["backoff_until"] or now) - now
+                wait = f"back-off {left:.0f} s left" if left > 0 else "back-off over"
+                out.print(f"{sv['name']}: {sv['load_failures']} failed loads; {wait}")
+
+
 def _print_jobs(out: Console, jobs: list[dict[str, Any]]) -> None:
     """The jobs table, one line per job: every column when that fits the terminal,
     else the compact one of ``status --watch`` (names are never cut: they are what a
     user greps for; names too long for the terminal widen it past it, not fold)."""
-    from rich.measure import Measurement
-
     from deepboot.cli.statusview import jobs_table
 
     jt = Table(title="jobs")
@@ -615,19 +626,39 @@ def _print_jobs(out: Console, jobs: list[dict[str, Any]]) -> None:
             str(j["steps_lost"]),
         )
 
+    _print_fitting(out, jt, jobs_table(jobs, out.width, cut_names=False))
+
+
+def _print_fitting(out: Console, full: Table, compact: Table) -> bool:
+    """``full`` when it fits the terminal (True), else ``compact`` (captioned so;
+    False), which is printed whole even if its uncut names make it wider than the
+    terminal."""
+    from rich.measure import Measurement
+
     def natural(table: Table) -> int:
         return Measurement.get(out, out.options.update_width(1 << 20), table).maximum
 
-    if natural(jt) <= out.width:
-        out.print(jt)
-        return
-    compact = jobs_table(jobs, out.width, cut_names=False)
+    if natural(full) <= out.width:
+        out.print(full)
+        return True
     compact.caption = "(a narrow terminal: --json has every column)"
     compact.caption_justify = "left"
+    _print_whole(out, compact)
+    return False
+
+
+def _print_whole(out: Console, table: Table) -> None:
+    """``table`` with no cell cut or folded: past the terminal's width if its names
+    need it (they are what a user greps for)."""
+    from rich.measure import Measurement
+
+    for column in table.columns:
+        column.no_wrap = True
+    natural = Measurement.get(out, out.options.update_width(1 << 20), table).maximum
     width = out.width
     try:
-        out.width = max(width, natural(compact))
-        out.print(compact)
+        out.width = max(width, natural)
+        out.print(table)
     finally:
         out.width = width
 
@@ -675,7 +706,7 @@ def cmd_replay(args: argparse.Namespace, out: Console, err: Console) -> int:
     if result.divergence is None:
         out.print(f"replayed {result.steps} steps ({runs}): no divergence")
         return 0
-    for line in describe(result.divergence):
+    for line in describe(result):
         out.print(line, markup=False, highlight=False, soft_wrap=True)
     out.print(f"({result.steps} steps replayed, {runs})")
     return 1

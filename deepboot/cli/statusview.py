@@ -265,7 +265,10 @@ def _replicas(sv: dict[str, Any]) -> str:
     return f"{total}{cap}: {by_state}"
 
 
-def _services_table(services: Sequence[dict[str, Any]], width: int) -> Table:
+def services_table(services: Sequence[dict[str, Any]], width: int, cut_names: bool = True) -> Table:
+    """The compact services table, one line per service, ``width`` columns at most;
+    with ``cut_names`` False, names and models are never cut (then it is wider when
+    they need it)."""
     with_p99 = any("p99_wait_s" in sv.get("slo", {}) for sv in services)
     rows = []
     for sv in services:
@@ -284,7 +287,8 @@ def _services_table(services: Sequence[dict[str, Any]], width: int) -> Table:
     headers = ["service", "model", "replicas", "SLO", "last 5 min"]
     if with_p99:
         headers.append("p99 wait")
-    return _fitted_table("services", headers, rows, width, [(0, 2), (1, 1)], right=(4, 5))
+    names = [(0, 2), (1, 1)] if cut_names else []
+    return _fitted_table("services", headers, rows, width, names, right=(4, 5))
 
 
 def _notes(doc: dict[str, Any], now: float) -> list[RenderableType]:
@@ -341,7 +345,7 @@ def status_view(
     if doc["gpus"]:
         parts += [Text(""), _gpu_grid(doc["gpus"], width)]
     if doc["services"]:
-        parts += [Text(""), _services_table(doc["services"], width)]
+        parts += [Text(""), services_table(doc["services"], width)]
     parts += _notes(doc, refreshed)
     parts.append(Text(""))
     if doc["jobs"]:

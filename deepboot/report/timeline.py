@@ -126,6 +126,10 @@ class JobSeries:
             of demand: the log's ``proactive``).
         ended: ``"finished"``, ``"failed"``, ``"cancelled"``, or ``""`` (still
             running, or queued, when the log ends).
+        held: GPUs bound or lent to it from each point (the ``gpu`` entries, logged
+            when decided): above ``workers`` while its workers start or join, so a
+            job is seen starting before its first generation forms (empty: not
+            known, an old caller).
     """
 
     name: str
@@ -134,6 +138,13 @@ class JobSeries:
     reclaims: tuple[float, ...] = ()
     ended: str = ""
     ahead: tuple[float, ...] = ()
+    held: tuple[int, ...] = ()
+
+    def starting(self) -> tuple[int, ...]:
+        """At each point, GPUs held by the job that no formed worker runs on yet."""
+        if not self.held:
+            return tuple(0 for _ in self.workers)
+        return tuple(max(0, h - w) for h, w in zip(self.held, self.workers, strict=True))
 
     def at(self, t: float) -> int:
         """Workers at time ``t`` (0 before its submission)."""
@@ -243,8 +254,14 @@ def build_timeline(events: Sequence[EventLike], pools: Mapping[str, str]) -> Tim
     ended: dict[str, str] = {}
     replica_starts: list[float] = []
 
+    formed: dict[str, int] = {}  # each job's workers of its latest formed generation
+    holding: dict[str, int] = {}  # GPUs bound or lent to it
+
     def job_steps(name: str) -> _Steps:
         return jobs.setdefault(name, _Steps())
+
+    def put_job(name: str, t: float) -> None:
+        job_steps(name).put(t, (formed.get(name, 0), holding.get(name, 0)))
 
     for p in order:
         steps[p].put(0.0, _counts(gpus, pool_of, p))
@@ -261,8 +278,14 @@ def build_timeline(events: Sequence[EventLike], pools: Mapping[str, str]) -> Tim
             op = d.get("op")
             if op in ("bind", "lend"):
                 g.job, g.replica = e.job or "?", False
+                if e.job:
+                    holding[e.job] = holding.get(e.job, 0) + 1
+                    put_job(e.job, t)
             elif op in ("release", "reclaim"):
                 g.job = ""
+                if e.job and e.job in holding:
+                    holding[e.job] = max(0, holding[e.job] - 1)
+                    put_job(e.job, t)
                 if op == "reclaim" and e.job:
                     reclaims.setdefault(e.job, []).append(t)
                     if d.get("proactive"):
@@ -282,13 +305,17 @@ def build_timeline(events: Sequence[EventLike], pools: Mapping[str, str]) -> Tim
                     gpus[name] = _Gpu(down=d.get("op") == "left")
                     touched.append(name)
         elif kind in (SUBMITTED, PREEMPTED) and e.job:
-            job_steps(e.job).put(t, (0,))
+            formed[e.job] = 0
+            put_job(e.job, t)
         elif kind == STARTED and e.job:
-            job_steps(e.job).put(t, (len(d.get("workers", [])),))
+            formed[e.job] = len(d.get("workers", []))
+            put_job(e.job, t)
         elif kind == RESIZED and e.job:
-            job_steps(e.job).put(t, (len(d.get("to", [])),))
+            formed[e.job] = len(d.get("to", []))
+            put_job(e.job, t)
         elif kind in ENDED and e.job:
-            job_steps(e.job).put(t, (0,))
+            formed[e.job] = holding[e.job] = 0
+            put_job(e.job, t)
             ended[e.job] = kind
         for p in dict.fromkeys(pool_of[name] for name in touched):
             steps[p].put(t, _counts(gpus, pool_of, p))
@@ -312,6 +339,7 @@ def build_timeline(events: Sequence[EventLike], pools: Mapping[str, str]) -> Tim
                 reclaims=tuple(reclaims.get(name, ())),
                 ahead=tuple(ahead.get(name, ())),
                 ended=ended.get(name, ""),
+                held=tuple(v[1] for v in s.values),
             )
             for name, s in jobs.items()
         ),

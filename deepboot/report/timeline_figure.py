@@ -171,6 +171,7 @@ def _jobs_panel(ax: Axes, timeline: Timeline, end: float) -> None:
         ax.text(0.5, 0.5, "no training job", ha="center", va="center", transform=ax.transAxes)
         return
     top = 1
+    starts_shown = False
     for i, (job, dy) in enumerate(
         zip(timeline.jobs, _job_offsets(len(timeline.jobs)), strict=True)
     ):
@@ -181,7 +182,14 @@ def _jobs_panel(ax: Axes, timeline: Timeline, end: float) -> None:
         y = np.asarray([*job.workers, job.workers[-1]], dtype=np.float64) + dy
         label = f"{job.name} ({job.ended})" if job.ended not in ("", "finished") else job.name
         ax.step(x, y, where="post", color=color, linestyle=style, linewidth=2, label=label)
-        top = max(top, *job.workers)
+        starting = job.starting()
+        if any(starting):
+            # GPUs it holds whose workers are still starting (or joining): a light
+            # band above the formed workers, so a job is not read as idle meanwhile.
+            up = y + np.asarray([*starting, starting[-1]], dtype=np.float64)
+            ax.fill_between(x, y, up, step="post", color=color, alpha=0.2, linewidth=0)
+            starts_shown = True
+        top = max(top, *job.workers, *(job.held or (0,)))
         if job.reclaims:
             # The worker count just before the reclaim: the marker sits on the line
             # the reclaim cut short.
@@ -206,6 +214,12 @@ def _jobs_panel(ax: Axes, timeline: Timeline, end: float) -> None:
             handles.append(
                 Line2D([], [], color=color, marker="v", linestyle=":", markersize=9, label=label)
             )
+    if starts_shown:
+        from matplotlib.patches import Patch
+
+        handles.append(
+            Patch(color="grey", alpha=0.3, label="starting: GPUs held, workers not yet formed")
+        )
     _legend(ax, handles)
 
 

@@ -283,13 +283,73 @@ class Divergence:
 
 
 @dataclasses.dataclass(frozen=True)
+class AfterDivergence:
+    """What the replayed loop decided from the first divergence on, fed the recorded
+    world's steps (which followed the recorded decisions, not the replayed ones: a
+    what-if's effect on job completion times is the simulator's to tell).
+
+    Attributes:
+        steps: Steps compared from the first divergence on (it included).
+        differing: Those whose operations or waits differ.
+        recorded: Operations the runtime applied, by kind (``Resize``, ``Reclaim``...).
+        replayed: Operations the replayed loop returned, by kind.
+        by_job: Per job (or service), replayed minus recorded operations.
+        stopped: Why the replay stopped early (the replayed loop raised on a recorded
+            snapshot it could not follow); None when it ran to the end.
+    """
+
+    steps: int
+    differing: int
+    recorded: Mapping[str, int]
+    replayed: Mapping[str, int]
+    by_job: Mapping[str, int]
+    stopped: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class ReplayResult:
-    """What a replay found: the steps compared, the runs (starts) met, and the first
-    divergence, if any."""
+    """What a replay found: the steps replayed, the runs (starts) met, the clock of
+    the first step replayed (what a report's times are relative to), and the first
+    divergence with a summary of what followed, if any."""
 
     steps: int
     starts: int
     divergence: Divergence | None
+    first_now: float | None = None
+    after: AfterDivergence | None = None
+
+
+class _Tally:
+    """Counts of operations after a divergence (see :class:`AfterDivergence`)."""
+
+    def __init__(self) -> None:
+        self.steps = self.differing = 0
+        self.recorded: dict[str, int] = {}
+        self.replayed: dict[str, int] = {}
+        self.by_job: dict[str, int] = {}
+
+    def add(self, recorded: Step, replayed: Step) -> None:
+        self.steps += 1
+        self.differing += recorded != replayed
+        for ops, kinds, sign in (
+            (recorded.ops, self.recorded, -1),
+            (replayed.ops, self.replayed, 1),
+        ):
+            for op in ops:
+                kind = type(op).__name__
+                kinds[kind] = kinds.get(kind, 0) + 1
+                who = getattr(op, "job", None) or getattr(op, "service", None) or "?"
+                self.by_job[who] = self.by_job.get(who, 0) + sign
+
+    def result(self, stopped: str | None) -> AfterDivergence:
+        return AfterDivergence(
+            self.steps,
+            self.differing,
+            dict(sorted(self.recorded.items())),
+            dict(sorted(self.replayed.items())),
+            {k: v for k, v in sorted(self.by_job.items()) if v},
+            stopped,
+        )
 
 
 def replay(
@@ -300,6 +360,9 @@ def replay(
     """Feed every recorded step to a loop built from its run's settings (a fresh
     one at each start: a restarted controller built one too) and compare.
 
+    After the first divergence the replay goes on to the end, counting what the
+    replayed loop decides otherwise (:class:`AfterDivergence`).
+
     Args:
         records: :func:`read_recording`'s.
         loop_for: The loop a start record's settings build (the world's own rule).
@@ -307,6 +370,9 @@ def replay(
     """
     loop: ControlLoop | None = None
     steps = starts = 0
+    first_now: float | None = None
+    divergence: Divergence | None = None
+    tally = _Tally()
     for rec in records:
         if isinstance(rec, StartRecord):
             if rec.continued and loop is not None:
@@ -316,12 +382,23 @@ def replay(
             continue
         if loop is None:  # the oldest chunks were dropped: the settings are unknown
             raise ValueError("the recording starts mid-run (its start record was dropped)")
-        got = loop.step(rec.event, rec.snapshot, generator(rec.rng_state), rec.cursor)
+        if first_now is None:
+            first_now = rec.snapshot.now
+        try:
+            got = loop.step(rec.event, rec.snapshot, generator(rec.rng_state), rec.cursor)
+        except Exception as exc:  # noqa: BLE001 - only past a divergence, reported
+            if divergence is None:
+                raise
+            # A loop that decided otherwise may find the recorded world impossible
+            # (a job it never started): what it decided so far is the summary.
+            stopped = f"step {rec.index}: {type(exc).__name__}: {exc}"
+            return ReplayResult(steps, starts, divergence, first_now, tally.result(stopped))
         steps += 1
         if on_step is not None:
             on_step()
-        if got != rec.step:
-            return ReplayResult(
-                steps, starts, Divergence(rec.index, rec.event, rec.snapshot.now, rec.step, got)
-            )
-    return ReplayResult(steps, starts, None)
+        if divergence is None and got != rec.step:
+            divergence = Divergence(rec.index, rec.event, rec.snapshot.now, rec.step, got)
+        if divergence is not None:
+            tally.add(rec.step, got)
+    after = tally.result(None) if divergence is not None else None
+    return ReplayResult(steps, starts, divergence, first_now, after)

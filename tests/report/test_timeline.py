@@ -151,9 +151,16 @@ def test_gpus_by_state_per_pool(state: Path) -> None:
 def test_workers_per_job_and_reclaims(state: Path) -> None:
     timeline, _ = load_timeline(state)
     j1, j2 = timeline.jobs
-    assert (j1.name, j1.times, j1.workers) == ("j1", (1.0, 8.0, 12.0, 22.0, 30.0), (0, 4, 3, 2, 0))
+    # A point wherever its formed workers or its held GPUs change.
+    assert (j1.name, j1.times) == ("j1", (1.0, 3.0, 8.0, 10.0, 12.0, 20.0, 22.0, 30.0))
+    assert j1.workers == (0, 0, 4, 4, 3, 3, 2, 0)
+    assert j1.held == (0, 4, 4, 3, 3, 2, 2, 0)
+    # Starting from its GPUs' bind (3 s) until its workers formed (8 s): not idle.
+    assert j1.starting() == (0, 4, 0, 0, 0, 0, 0, 0)
     assert (j1.reclaims, j1.ended, j1.ahead) == ((20.0,), "finished", ())
-    assert (j2.name, j2.times, j2.workers) == ("j2", (5.0, 13.0, 31.0, 38.0, 50.0), (0, 2, 0, 1, 0))
+    assert (j2.name, j2.times) == ("j2", (5.0, 10.0, 13.0, 31.0, 35.0, 38.0, 50.0))
+    assert j2.workers == (0, 0, 2, 0, 0, 1, 0)
+    assert j2.starting() == (0, 2, 0, 0, 1, 0, 0)
     assert (j2.reclaims, j2.ended) == ((), "finished")
     assert [j1.at(t) for t in (0, 8, 19, 21, 22, 31)] == [0, 4, 3, 3, 2, 0]
 

@@ -69,8 +69,14 @@ def test_another_policy_diverges_at_a_step_the_replay_names(
     code, out, _ = _cli(capsys, "replay", str(recorded), "--policy", "deepboot")
     assert code == 1
     lines = out.splitlines()
-    assert lines[0].startswith(f"first divergence at step {result.divergence.index} (t=")
+    assert lines[0].startswith(f"first divergence at step {result.divergence.index}, ")
+    # Seconds into the recording, not the epoch.
+    since = float(lines[0].split(", ")[1].split(" s into")[0])
+    assert 0.0 <= since < 3600.0
     assert lines[1].startswith("  recorded: ") and lines[2].startswith("  replayed: ")
+    assert result.after is not None
+    assert lines[3].startswith(f"after it: {result.after.differing} of {result.after.steps} steps")
+    assert "operations, recorded -> replayed: " in out
 
 
 def test_no_recording_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

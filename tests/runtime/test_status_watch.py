@@ -284,3 +284,18 @@ def test_plain_status_jobs_never_fold_at_80_columns(tmp_path: Path) -> None:
     assert cmd_status(args, wide, Console(stderr=True)) == 0
     text = wide.export_text()
     assert "batch (local x accum)" in text and "3 [0.0, 0.1, 1.1]" in text
+
+
+def test_plain_status_at_80_columns_keeps_every_header_whole(tmp_path: Path) -> None:
+    """``deepboot status`` (not --watch) at 80 columns: the services and jobs tables
+    fall back to their compact forms, whose headers and names are never cut."""
+    state = _state(tmp_path)
+    console = Console(width=80, record=True, file=io.StringIO())
+    args = argparse.Namespace(state_dir=str(state.root), watch=False, every=None, json=False)
+    assert cmd_status(args, console, console) == 0
+    text = console.export_text()
+    assert "…" not in text and "servi" not in text.replace("service", "")
+    for header in ("service", "model", "replicas", "SLO", "last 5 min", "job", "resizes"):
+        assert header in text, header
+    assert LONG_SERVICE in text and LONG_MODEL in text and LONG_JOB in text
+    assert text.count("(a narrow terminal: --json has every column)") == 2

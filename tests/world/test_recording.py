@@ -91,7 +91,13 @@ def test_another_policy_parameter_diverges_and_the_replay_names_the_step(recorde
     d = result.divergence
     assert d is not None and d.recorded != d.replayed
     assert d.event.kind in (EventKind.TICK, EventKind.RETRY)
-    assert result.steps == d.index + 1
+    # It goes on past the divergence to the end, and says what differed after it.
+    assert result.steps == sum(1 for r in read_recording(recorded) if isinstance(r, StepRecord))
+    after = result.after
+    assert after is not None and after.stopped is None
+    assert 1 <= after.differing <= after.steps == result.steps - d.index
+    assert after.recorded != after.replayed or after.by_job
+    assert result.first_now is not None and result.first_now <= d.now
 
 
 def test_the_recording_keeps_its_bound_and_replays_from_its_oldest_chunk(

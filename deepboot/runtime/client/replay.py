@@ -17,7 +17,7 @@ from typing import Any
 from deepboot.runtime.controller.controller_settings import ControllerSettings, build_loop
 from deepboot.runtime.store.statedir import StateDir
 from deepboot.scheduler.control import ControlLoop, Step
-from deepboot.world.recording import Divergence, ReplayResult, read_recording, replay
+from deepboot.world.recording import ReplayResult, read_recording, replay
 
 
 def replay_state(
@@ -45,17 +45,46 @@ def replay_state(
     return replay(read_recording(state.recording), loop_for, on_step)
 
 
-def describe(d: Divergence) -> list[str]:
-    """The first divergence, in lines a person reads."""
+def describe(result: ReplayResult) -> list[str]:
+    """The first divergence and what followed it, in lines a person reads; times are
+    seconds after the first step replayed."""
+    d = result.divergence
+    if d is None:
+        return []
     e = d.event
     what = e.kind.value + "".join(
         f" {k}={v}" for k, v in (("job", e.job), ("gpu", e.gpu), ("service", e.service)) if v
     )
-    return [
-        f"first divergence at step {d.index} (t={d.now:.3f}, event {what}):",
+    since = d.now - (d.now if result.first_now is None else result.first_now)
+    lines = [
+        f"first divergence at step {d.index}, {since:.1f} s into the recording (event {what}):",
         f"  recorded: {_step(d.recorded)}",
         f"  replayed: {_step(d.replayed)}",
     ]
+    after = result.after
+    if after is None:
+        return lines
+    lines.append(
+        f"after it: {after.differing} of {after.steps} steps decided otherwise"
+        + (f" (the replay stopped at {after.stopped})" if after.stopped else "")
+    )
+    kinds = sorted(set(after.recorded) | set(after.replayed))
+    if kinds:
+        counts = ", ".join(
+            f"{k} {after.recorded.get(k, 0)} -> {after.replayed.get(k, 0)}" for k in kinds
+        )
+        lines.append(f"  operations, recorded -> replayed: {counts}")
+    if after.by_job:
+        largest = sorted(after.by_job.items(), key=lambda kv: (-abs(kv[1]), kv[0]))[:5]
+        lines.append(
+            "  largest differences (replayed minus recorded operations): "
+            + ", ".join(f"{who} {n:+d}" for who, n in largest)
+        )
+    lines.append(
+        "  (the recorded world followed the recorded decisions: what the other choices "
+        "would have done to completion times is for 'deepboot simulate' to tell)"
+    )
+    return lines
 
 
 def _step(step: Step) -> str:
