@@ -12,7 +12,7 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -33,12 +33,17 @@ if TYPE_CHECKING:
     from deepboot.core.jobs import Workload
     from deepboot.runtime.client.loadgen import LoadSummary, PlannedRequest
     from deepboot.runtime.client.provenhttp import Target
+    from deepboot.runtime.store.storerows import ServiceRow
     from deepboot.sim.services import ServicesFile
 
 MAX_TIMEOUT_S = 3600.0
 """``0 < --timeout <= MAX_TIMEOUT_S``."""
 MAX_CONNECTIONS = 65_535
 """``1 <= --max-connections <= MAX_CONNECTIONS``."""
+MIN_DEFAULT_TIMEOUT_S = 30.0
+"""The default ``--timeout``'s floor (and the default without a registered service)."""
+TIMEOUT_MARGIN_S = 5.0
+"""What the default ``--timeout`` adds to the longest the router may keep a request."""
 
 _SERVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
@@ -193,23 +198,31 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         default=None,
         metavar="S",
         help="every service's slo_wait_s for the attainment, 0 < S <= "
-        f"{MAX_REQUEST_TIMEOUT_S:g}; without it, the --services file's, else "
+        f"{MAX_REQUEST_TIMEOUT_S:g}; without it, the --services file's, else each "
+        "service's as registered with the cluster ('deepboot serve'), else "
         f"{DEFAULT_SLO_WAIT_S:g}",
     )
     p.add_argument(
         "--out",
         default="requests.csv",
         metavar="FILE",
-        help="the requests CSV (written atomically; not an input file)",
+        help="the requests CSV (written atomically; not an input file). An existing "
+        "file is kept: the CSV goes to the first free FILE-1.csv, FILE-2.csv, ... "
+        "(printed), unless --force",
     )
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     p.add_argument("--body", default="{}", metavar="JSON", help="JSON body of every request")
     p.add_argument(
         "--timeout",
         type=float,
-        default=30.0,
+        default=None,
         metavar="S",
         help=f"client-side limit of one request in seconds, 0 < S <= {MAX_TIMEOUT_S:g}; "
-        "past it the request is recorded as status 0, timeout",
+        "past it the request is recorded as status 0, timed out. Default: longer than "
+        "the router may keep it (each registered service's cold start, measured or "
+        "declared, plus its request_timeout_s and handler_timeout_s, plus "
+        f"{TIMEOUT_MARGIN_S:g} s; at least {MIN_DEFAULT_TIMEOUT_S:g} s), so that the "
+        "router's own answer, a 504, comes back rather than a client time-out",
     )
     p.add_argument(
         "--poisson",
@@ -297,7 +310,9 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ConfigError(
             f"service name {args.service!r}: use letters, digits and _.- (at most 63)"
         )
-    if not (math.isfinite(args.timeout) and 0 < args.timeout <= MAX_TIMEOUT_S):
+    if args.timeout is not None and not (
+        math.isfinite(args.timeout) and 0 < args.timeout <= MAX_TIMEOUT_S
+    ):
         raise ConfigError(
             f"--timeout must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {args.timeout}"
         )
@@ -428,8 +443,9 @@ class _Schedule:
     span: str
 
 
-def _profile_schedule(args: argparse.Namespace) -> _Schedule:
-    """The rate profile's requests (``--rate-profile``, one service)."""
+def _profile_schedule(args: argparse.Namespace, registered: dict[str, ServiceRow]) -> _Schedule:
+    """The rate profile's requests (``--rate-profile``, one service); its SLO is
+    ``--slo-wait``, else the registered service's, else the default."""
     import numpy as np
 
     from deepboot.runtime.client.loadgen import PlannedRequest
@@ -439,7 +455,10 @@ def _profile_schedule(args: argparse.Namespace) -> _Schedule:
     profile = RateProfile.load(path)
     rng = np.random.default_rng(args.seed or 0) if args.poisson else None
     requests = [PlannedRequest(t, args.service) for t in send_times(profile, rng)]
-    slo = args.slo_wait if args.slo_wait is not None else DEFAULT_SLO_WAIT_S
+    slo = args.slo_wait
+    if slo is None:
+        row = registered.get(args.service)
+        slo = row.spec.slo_wait_s if row is not None else DEFAULT_SLO_WAIT_S
     return _Schedule(
         requests,
         {args.service: slo},
@@ -506,8 +525,10 @@ def read_trace(path: str | Path, services: ServicesFile | None = None) -> Worklo
     return workload
 
 
-def _trace_schedule(args: argparse.Namespace) -> _Schedule:
-    """The trace's requests (``--trace``; see :mod:`deepboot.runtime.client.tracereplay`)."""
+def _trace_schedule(args: argparse.Namespace, registered: dict[str, ServiceRow]) -> _Schedule:
+    """The trace's requests (``--trace``; see :mod:`deepboot.runtime.client.tracereplay`);
+    each service's SLO is ``--slo-wait``, else the services file's, else the
+    registered service's (by the name it is sent to), else the default."""
     from deepboot.runtime.client.tracereplay import parse_service_map, slo_waits
     from deepboot.runtime.client.tracereplay import trace_schedule as schedule
 
@@ -529,13 +550,68 @@ def _trace_schedule(args: argparse.Namespace) -> _Schedule:
         limit=args.limit,
     )
     span = requests[-1].due_s * scale  # trace seconds from the window's start
+    waits = slo_waits(
+        workload, mapping, None if services is None else services.specs, args.slo_wait
+    )
+    if args.slo_wait is None and services is None:
+        waits |= {name: registered[name].spec.slo_wait_s for name in waits if name in registered}
     return _Schedule(
         requests,
-        slo_waits(workload, mapping, None if services is None else services.specs, args.slo_wait),
+        waits,
         inputs,
         f"replay {Path(path).name}",
         f"trace {span:g} s at --time-scale {scale:g}",
     )
+
+
+def _free_name(path: str, force: bool) -> str:
+    """``path``, or when it exists (and not ``force``) the first of ``stem-1.suffix``,
+    ``stem-2.suffix``, ... that does not: a run never overwrites another's CSV
+    unasked."""
+    p = Path(path)
+    if force or not p.exists():
+        return path
+    n = 1
+    while (candidate := p.with_name(f"{p.stem}-{n}{p.suffix}")).exists():
+        n += 1
+    return str(candidate)
+
+
+def _registered(args: argparse.Namespace) -> dict[str, ServiceRow]:
+    """The services registered with the cluster of the state directory, by name: none
+    with ``--url`` (another cluster's), or when the state has no store yet."""
+    from deepboot.runtime.store.jobstore import JobStore
+    from deepboot.runtime.store.statedir import StateDir
+
+    if args.url is not None:
+        return {}
+    state = StateDir.at(args.state_dir)
+    if not state.db.exists():
+        return {}
+    store = JobStore(state.db)
+    try:
+        return {row.spec.name: row for row in store.services()}
+    finally:
+        store.close()
+
+
+def default_timeout(services: Sequence[ServiceRow]) -> float:
+    """The default ``--timeout``: past the longest a router may keep a request of any of
+    ``services`` plus :data:`TIMEOUT_MARGIN_S`, never below
+    :data:`MIN_DEFAULT_TIMEOUT_S`. The longest: ``request_timeout_s`` waiting (for a
+    replica, a cold start included) and ``handler_timeout_s`` running, and never less
+    than its cold start (measured, else declared) plus ``request_timeout_s``."""
+    longest = 0.0
+    for row in services:
+        spec = row.spec
+        running = spec.handler_timeout_s or spec.request_timeout_s
+        cold = row.cold_start if row.cold_start is not None else spec.cold_start_s
+        longest = max(
+            longest,
+            spec.request_timeout_s + running,
+            (cold or 0.0) + spec.request_timeout_s,
+        )
+    return min(MAX_TIMEOUT_S, max(MIN_DEFAULT_TIMEOUT_S, longest + TIMEOUT_MARGIN_S))
 
 
 def cmd_load(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -544,11 +620,26 @@ def cmd_load(args: argparse.Namespace, out: Console, err: Console) -> int:
     from deepboot.runtime.client.loadgen import LoadStopped, run_requests
 
     _check_args(args)
-    out_path = require_path(args.out, "--out")
+    requested = require_path(args.out, "--out")
     body = _body(args.body, args.trace is not None)
     endpoint, inputs = _endpoint(args)
-    plan = _trace_schedule(args) if args.trace is not None else _profile_schedule(args)
-    check_outputs([PathArg("--out", out_path)], [*plan.inputs, *inputs])
+    registered = _registered(args)
+    if args.trace is not None:
+        plan = _trace_schedule(args, registered)
+    else:
+        plan = _profile_schedule(args, registered)
+    timeout = args.timeout
+    if timeout is None:
+        timeout = default_timeout([registered[n] for n in plan.slo_wait_s if n in registered])
+    check_outputs([PathArg("--out", requested)], [*plan.inputs, *inputs])
+    out_path = _free_name(requested, args.force)
+    if out_path != requested:
+        out.print(
+            f"{args.out} exists (--force overwrites it): writing {out_path}",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
     where, token = endpoint()  # last, once every local input is good: the network
     show = not args.quiet and out.file.isatty()
     try:
@@ -560,7 +651,7 @@ def cmd_load(args: argparse.Namespace, out: Console, err: Console) -> int:
                     token,
                     lambda text: write_text(out_path, text),  # atomic, also on a stop
                     body,
-                    args.timeout,
+                    timeout,
                     progress=progress,
                     max_connections=args.max_connections,
                     slo_wait_s=plan.slo_wait_s,
@@ -571,7 +662,7 @@ def cmd_load(args: argparse.Namespace, out: Console, err: Console) -> int:
             f"{exc.reason}; load stopped at once: {exc.sent} of {exc.total} requests "
             f"were sent, each answer on a proven connection, all recorded in {out_path}"
         ) from None
-    _print_summary(out, summary, plan, args)
+    _print_summary(out, summary, plan, args, timeout)
     if token is not None:
         out.print(
             "every answer came on a connection that proved it holds the token "
@@ -586,10 +677,41 @@ def cmd_load(args: argparse.Namespace, out: Console, err: Console) -> int:
     return 0
 
 
+_ERROR_WORDS = MappingProxyType(
+    {
+        "timeout": "timed out after {timeout:g} s (--timeout)",
+        "not sent": "not sent (the endpoint did not prove it holds the token)",
+        "cancelled": "cancelled (the run was stopped)",
+    }
+)
+"""Words for the kinds of status-0 records (the record's ``error`` before its colon)."""
+
+
+def _status_label(status: int, errors: dict[str, int], timeout: float) -> str:
+    """A status row's label in words: ``200 OK``, ``503 Service Unavailable``, or
+    what happened to the requests with no HTTP answer."""
+    from http import HTTPStatus
+
+    if status == 0:
+        kinds = "; ".join(
+            f"{n} {_ERROR_WORDS.get(k, k).format(timeout=timeout)}" for k, n in errors.items()
+        )
+        return f"no answer: {kinds}"
+    try:
+        return f"{status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return str(status)
+
+
 def _print_summary(
-    out: Console, summary: LoadSummary, plan: _Schedule, args: argparse.Namespace
+    out: Console,
+    summary: LoadSummary,
+    plan: _Schedule,
+    args: argparse.Namespace,
+    timeout: float,
 ) -> None:
-    """Answers by status, latency of the 200s, SLO attainment per service, warnings."""
+    """Answers by status, latency of the 200s, SLO attainment per service (the
+    warm-up apart), warnings."""
     services = list(summary.slo)
     to = services[0] if len(services) == 1 else f"{len(services)} services"
     table = Table(title=f"{summary.sent} requests to {to}", title_justify="left")
@@ -598,25 +720,34 @@ def _print_summary(
     table.add_column("share", justify="right")
     for status, n in summary.by_status.items():
         share = f"{100 * n / summary.sent:.1f} %" if summary.sent else "-"
-        if status == 0:
-            kinds = ", ".join(f"{k} {v}" for k, v in summary.errors.items())
-            label = f"no answer ({kinds})"
-        else:
-            label = str(status)
-        table.add_row(label, str(n), share)
+        table.add_row(_status_label(status, summary.errors, timeout), str(n), share)
     out.print(table)
     out.print(
         f"latency of the {summary.ok} 200s: p50 {_ms(summary.p50_s)}, p95 "
         f"{_ms(summary.p95_s)}, p99 {_ms(summary.p99_s)}, max {_ms(summary.max_s)}; "
         f"ran {summary.duration_s:.1f} s ({plan.span})"
     )
-    slo = Table(title="SLO attainment (wait to a ready replica)", title_justify="left")
-    for column in ("service", "requests", "slo_wait_s", "met", "attainment"):
+    slo = Table(
+        title="SLO attainment (wait to a ready replica)",
+        title_justify="left",
+        caption="warm-up: requests sent before the service's first replica was ready, "
+        "when that took longer than the SLO (they waited for its first cold start)",
+        caption_justify="left",
+    )
+    for column in ("service", "SLO wait", "requests", "met", "all", "warm-up", "after it"):
         slo.add_column(column, justify="left" if column == "service" else "right")
     estimated = 0
     for name, s in summary.slo.items():
-        share = "-" if s.attainment is None else f"{100 * s.attainment:.1f} %"
-        slo.add_row(name, str(s.requests), f"{s.slo_wait_s:g}", str(s.met), share)
+        after = s.after_warm_up
+        slo.add_row(
+            name,
+            f"{s.slo_wait_s:g} s",
+            str(s.requests),
+            str(s.met),
+            "-" if s.attainment is None else f"{100 * s.attainment:.1f} %",
+            f"{s.warm_up} ({s.warm_up_met} met)",
+            "-" if after is None else f"{100 * after:.1f} %",
+        )
         estimated += s.estimated
     out.print(slo)
     if estimated:

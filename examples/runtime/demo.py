@@ -95,7 +95,7 @@ def _run(state: Path, out: Path, began: float) -> int:
     _say(began, f"replaying {PROFILE.name}: warm-up, lull, ramp, spike, lull (~2 min)")
     load = subprocess.Popen(
         [sys.executable, "-m", "deepboot.cli.main", "load", "chat", "--rate-profile",
-         str(PROFILE), "--out", str(requests), "-q", "--state-dir", str(state)],
+         str(PROFILE), "--out", str(requests), "--force", "-q", "--state-dir", str(state)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     sizes = _Sizes(state, began)

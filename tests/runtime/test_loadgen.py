@@ -366,7 +366,9 @@ def test_cli_load_end_to_end(
     assert [int(r["status"]) for r in rows] == [_expected_status(i) for i in range(25)]
     assert "503" in stdout and "200" in stdout and "p50" in stdout and str(out) in stdout
 
-    # --url without --token-file sends no token: every request is a 401, still exit 0
+    # --url without --token-file sends no token: every request is a 401, still exit 0.
+    # The first run's CSV is kept: this one goes to out-1.csv, and says so.
+    first = out.read_bytes()
     code, stdout, stderr = run_cli(
         capsys,
         "load",
@@ -379,7 +381,43 @@ def test_cli_load_end_to_end(
         server.url,
     )
     assert code == 0, stderr
-    assert {r["status"] for r in _read(out)} == {"401"}
+    again = tmp_path / "out-1.csv"
+    assert out.read_bytes() == first and f"writing {again}" in stdout
+    assert {r["status"] for r in _read(again)} == {"401"}
+    assert "401 Unauthorized" in stdout  # each status in words
+    # --force overwrites.
+    argv = ["load", "svc", "--rate-profile", str(profile), "--out", str(out), "--force"]
+    code, stdout, stderr = run_cli(capsys, *argv, "--url", server.url)
+    assert code == 0, stderr
+    assert {r["status"] for r in _read(out)} == {"401"} and not (tmp_path / "out-2.csv").exists()
+
+
+@pytest.mark.runtime
+def test_cli_load_scores_against_the_registered_services_slo(
+    server: _Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No --slo-wait: the service's slo_wait_s as registered ('deepboot serve' of a
+    file saying 3 s); --slo-wait still overrides it."""
+    from deepboot.core.service import ServiceSpec
+    from deepboot.runtime.store.jobstore import JobStore
+    from deepboot.runtime.store.statedir import StateDir
+
+    state = _state(tmp_path, server.url)
+    store = JobStore(StateDir.at(state).db)
+    store.register_service(ServiceSpec("svc", "m", slo_wait_s=3.0))
+    store.close()
+    profile = _profile(tmp_path, "time_s,rps\n0,10\n0.2,0\n")
+    argv = ["load", "svc", "--rate-profile", str(profile), "--state-dir", str(state)]
+    code, stdout, stderr = run_cli(capsys, *argv, "--out", str(tmp_path / "a.csv"))
+    assert code == 0, stderr
+    [row] = [line for line in stdout.splitlines() if line.startswith("│ svc ")]
+    assert "3 s" in row, stdout
+    code, stdout, stderr = run_cli(
+        capsys, *argv, "--out", str(tmp_path / "b.csv"), "--slo-wait", "0.5"
+    )
+    assert code == 0, stderr
+    [row] = [line for line in stdout.splitlines() if line.startswith("│ svc ")]
+    assert "0.5 s" in row, stdout
 
 
 @pytest.mark.runtime
@@ -648,8 +686,43 @@ def test_wait_header_and_slo_attainment_without_a_server() -> None:
     assert wait == pytest.approx(0.5) and estimated
     assert request_wait(records[3]) == (None, False)
     summary = _summarize(records, {"s": 1.0, "t": 5.0})
-    assert summary.slo == {"s": ServiceSlo(4, 2, 1.0, 1), "t": ServiceSlo(1, 0, 5.0, 0)}
-    assert summary.slo["s"].attainment == 0.5
+    # "s" was warm (its first hand-off, 0.5 s, met the SLO): no warm-up; "t" never
+    # reached a replica: all its requests are.
+    assert summary.slo == {
+        "s": ServiceSlo(4, 2, 1.0, 1),
+        "t": ServiceSlo(1, 0, 5.0, 0, warm_up=1, warm_up_met=0),
+    }
+    assert summary.slo["s"].attainment == 0.5 == summary.slo["s"].after_warm_up
+
+
+@pytest.mark.runtime
+def test_the_warm_up_is_what_was_sent_before_the_first_answer() -> None:
+    records = [
+        RequestRecord("a", 0.0, "s", 0.1, 0.0, 20.0, 200, wait_s=19.0),  # the cold start
+        RequestRecord("b", 1.0, "s", 0.1, 1.0, 20.1, 200, wait_s=19.0),
+        RequestRecord("c", 25.0, "s", 0.1, 25.0, 25.2, 200, wait_s=0.1),
+        RequestRecord("d", 26.0, "s", 0.1, 26.0, 26.2, 200, wait_s=0.1),
+        RequestRecord("e", 27.0, "s", 0.1, 27.0, 31.0, 200, wait_s=3.5),
+    ]
+    slo = _summarize(records, {"s": 3.0}).slo["s"]
+    assert (slo.requests, slo.met, slo.warm_up, slo.warm_up_met) == (5, 2, 2, 0)
+    assert slo.attainment == 0.4 and slo.after_warm_up == pytest.approx(2 / 3)
+
+
+@pytest.mark.runtime
+def test_the_default_timeout_outlasts_what_the_router_may_keep_a_request() -> None:
+    from deepboot.cli.load import MIN_DEFAULT_TIMEOUT_S, TIMEOUT_MARGIN_S, default_timeout
+    from deepboot.core.service import ServiceSpec
+    from deepboot.runtime.store.storerows import ServiceRow
+
+    assert default_timeout([]) == MIN_DEFAULT_TIMEOUT_S
+    quick = ServiceSpec("q", "m", request_timeout_s=5.0, handler_timeout_s=2.0)
+    assert default_timeout([ServiceRow(quick, 0.0, None)]) == MIN_DEFAULT_TIMEOUT_S
+    # A cold start measured at 31 s, a 60 s queue bound and a 30 s handler bound:
+    # past 31 + 60 (the router answers 503 by then at the latest).
+    chat = ServiceSpec("chat", "m", request_timeout_s=60.0, handler_timeout_s=30.0)
+    row = ServiceRow(chat, 0.0, cold_start=31.0)
+    assert default_timeout([row]) == 31.0 + 60.0 + TIMEOUT_MARGIN_S
 
 
 class _TraceServer(_Server):
@@ -700,7 +773,11 @@ def test_run_requests_sends_each_to_its_service_with_its_exec_time(
     ]
     assert rows[0]["wait_s"] == "0.250000" and rows[1]["wait_s"] == ""
     # a: 0.25 s measured > its 0.2 s SLO; b: estimated (latency - 0.01 s) <= 1 s
-    assert summary.slo == {"a": ServiceSlo(1, 0, 0.2, 0), "b": ServiceSlo(1, 1, 1.0, 1)}
+    # (a's one request waited past its SLO for the first ready replica: the warm-up.)
+    assert summary.slo == {
+        "a": ServiceSlo(1, 0, 0.2, 0, warm_up=1),
+        "b": ServiceSlo(1, 1, 1.0, 1),
+    }
     with pytest.raises(ValueError, match="JSON object"):
         asyncio.run(run_requests(trace_server.url, plan, None, _saver(out), [1], 2.0))
 

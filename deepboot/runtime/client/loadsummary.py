@@ -32,17 +32,30 @@ class ServiceSlo:
         slo_wait_s: The service's SLO.
         estimated: Requests whose wait was estimated (a 200 answer without the
             ``X-Wait-Ms`` header: latency minus execution time).
+        warm_up: Requests that waited for the service's first replica: sent before
+            the first hand-off to a ready replica, when that hand-off came later than
+            the SLO (a cold start; none when the service was warm). All of them when
+            no request reached a replica.
+        warm_up_met: Those of ``warm_up`` that met the SLO.
     """
 
     requests: int
     met: int
     slo_wait_s: float
     estimated: int = 0
+    warm_up: int = 0
+    warm_up_met: int = 0
 
     @property
     def attainment(self) -> float | None:
         """``met / requests`` (None without requests)."""
         return self.met / self.requests if self.requests else None
+
+    @property
+    def after_warm_up(self) -> float | None:
+        """The attainment of the requests sent after the warm-up (None without any)."""
+        rest = self.requests - self.warm_up
+        return (self.met - self.warm_up_met) / rest if rest else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,18 +109,34 @@ def request_wait(rec: RequestRecord) -> tuple[float | None, bool]:
 def _slo(
     records: Sequence[RequestRecord], slo_wait_s: Mapping[str, float]
 ) -> dict[str, ServiceSlo]:
-    tally: dict[str, list[int]] = {}  # service -> [requests, met, estimated]
+    # service -> (when its first request was handed to a ready replica, its wait)
+    first: dict[str, tuple[float, float]] = {}
+    for rec in records:
+        wait, _ = request_wait(rec)
+        if rec.status == 200 and wait is not None and not math.isnan(rec.send_s):
+            handoff = (rec.send_s + wait, wait)
+            first[rec.service] = min(first.get(rec.service, handoff), handoff)
+    warm_up_ends = {
+        name: (at if wait > slo_wait_s.get(name, DEFAULT_SLO_WAIT_S) else -math.inf)
+        for name, (at, wait) in first.items()
+    }
+    # service -> [requests, met, estimated, warm-up, warm-up met]
+    tally: dict[str, list[int]] = {}
     for rec in records:
         if math.isnan(rec.send_s):
             continue  # never sent (a cancelled run): not a request of the service
-        row = tally.setdefault(rec.service, [0, 0, 0])
+        row = tally.setdefault(rec.service, [0, 0, 0, 0, 0])
         wait, estimated = request_wait(rec)
+        met = wait is not None and wait <= slo_wait_s.get(rec.service, DEFAULT_SLO_WAIT_S)
+        warm_up = rec.send_s < warm_up_ends.get(rec.service, math.inf)
         row[0] += 1
-        row[1] += wait is not None and wait <= slo_wait_s.get(rec.service, DEFAULT_SLO_WAIT_S)
+        row[1] += met
         row[2] += estimated
+        row[3] += warm_up
+        row[4] += warm_up and met
     return {
-        name: ServiceSlo(n, met, slo_wait_s.get(name, DEFAULT_SLO_WAIT_S), est)
-        for name, (n, met, est) in sorted(tally.items())
+        name: ServiceSlo(n, met, slo_wait_s.get(name, DEFAULT_SLO_WAIT_S), est, wu, wu_met)
+        for name, (n, met, est, wu, wu_met) in sorted(tally.items())
     }
 
 
