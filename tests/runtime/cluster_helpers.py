@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_CODE = REPO / "examples" / "runtime" / "regression.py"
+GATED_CODE = Path(__file__).resolve().parent / "gated_regression.py"
 ONE_AND_ONE = ("--training-nodes", "1", "--inference-nodes", "1", "--gpus-per-node", "1")
 """``deepboot up`` flags of the smallest shared cluster: one GPU per pool."""
 
@@ -41,10 +42,19 @@ def cli(
 
 
 def write_job(directory: Path, name: str, threshold: float, delay: float, **extra: Any) -> Path:
+    """A job file of the example regression job: it trains until its mean loss is below
+    ``threshold``, sleeping ``delay`` seconds a step. With ``gate`` (a path), the tests'
+    gated copy of it (``gated_regression.py``): it also trains on until
+    :func:`open_gate_at` lets it finish, so a test ends the job once what it checks has
+    happened rather than after a fixed number of steps."""
     directory.mkdir(parents=True, exist_ok=True)
+    gate = extra.pop("gate", None)
+    entry = JOB_CODE if gate is None else GATED_CODE
+    # The gated job's own default pace per sample is not the example's (none).
+    sample_delay = extra.pop("sample_delay", None if gate is None else 0)
     lines = [
         f'name = "{name}"',
-        f'entry = "{JOB_CODE}:train"',
+        f'entry = "{entry}:train"',
         f"min_workers = {extra.pop('min_workers', 1)}",
         f"max_workers = {extra.pop('max_workers', 4)}",
         *([f"workers = {extra.pop('workers')}"] if "workers" in extra else []),
@@ -57,12 +67,21 @@ def write_job(directory: Path, name: str, threshold: float, delay: float, **extr
         f"step_delay = {delay}",
         # Simulated GPU time per sample: a job whose steps more workers shorten, so
         # the policy still wants to grow it once its online fit has seen 2 workers.
-        *([f"sample_delay = {extra.pop('sample_delay')}"] if "sample_delay" in extra else []),
+        *([f"sample_delay = {sample_delay}"] if sample_delay is not None else []),
+        *([f'gate = "{gate}"'] if gate is not None else []),
     ]
     assert not extra, f"write_job does not know {sorted(extra)}"
     path = directory / f"{name}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def open_gate_at(state: Path, name: str, gate: Path, steps: int = 40) -> None:
+    """Let the gated job ``name`` finish ``steps`` steps from now (once its loss is low
+    enough): far enough ahead that every rank reads the gate before that step."""
+    tmp = gate.with_suffix(".tmp")
+    tmp.write_text(str(job(state, name)["step"] + steps))
+    os.replace(tmp, gate)
 
 
 def status(state: Path) -> dict[str, Any]:

@@ -38,6 +38,7 @@ def train(ctx: ElasticContext) -> None:
     # Simulated GPU time, proportional to the local batch as on a real GPU, so that
     # more workers (a smaller local batch each) make steps faster.
     per_sample = float(args.get("sample_delay", 0.001))
+    step_delay = float(args.get("step_delay", 0.0))  # a fixed pace, as regression.py's
     until: int | None = None
     hang = str(args.get("hang", ""))
     while True:
@@ -51,7 +52,7 @@ def train(ctx: ElasticContext) -> None:
         idx = ctx.next_batch(len(x))
         loss = torch.nn.functional.mse_loss(model(x[idx]), y[idx])
         loss.backward()
-        time.sleep(per_sample * len(idx))
+        time.sleep(step_delay + per_sample * len(idx))
         mean = ctx.step(loss.item())
         if until is None and os.path.exists(gate):
             with open(gate) as f:

@@ -85,7 +85,7 @@ def test_attach_runs_a_job_and_down_leaves_the_cluster(tmp_path: Path) -> None:
             "0",
         ).stdout
         assert "attached" in out and "2 GPUs" in out
-        cli(state, "submit", str(write_job(tmp_path, "attached-a", 0.004, 0.02, max_workers=2)))
+        cli(state, "submit", str(write_job(tmp_path, "attached-a", 0.05, 0.02, max_workers=2)))
         wait_for("attached-a to finish", lambda: job(state, "attached-a")["state"] == "finished")
         # Their cluster's daemons, not its worker processes: deepboot's actors run in
         # workers that 'down' kills, and Ray itself reaps idle workers when it likes.

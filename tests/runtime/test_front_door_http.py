@@ -8,6 +8,7 @@ replica ever starts here (that needs Ray: tests/runtime/test_front_door.py).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
@@ -80,7 +81,10 @@ def router() -> Iterator[rt.Router]:
         registered.append(raw)
         return str(raw.get("name", ""))
 
-    r = rt.Router(rt.Inbox(), Metrics(), token=TOKEN, submit=register, register=register)
+    # A short drain: a full queue's test leaves requests waiting on purpose.
+    r = rt.Router(
+        rt.Inbox(), Metrics(), token=TOKEN, submit=register, register=register, drain_s=1.0
+    )
     r.start()
     r.set_services({"svc": ServiceSpec("svc", "m", queue_bound=1, request_timeout_s=30)})
     r.registered = registered  # type: ignore[attr-defined]
@@ -171,10 +175,13 @@ def test_sizes_are_checked_before_the_body_is_read(router: rt.Router) -> None:
 def test_a_full_queue_answers_before_reading_the_body(router: rt.Router) -> None:
     """queue_bound = 1: one request waits; the next is refused on its headers alone,
     even though its (announced) body is never sent."""
-    waiting = threading.Thread(
-        target=lambda: send(router.url, "/v1/svc/infer", body=b"{}", headers=authed(), timeout=60),
-        daemon=True,
-    )
+
+    def wait_in_the_queue() -> None:
+        # The router's stop (the teardown) closes it, still waiting: expected.
+        with contextlib.suppress(ConnectionError):
+            send(router.url, "/v1/svc/infer", body=b"{}", headers=authed(), timeout=60)
+
+    waiting = threading.Thread(target=wait_in_the_queue, daemon=True)
     waiting.start()
     deadline = time.monotonic() + 30
     while not router.services["svc"].queue:

@@ -75,6 +75,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("deepboot.router")
 
+DRAIN_S = 10.0
+"""How long :meth:`Router.stop` lets the handlers still running answer before it
+cancels them (aiohttp's own default, 60 s, outlasted the stop's wait)."""
+STOP_SLACK_S = 5.0
+"""What :meth:`Router.stop` waits for its thread beyond the drain."""
+
 
 class Router:
     """See the module docstring.
@@ -118,6 +124,7 @@ class Router:
         header_timeout_s: float = HEADER_TIMEOUT_S,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
+        drain_s: float = DRAIN_S,
     ) -> None:
         if not token:
             raise ConfigError("the HTTP endpoint needs a bearer token")
@@ -128,6 +135,7 @@ class Router:
         self.instance = instance or secrets.token_hex(16)
         self._submit, self._register = submit, register
         self.dispatcher = Dispatcher(inbox, metrics)
+        self.drain_s = drain_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
@@ -204,11 +212,19 @@ class Router:
                 self._listener.close()  # no new connections; cleanup closes the rest
             if self._runner is not None:
                 await self._runner.cleanup()
+            # Whatever still runs past the drain (a handler aiohttp cancelled, a
+            # replica's call) ends here, not destroyed pending when the loop closes.
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in rest:
+                task.cancel()
+            if rest:
+                await asyncio.wait(rest, timeout=STOP_SLACK_S / 2)
             loop.stop()
 
         loop.call_soon_threadsafe(lambda: asyncio.ensure_future(_down()))
         if self._thread is not None:
-            self._thread.join(10)
+            # The handlers still running get drain_s to answer, then are cancelled.
+            self._thread.join(self.drain_s + STOP_SLACK_S)
 
     def _serve(self) -> None:
         loop = self._loop = self.dispatcher.loop = asyncio.new_event_loop()
@@ -242,7 +258,11 @@ class Router:
         # handler_cancellation: a client that disconnects cancels its handler, so a
         # request still queued is withdrawn (aiohttp's default lets it run on).
         self._runner = web.AppRunner(
-            app, access_log=None, handle_signals=False, handler_cancellation=True
+            app,
+            access_log=None,
+            handle_signals=False,
+            handler_cancellation=True,
+            shutdown_timeout=self.drain_s,
         )
         await self._runner.setup()
         # The connections' bounds, and aiohttp's own errors as one JSON line
