@@ -53,8 +53,14 @@ def marked_with_descendants(marks: re.Pattern[str]) -> set[int]:
     return found
 
 
-def kill_pids(pids: Iterable[int], grace: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL what is left after ``grace`` seconds."""
+KILL_WAIT_S = 2.0
+"""How long :func:`kill_pids` waits for SIGKILLed processes to be gone."""
+
+
+def kill_pids(pids: Iterable[int], grace: float = 5.0) -> set[int]:
+    """SIGTERM, then SIGKILL what is left after ``grace`` seconds, and wait up to
+    :data:`KILL_WAIT_S` for those to be gone; returns the pids still alive then
+    (none, unless a process is stuck in the kernel)."""
     pending = set(pids)
     for pid in pending:
         with contextlib.suppress(ProcessLookupError):
@@ -66,6 +72,11 @@ def kill_pids(pids: Iterable[int], grace: float = 5.0) -> None:
     for pid in pending:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + KILL_WAIT_S
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pending = {p for p in pending if process_alive(p)}
+    return pending
 
 
 def process_alive(pid: int) -> bool:

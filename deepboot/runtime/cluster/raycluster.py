@@ -336,10 +336,22 @@ def cluster_pids(record: ClusterRecord) -> set[int]:
     return set() if marks is None else processes.marked_with_descendants(marks)
 
 
+STOP_ROUNDS = 3
+"""How many times :func:`stop_local` looks again for the cluster's processes."""
+
+
 def stop_local(record: ClusterRecord) -> int:
     """Stop every process of a local cluster and remove its Ray directory if it is
-    ours (:func:`remove_temp_dir`); returns how many processes were signalled."""
-    pids = cluster_pids(record)
-    processes.kill_pids(pids)
+    ours (:func:`remove_temp_dir`); returns how many processes were signalled.
+
+    A raylet may start a worker while its others are being stopped: the cluster's
+    processes are looked for again after each round, up to :data:`STOP_ROUNDS`."""
+    signalled: set[int] = set()
+    for _ in range(STOP_ROUNDS):
+        pids = cluster_pids(record)
+        if not pids:
+            break
+        processes.kill_pids(pids)
+        signalled |= pids
     remove_temp_dir(record)
-    return len(pids)
+    return len(signalled)
