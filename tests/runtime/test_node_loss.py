@@ -39,9 +39,9 @@ pytestmark = pytest.mark.runtime
 
 def _node_processes(record: ClusterRecord, node: int) -> set[int]:
     """The processes of one Ray node: those naming its deepboot resource, and theirs."""
-    procs = command_lines()
     ours = cluster_pids(record)
-    roots = {p for p in ours if f"deepboot_node_{node}" in procs[p][1]}
+    procs = command_lines()  # after: a process of ``ours`` may have ended, none started
+    roots = {p for p in ours if p in procs and f"deepboot_node_{node}" in procs[p][1]}
     found, todo = set(), list(roots)
     while todo:
         pid = todo.pop()
