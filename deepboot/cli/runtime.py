@@ -568,23 +568,25 @@ def _print_services(out: Console, services: list[dict[str, Any]]) -> None:
         reps = ", ".join(f"{r['gpu']}: {r['state']}" for r in sv["replicas"]) or "none"
         cold = f"{sv['cold_start_s']:.2f} s" if sv["cold_start_s"] is not None else ""
         cap = f" (max {sv['max_replicas']})" if sv["max_replicas"] else ""
-        backoff = ""
-        if sv["load_failures"]:
-            left = (sv["backoff_until"] or now) - now
-            wait = f"{left:.0f} s left" if left > 0 else "over"
-            backoff = f"{sv['load_failures']} failed loads; {wait}"
         slo = sv["slo"]
         st.add_row(
-            sv["name"], sv["model"], reps + cap, str(sv["concurrency"]), cold, backoff,
+            sv["name"], sv["model"], reps + cap, str(sv["concurrency"]), cold, _backoff(sv, now),
             f"{slo['slo_wait_s']:g} s ({100.0 * slo['slo_target']:g}%)",
             _attained(slo["recent"]), _attained(slo["total"]),
         )  # fmt: skip
     if not _print_fitting(out, st, services_table(services, out.width, cut_names=False)):
         for sv in services:  # the compact table has no back-off column
             if sv["load_failures"]:
-                left = (sv["backoff_until"] or now) - now
-                wait = f"back-off {left:.0f} s left" if left > 0 else "back-off over"
-                out.print(f"{sv['name']}: {sv['load_failures']} failed loads; {wait}")
+                out.print(f"{sv['name']}: back-off: {_backoff(sv, now)}")
+
+
+def _backoff(sv: dict[str, Any], now: float) -> str:
+    """A service's crash-loop back-off in words ("" when it has none)."""
+    if not sv["load_failures"]:
+        return ""
+    left = (sv["backoff_until"] or now) - now
+    wait = f"{left:.0f} s left" if left > 0 else "over"
+    return f"{sv['load_failures']} failed loads; {wait}"
 
 
 def _print_jobs(out: Console, jobs: list[dict[str, Any]]) -> None:
@@ -633,12 +635,7 @@ def _print_fitting(out: Console, full: Table, compact: Table) -> bool:
     """``full`` when it fits the terminal (True), else ``compact`` (captioned so;
     False), which is printed whole even if its uncut names make it wider than the
     terminal."""
-    from rich.measure import Measurement
-
-    def natural(table: Table) -> int:
-        return Measurement.get(out, out.options.update_width(1 << 20), table).maximum
-
-    if natural(full) <= out.width:
+    if _natural(out, full) <= out.width:
         out.print(full)
         return True
     compact.caption = "(a narrow terminal: --json has every column)"
@@ -647,17 +644,21 @@ def _print_fitting(out: Console, full: Table, compact: Table) -> bool:
     return False
 
 
+def _natural(out: Console, table: Table) -> int:
+    """The width ``table`` takes with no limit."""
+    from rich.measure import Measurement
+
+    return Measurement.get(out, out.options.update_width(1 << 20), table).maximum
+
+
 def _print_whole(out: Console, table: Table) -> None:
     """``table`` with no cell cut or folded: past the terminal's width if its names
     need it (they are what a user greps for)."""
-    from rich.measure import Measurement
-
     for column in table.columns:
         column.no_wrap = True
-    natural = Measurement.get(out, out.options.update_width(1 << 20), table).maximum
     width = out.width
     try:
-        out.width = max(width, natural)
+        out.width = max(width, _natural(out, table))
         out.print(table)
     finally:
         out.width = width
