@@ -30,6 +30,7 @@ from deepboot.core.service import DEFAULT_SLO_WAIT_S
 from deepboot.perf.apps import load_apps
 from deepboot.report.figures import UsagePanel, WaitCurve
 from deepboot.report.schema import conform_summary
+from deepboot.world.presets import Preset, preset
 from deepboot.world.settings import MAX_PROTECT_FACTOR
 
 if TYPE_CHECKING:
@@ -39,7 +40,9 @@ if TYPE_CHECKING:
 
 RUN_SYNTAX = """\
 run syntax:  --run NAME=POLICY[:FLAG,FLAG...]   (NAME= is optional)
-  POLICY            a training policy (see 'deepboot policies')
+  POLICY            a training policy, or a preset: guarded = pollux:slo,
+                    host-cache-gb=1,interval=30 (see 'deepboot policies'); flags
+                    after a preset win over its own
   lending           lend idle inference GPUs to training (ATS-I reclaims them)
   no-lending        training-pool-only baseline: training sees only the training
                     pool, inference runs only on the inference pool
@@ -70,6 +73,7 @@ run syntax:  --run NAME=POLICY[:FLAG,FLAG...]   (NAME= is optional)
                     before the first request (spread over the nodes)
   no-inference      drop the workload's inference tasks and give training every
                     node (the all-GPU limit)
+  interval=S        this run's scheduling interval, seconds (default: --interval)
   KEY=VALUE         a parameter of the training policy (as simulate --param)
 A flag left out takes 'deepboot simulate's default: lending, lifecycle x1, ATS-I
 (lyra for --policy lyra), and AFE restart costs when there is an inference pool
@@ -119,6 +123,8 @@ class RunSpec:
             off).
         host_cache_preload: Stage the services' models in those caches first.
         no_inference: Drop inference tasks and use every node for training.
+        interval: This run's scheduling interval, seconds (None: the matrix's).
+        preset: The preset the policy and some flags came from ("" for none).
         params: Training-policy parameters, as ``(key, value)`` strings.
         inference_params: Inference-policy parameters (``ats-i.KEY=VALUE`` flags).
         text: The ``--run`` text it came from.
@@ -142,6 +148,8 @@ class RunSpec:
     host_cache_gb: float | None = None
     host_cache_preload: bool = False
     no_inference: bool = False
+    interval: float | None = None
+    preset: str = ""
     params: tuple[tuple[str, str], ...] = ()
     inference_params: tuple[tuple[str, str], ...] = ()
     text: str = ""
@@ -170,6 +178,10 @@ def parse_run(text: str) -> RunSpec:
         raise ConfigError(f"--run {text!r}: empty flag (a stray ',' or ':'?)")
     if not name:
         name = "-".join([policy, *(f.replace("=", "-") for f in flags)])
+    found = preset(policy)
+    if found is not None:
+        flags = [*_preset_flags(found, flags), *flags]
+        policy = found.policy
     if not _NAME_RE.fullmatch(name):
         raise ConfigError(
             f"--run {text!r}: run name {name!r} must be letters, digits and . _ + - "
@@ -209,6 +221,11 @@ def parse_run(text: str) -> RunSpec:
             values["reserve_target"] = _positive(text, key, value)
         elif key in ("slo-target", "slo-horizon", "slo-idle", "host-cache-gb"):
             values[key.replace("-", "_")] = _positive(text, key, value)
+        elif key == "interval":
+            seconds = _positive(text, key, value)
+            if seconds <= 0:
+                raise ConfigError(f"--run {text!r}: interval must be > 0 seconds; got {value!r}")
+            values["interval"] = seconds
         else:
             if not key or key in params:
                 raise ConfigError(f"--run {text!r}: bad or repeated parameter {flag!r}")
@@ -216,11 +233,43 @@ def parse_run(text: str) -> RunSpec:
     return RunSpec(
         name,
         policy,
+        preset=found.name if found else "",
         params=tuple(params.items()),
         inference_params=tuple(inference_params.items()),
         text=raw,
         **values,
     )
+
+
+def _flag_key(flag: str) -> str:
+    """What a run flag sets: ``no-lending`` -> ``lending``, ``slo-idle=0.8`` ->
+    ``slo_idle``."""
+    key = flag.partition("=")[0].strip()
+    if key in _BOOL_FLAGS:
+        return _BOOL_FLAGS[key][0]
+    return key.replace("-", "_")
+
+
+def _preset_flags(found: Preset, given: list[str]) -> list[str]:
+    """The flags of preset ``found`` that the run's own flags (``given``) leave:
+    those it sets itself win, and choices the preset yields to drop its flag
+    (:attr:`Preset.yields_to`: ``reserve`` or ``no-lending`` drop the guard)."""
+    chosen: dict[str, object] = {}
+    for flag in given:
+        key = flag.partition("=")[0].strip()
+        if key in _BOOL_FLAGS:
+            attr, on = _BOOL_FLAGS[key]
+            chosen[attr] = on
+        else:
+            chosen[_flag_key(flag)] = True
+    kept = []
+    for flag in found.run_flags:
+        attr = _flag_key(flag)
+        yields = found.yields_to.get(attr, ())
+        if attr in chosen or any(chosen.get(other) == value for other, value in yields):
+            continue
+        kept.append(flag)
+    return kept
 
 
 def _positive(text: str, key: str, value: str) -> float:
@@ -272,15 +321,18 @@ def sim_config(run: RunSpec, interval: float, seed: int, inference_nodes: int) -
         host_cache_gb=run.host_cache_gb or 0.0,
         host_cache_preload=run.host_cache_preload,
     ).sim_kwargs(inference_nodes=0 if run.no_inference else inference_nodes, policy=run.policy)
-    return SimConfig(interval=interval, seed=seed, **settings)
+    own = interval if run.interval is None else run.interval
+    return SimConfig(interval=own, seed=seed, **settings)
 
 
 def describe_config(run: RunSpec, config: SimConfig) -> str:
     """How a run is configured, every default made explicit (for the report)."""
     from deepboot.perf.restart import AfeRestartCost, FlatRestartCost
 
-    parts = [f"policy {run.policy}"]
+    parts = [f"preset {run.preset}: policy {run.policy}" if run.preset else f"policy {run.policy}"]
     parts += [f"{k}={v}" for k, v in run.params]
+    if run.interval is not None:
+        parts.append(f"{config.interval:g} s rounds")
     restart = config.restart
     if isinstance(restart, AfeRestartCost):
         parts.append("AFE restarts" if restart.afe else "cold restarts (no AFE)")

@@ -38,6 +38,7 @@ from deepboot.cli.files import (
 from deepboot.cli.policy_params import (
     describe,
     parameter_fields,
+    resolve_policy,
     shared_cluster_settings,
     split_pairs,
 )
@@ -66,6 +67,7 @@ def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     summary_json = args.summary_json
     if summary_json is not None:
         require_path(summary_json, "--summary-json")
+    title = resolve_policy(args)
     limits.check_interval(args.interval)
     limits.check_seed(args.seed)
     limits.check_max_time(args.max_time)
@@ -119,8 +121,14 @@ def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
             "inference_nodes": len(cluster.pool_nodes(Pool.INFERENCE)),
         },
     )
+    if args.preset:
+        summary["preset"] = args.preset
     summary = conform_summary(summary)
-    out.print(summary_table(summary))
+    if args.preset:
+        from deepboot.world.presets import PRESETS
+
+        out.print(f"{args.preset} = {PRESETS[args.preset].parts()}", highlight=False)
+    out.print(summary_table(summary, title))
     served = inference_table(summary)
     if served is not None:
         out.print(served)
@@ -208,7 +216,29 @@ def list_policies(args: argparse.Namespace, out: Console, err: Console) -> int:
             inference.config_class,
         )
     )
+    out.print(_preset_table())
     return 0
+
+
+def _preset_table() -> Table:
+    """The presets: each with its parts and the figures measured for exactly them."""
+    from deepboot.world.presets import DEFAULT_PRESET, PRESETS
+
+    table = Table(
+        title="Presets: a training policy with the flags it runs best with",
+        title_justify="left",
+        caption="run one with --policy NAME (simulate, up) or --run NAME (compare); flags "
+        f"given beside it win over its own. 'deepboot up' runs {DEFAULT_PRESET} unless "
+        "given --policy; the paper's DeepBoot is --policy deepboot",
+        caption_justify="left",
+    )
+    table.add_column("preset")
+    table.add_column("what it runs, and what was measured")
+    for name, p in sorted(PRESETS.items()):
+        label = f"{name}\n(up's default)" if name == DEFAULT_PRESET else name
+        lines = [p.parts(), p.summary, *(f"- {f}" for f in p.figures)]
+        table.add_row(Text(label), Text("\n".join(lines)))
+    return table
 
 
 def _policy_table(

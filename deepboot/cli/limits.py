@@ -31,6 +31,9 @@ MAX_PROTECT_FACTOR = 100.0
 
 SEED_HELP = "0 <= SEED < 2**63"
 INTERVAL_HELP = f"0 < SECONDS <= {MAX_INTERVAL_S:g} (one day)"
+DEFAULT_INTERVAL_S = 60.0
+"""The scheduling interval when neither --interval nor a preset names one (Pollux's and
+DeepBoot's, the fidelity figures' and the goldens')."""
 MAX_TIME_HELP = "0 < SECONDS <= 1e9 (about 31 years)"
 PROCS_HELP = f"1 <= N <= {MAX_PROCS}"
 CLUSTER_HELP = (

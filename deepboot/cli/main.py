@@ -19,7 +19,11 @@ from rich.console import Console
 
 from deepboot import __version__
 from deepboot.cli import commands, compare, dashboard, limits, load, runtime, timeline, traces
-from deepboot.cli.policy_params import add_interval_and_seed, add_shared_cluster_flags
+from deepboot.cli.policy_params import (
+    POLICY_HELP,
+    add_interval_and_seed,
+    add_shared_cluster_flags,
+)
 from deepboot.cli.services import SERVICES_EPILOG, add_services_flag
 from deepboot.core.errors import DeepbootError
 
@@ -126,9 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--workload", required=True, metavar="FILE", help="workload CSV")
     add_services_flag(sim)
-    sim.add_argument(
-        "--policy", required=True, metavar="NAME", help="policy name (see 'deepboot policies')"
-    )
+    sim.add_argument("--policy", required=True, metavar="NAME", help=POLICY_HELP)
     sim.add_argument(
         "--cluster",
         default="16x4",
@@ -147,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="measured profile directory (reference format); default: the built-in catalog",
     )
-    add_interval_and_seed(sim, "the policy's")
+    add_interval_and_seed(sim, "the policy's", preset_sets_it=True)
     sim.add_argument(
         "--max-time",
         type=float,

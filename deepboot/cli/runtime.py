@@ -16,16 +16,29 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from deepboot.cli.policy_params import add_shared_cluster_flags
+from deepboot.cli.policy_params import POLICY_HELP, add_shared_cluster_flags
 from deepboot.core.cluster import ClusterSpec
 from deepboot.core.errors import ConfigError
 from deepboot.runtime.client.statusdoc import status_document
 from deepboot.runtime.store.statedir import STATE_DIR_HELP, StateDir
+from deepboot.world.presets import DEFAULT_PRESET
 
 _UP_EPILOG = """\
+Without --policy, up runs the preset guarded (see 'deepboot policies'): Pollux's
+allocator, the SLO guard, a 1 GB host-memory model cache per inference node and 30 s
+rounds, the best configuration measured (simulator, 16x4 GPUs with 8 inference nodes:
+0.98x the all-GPU average JCT on small.csv and 1.08x on middle.csv, 99.8% of requests
+within a 1 s wait; the paper's deepboot keeps 45% on small.csv). Flags given beside it
+win over its own (--interval 5, --host-cache-gb 8); --reserve or --no-lending replace
+its guard. The host cache gains only for handlers that export and restore their
+weights (docs/runtime.md); raise --host-cache-gb to your models' sizes.
+
 examples:
   # a laptop: 2 training and 2 inference nodes of 2 logical GPUs (torch on the CPU)
   deepboot up --training-nodes 2 --inference-nodes 2 --gpus-per-node 2
+
+  # the paper's DeepBoot (ATS-T, ATS-I, AFE) instead, as the reproductions run it
+  deepboot up --inference-nodes 2 --policy deepboot
 
   # fast timings for a demo or a test
   deepboot up --training-nodes 2 --gpus-per-node 2 --interval 5 --poll 0.5
@@ -156,9 +169,20 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     up.add_argument("--gpus-per-node", type=int, default=2, metavar="G")
     up.add_argument("--address", metavar="HOST:PORT", help="attach to this Ray cluster")
     up.add_argument("--ray-token", metavar="FILE", help="the attached cluster's Ray token file")
-    up.add_argument("--policy", default="deepboot", help="training policy")
+    up.add_argument(
+        "--policy",
+        default=None,
+        metavar="NAME",
+        help=POLICY_HELP + f". Default: {DEFAULT_PRESET} (--policy deepboot: the paper's DeepBoot)",
+    )
     add_shared_cluster_flags(up)
-    up.add_argument("--interval", type=float, default=60.0, help="seconds between rounds")
+    up.add_argument(
+        "--interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds between rounds (default 60; a preset's own, e.g. 30 for guarded)",
+    )
     up.add_argument("--poll", type=float, default=1.0, help="seconds between worker polls")
     up.add_argument(
         "--collective-timeout",
@@ -318,11 +342,12 @@ def _positive(name: str, value: float, integer: bool = True) -> None:
 
 
 def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
-    from deepboot.cli.policy_params import shared_cluster, split_pairs
+    from deepboot.cli.policy_params import resolve_policy, shared_cluster, split_pairs
     from deepboot.runtime.cluster.updown import up
     from deepboot.runtime.controller.controller_settings import ControllerSettings, check_runnable
     from deepboot.runtime.store.statedir import check_not_committable
 
+    resolve_policy(args, DEFAULT_PRESET)
     shared = shared_cluster(args)
     check_runnable(shared)
     for name in ("interval", "poll", "collective_timeout"):
@@ -341,6 +366,7 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
         cluster = ClusterSpec.parse(f"{total}x{args.gpus_per_node}", args.inference_nodes)
     settings = ControllerSettings(
         policy=args.policy,
+        preset=args.preset,
         interval=args.interval,
         poll=args.poll,
         collective_timeout=args.collective_timeout,
@@ -375,7 +401,7 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
         return 0
     out.print(
         f"deepboot is up ({record.mode}, Ray at {record.address}): {len(record.nodes)} nodes, "
-        f"{gpus} GPUs, policy {settings.policy}, {'AFE' if settings.afe else 'restart'} "
+        f"{gpus} GPUs, {settings.describe()}, {'AFE' if settings.afe else 'restart'} "
         f"resizes; state in {state.root} ({time.monotonic() - started:.0f} s)"
     )
     if state.http_file.exists():
@@ -522,6 +548,8 @@ def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:
         f", heartbeat {c['heartbeat_age_s']:.1f} s ago" if c["heartbeat_age_s"] is not None else ""
     )
     out.print(f"cluster: {c['mode'] or 'down'} {c['address'] or ''} - {ctl}{age}")
+    if doc["configuration"]:
+        out.print(f"configuration: {doc['configuration']['described']}", highlight=False)
     if c["endpoint"]:
         out.print(f"endpoint: {c['endpoint']}")
     gt = Table(title="GPUs")

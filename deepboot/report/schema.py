@@ -21,7 +21,8 @@ Schema (nested keys; values are numbers unless noted)::
 
 Optional keys (:data:`OPTIONAL_KEYS`) appear only in runs that use what they count:
 ``inference.host_starts`` with the host-memory model cache on (so that a run without
-it reports exactly what it always did).
+it reports exactly what it always did), and ``preset`` (a string) in a run of a
+preset.
 """
 
 from __future__ import annotations
@@ -85,6 +86,11 @@ SUMMARY_SCHEMA: Mapping[str, tuple[str, ...] | None] = MappingProxyType(
 OPTIONAL_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType({"inference": ("host_starts",)})
 """Sub-keys kept, after the schema's, when a run reports them (see the module doc)."""
 
+OPTIONAL_TOP_KEYS: tuple[str, ...] = ("preset",)
+"""Top-level keys kept, at the end, when a run reports them: ``preset``, the name of
+the preset the run's policy and flags came from (``deepboot simulate --policy
+guarded``)."""
+
 
 class SummaryError(DeepbootError):
     """A summary dict lacks a key of :data:`SUMMARY_SCHEMA` (a bug in its producer)."""
@@ -113,4 +119,5 @@ def conform_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
             raise SummaryError(f"run summary section {key!r} lacks {', '.join(missing)}")
         out[key] = {s: value[s] for s in sub}
         out[key].update({s: value[s] for s in OPTIONAL_KEYS.get(key, ()) if s in value})
+    out.update({k: summary[k] for k in OPTIONAL_TOP_KEYS if k in summary})
     return out

@@ -105,15 +105,15 @@ def _label(summary: Mapping[str, Any]) -> str:
     return f"{summary.get('policy', '?')} / {summary.get('workload', '?')}"
 
 
-def summary_table(summary: Mapping[str, Any]) -> Table:
+def summary_table(summary: Mapping[str, Any], label: str | None = None) -> Table:
     """A two-column table (metric, value) of one run summary; never mutates it.
 
-    Missing or non-finite values show as ``-`` (e.g. no job completed).
+    Missing or non-finite values show as ``-`` (e.g. no job completed). ``label``
+    names the run in the title (default: its policy).
     """
+    what = summary.get("policy", "?") if label is None else label
     table = Table(
-        title=Text(
-            f"{summary.get('policy', '?')} on {summary.get('workload', '?')} ({_cluster(summary)})"
-        ),
+        title=Text(f"{what} on {summary.get('workload', '?')} ({_cluster(summary)})"),
         title_justify="left",
     )
     table.add_column("Metric")

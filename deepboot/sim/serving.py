@@ -164,7 +164,8 @@ class Serving:
                 raise ConfigError(
                     f"service {name!r}: the host cache needs its model's size: set model_gb "
                     f"in its services file (model {spec.model!r} is not in the catalog: "
-                    f"{', '.join(sorted(catalog))})"
+                    f"{', '.join(sorted(catalog))}), or run without the cache: "
+                    "--host-cache-gb 0 (the preset guarded sets 1)"
                 )
             self._model_gb[name] = gb
         self.cache = cache

@@ -156,8 +156,9 @@ def test_up_refuses_to_write_tokens_in_a_git_work_tree_at_an_unignored_path(
 
 
 def test_by_default_the_state_lives_outside_the_working_directory(tmp_path: Path) -> None:
-    """``deepboot up`` with no --state-dir, run in a git work tree: tokens 0600 in a
-    0700 directory under $XDG_STATE_HOME, nothing written in the tree."""
+    """``deepboot up`` with no --state-dir (and no --policy), run in a git work tree:
+    tokens 0600 in a 0700 directory under $XDG_STATE_HOME, nothing written in the
+    tree; ``status`` names the configuration it runs."""
     tree = tmp_path / "tree"
     tree.mkdir()
     subprocess.run(["git", "init", "-q", str(tree)], check=True, timeout=30)
@@ -173,6 +174,12 @@ def test_by_default_the_state_lives_outside_the_working_directory(tmp_path: Path
             assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600, name
             assert st.st_uid == os.geteuid()
         assert str(state) in "".join(proc.stdout.split())  # rich wraps long lines
+        # No --policy: it runs the preset guarded, and status names it with its parts
+        # (--interval 2 is the test's own, given beside it).
+        shown = deepboot("status", cwd=tree, env=env)
+        assert shown.returncode == 0, shown.stderr
+        named = "configuration: guarded = pollux, --slo, --host-cache-gb 1, --interval 2"
+        assert named in shown.stdout, shown.stdout
         assert sorted(p.name for p in tree.iterdir()) == [".git"]
     finally:
         down = deepboot("down", cwd=tree, env=env)

@@ -64,6 +64,7 @@ def status_document(state: StateDir) -> dict[str, Any]:
     lent = _lent_by_holder(gpus)
     doc: dict[str, Any] = {
         "cluster": _cluster_entry(state, record, heartbeat),
+        "configuration": _configuration(state),
         # The control loop's training rounds, and the latency of the latest (up to
         # 1,000) decisions, as the simulator's summary reports them.
         "scheduler": {
@@ -97,6 +98,27 @@ def _cluster_entry(state: StateDir, record: ClusterRecord | None, heartbeat: str
         "controller_pid": controller_alive(state),
         "heartbeat_age_s": round(time.time() - float(heartbeat), 3) if heartbeat else None,
         "endpoint": endpoint,
+    }
+
+
+def _configuration(state: StateDir) -> dict[str, Any] | None:
+    """The document's ``configuration``: what ``deepboot up`` runs (its preset, ""
+    when the policy was named itself; the training policy; the whole in one line),
+    from controller.json; null before ``up`` has written it."""
+    from deepboot.runtime.controller.controller_settings import ControllerSettings, settings_file
+
+    path = settings_file(state)
+    try:
+        settings = ControllerSettings.load(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, ConfigError) as exc:
+        raise ConfigError(f"{path}: unreadable controller settings: {exc}") from exc
+    return {
+        "preset": settings.preset,
+        "policy": settings.policy,
+        "interval_s": settings.interval,
+        "described": settings.describe(),
     }
 
 

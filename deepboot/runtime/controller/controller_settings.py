@@ -26,6 +26,8 @@ class ControllerSettings:
 
     Attributes:
         policy: Training policy (one that needs no oracle; see ``deepboot up --help``).
+        preset: The preset (:mod:`deepboot.world.presets`) the policy and the flags
+            came from, for ``status`` to name; "" when the policy was named itself.
         interval: Seconds between scheduling rounds.
         poll: Seconds between polls of the workers.
         collective_timeout: Seconds before a hung collective or rendezvous fails.
@@ -63,6 +65,7 @@ class ControllerSettings:
     """
 
     policy: str = "deepboot"
+    preset: str = ""
     interval: float = 60.0
     poll: float = 1.0
     collective_timeout: float = 60.0
@@ -97,6 +100,26 @@ class ControllerSettings:
     def afe(self) -> bool:
         """Keep-alive resizes (AFE unless turned off: the runtime's default)."""
         return self.shared.afe is not False
+
+    def describe(self) -> str:
+        """The configuration in one line, as ``status`` names it: the preset when
+        there is one, then the policy and the flags that shape the run
+        (``guarded = pollux, --slo, --host-cache-gb 1, --interval 30``)."""
+        shared = self.shared
+        parts = [self.policy]
+        if not shared.lending:
+            parts.append("--no-lending")
+        for flag, on in (("--slo", shared.slo), ("--reserve", shared.reserve)):
+            if on:
+                parts.append(flag)
+        if shared.host_cache_gb:
+            parts.append(f"--host-cache-gb {shared.host_cache_gb:g}")
+        parts.append(f"--interval {self.interval:g}")
+        if not self.afe:
+            parts.append("--no-afe")
+        parts += [f"--param {k}={v}" for k, v in self.params.items()]
+        what = ", ".join(parts)
+        return f"{self.preset} = {what}" if self.preset else what
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as controller.json holds them (:meth:`from_dict` reads them)."""
