@@ -17,3 +17,18 @@ from hypothesis import settings  # noqa: E402
 
 settings.register_profile("deepboot", deadline=None)
 settings.load_profile("deepboot")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
+    """After a run that collected the docs runner's tests: how many of the docs'
+    command blocks it runs, and how many it does not (each with a stated reason)."""
+    collected = getattr(terminalreporter, "_numcollected", 0)
+    ran_docs = any(
+        "test_docs_commands.py" in str(getattr(r, "nodeid", ""))
+        for reports in terminalreporter.stats.values()
+        for r in reports
+    )
+    if collected and ran_docs:
+        from tests.test_docs_commands import count_line
+
+        terminalreporter.write_line(count_line())

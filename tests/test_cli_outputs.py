@@ -444,3 +444,33 @@ def test_write_catalog_is_atomic(tmp_path: Path) -> None:
     assert snapshot(tmp_path) == before
     assert write_catalog(profiles, target) == target
     assert target.read_text(encoding="utf-8").startswith("{")
+
+
+# ------------------------------------------------------------------ missing directories
+
+
+def test_an_output_in_a_missing_directory_makes_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--out out/w.csv`` on a fresh clone: ``out/`` is made, as ``mkdir -p``."""
+    philly = make_philly(tmp_path / "philly.csv")
+    target = tmp_path / "out" / "deeper" / "w.csv"
+    code, _, err = run_cli(
+        capsys, "workload", "from-philly", "--philly", str(philly),
+        "--jobs", "3", "--hours", "1", "--out", str(target),
+    )  # fmt: skip
+    assert code == 0, err
+    assert target.read_text().startswith("name,")
+
+
+def test_an_output_whose_directory_is_a_file_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    philly = make_philly(tmp_path / "philly.csv")
+    (tmp_path / "out").write_text("a file\n")
+    code, _, err = run_cli(
+        capsys, "workload", "from-philly", "--philly", str(philly),
+        "--jobs", "3", "--hours", "1", "--out", str(tmp_path / "out" / "w.csv"),
+    )  # fmt: skip
+    assert code == 2
+    assert_one_line_error(err, "--out", "is a file, not a directory")

@@ -54,6 +54,7 @@ def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
     real = Path(os.path.realpath(target))
     tmp: Path | None = None
     try:
+        real.parent.mkdir(parents=True, exist_ok=True)  # as mkdir -p: out/x.json
         tmp = _create_temporary(real)
         write(tmp)
         fd = os.open(tmp, os.O_RDWR)
@@ -194,21 +195,25 @@ def check_outputs(
         outputs: Every file the command may write.
         inputs: Every file or directory it reads (directories: see :func:`input_files`;
             an output inside an input directory is refused too).
-        need_directory: Also refuse an output whose directory does not exist (False
-            when the command creates it).
+        need_directory: Also refuse an output whose directory cannot be made: a
+            file stands where one of its directories would be (a missing directory
+            is made when the output is written, as ``mkdir -p``; False when the
+            command makes its own folder).
 
     Raises:
         ConfigError: naming the output and the input, an output that is an existing
-            directory, or (``need_directory``) one whose directory is missing.
+            directory, or (``need_directory``) one whose directory is blocked by a
+            file.
     """
     expanded = [f for arg in inputs for f in input_files(arg)]
     for out in outputs:
         if os.path.isdir(out.path):
             raise ConfigError(f"{out} is a directory; give a file name")
         if need_directory:
-            parent = os.path.dirname(os.path.realpath(out.path))
-            if not os.path.isdir(parent):
-                raise ConfigError(f"{out}: the directory {parent} does not exist")
+            parent = Path(os.path.realpath(out.path)).parent
+            blocked = next((d for d in (parent, *parent.parents) if d.exists()), None)
+            if blocked is not None and not blocked.is_dir():
+                raise ConfigError(f"{out}: {blocked} is a file, not a directory")
         for src in expanded:
             if same_file(out.path, src.path):
                 raise ConfigError(
