@@ -97,7 +97,13 @@ that path). The file is written atomically: a failed write leaves the previous o
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Keeps the examples' line breaks and shows defaults."""
+    """Keeps the examples' line breaks and shows defaults (not "None": an option
+    left unset says in its own help what happens then)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -106,6 +106,9 @@ def _header(
     age = c["heartbeat_age_s"]
     beat = f" · heartbeat {age:.1f} s ago" if age is not None else " · no heartbeat"
     lines.append(_with_time(width, _line((where, "bold"), " · ", ctl, beat), when))
+    configuration = doc.get("configuration")
+    if configuration:
+        lines.append(_line(("runs ", "dim"), configuration["described"]))
     s = doc.get("scheduler") or {}
     parts = [f"every {every:g} s"] if every else []
     if c["endpoint"]:

@@ -130,6 +130,34 @@ def test_the_header_shows_cluster_controller_heartbeat_and_time(tmp_path: Path) 
     assert len(first) == 80 and first.endswith(statusview._clock(0.0))
 
 
+def test_status_names_the_configuration_up_saved(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What ``up`` runs, from controller.json: the watch's header and plain status
+    name it (a state directory before ``up`` has none: no line)."""
+    from deepboot.runtime.controller.controller_settings import ControllerSettings, settings_file
+    from deepboot.world.settings import SharedCluster
+
+    state = _state(tmp_path)
+    assert status_document(state)["configuration"] is None
+    shared = SharedCluster(slo=True, host_cache_gb=1.0)
+    settings = ControllerSettings(policy="pollux", preset="guarded", interval=30.0, shared=shared)
+    settings.save(settings_file(state))
+    doc = status_document(state)
+    assert doc["configuration"] == {
+        "preset": "guarded",
+        "policy": "pollux",
+        "interval_s": 30.0,
+        "described": "guarded = pollux, --slo, --host-cache-gb 1, --interval 30",
+    }
+    lines = _render(status_view(doc, 80, refreshed=0.0))
+    assert lines[1] == "runs guarded = pollux, --slo, --host-cache-gb 1, --interval 30"
+    code = main(["status", "--state-dir", str(state.root)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "configuration: guarded = pollux, --slo, --host-cache-gb 1, --interval 30" in out
+
+
 def test_p99_wait_is_shown_when_the_document_has_it(tmp_path: Path) -> None:
     doc = status_document(_state(tmp_path))
     doc["services"][0]["slo"]["p99_wait_s"] = 0.8234
