@@ -44,7 +44,7 @@ runtime-install: $(VENV)/.installed-runtime
 demo: $(VENV)/.installed
 	$(BIN)/deepboot compare --workload $(DEMO_WORKLOAD) \
 		--cluster $(DEMO_CLUSTER) --inference-nodes $(DEMO_INFERENCE_NODES) \
-		--run deepboot=deepboot --run pollux-only=pollux:no-lending,no-afe \
+		--run guarded --run deepboot=deepboot --run pollux-only=pollux:no-lending,no-afe \
 		--baseline pollux-only --out $(DEMO_OUT)
 	@echo "HTML report: $(DEMO_OUT)/report.html"
 
