@@ -61,6 +61,7 @@ run syntax:  --run NAME=POLICY[:FLAG,FLAG...]   (NAME= is optional)
   slo-target=Q      every service's SLO target, 0 < Q < 1 (with slo, warm-pool or
                     oracle; default: each service's slo_target)
   slo-horizon=S     with slo: the forecast horizon's minimum, seconds
+  slo-poisson       with slo: size as if arrivals were Poisson (before issue 45)
   slo-idle=Q        with slo: the fraction of relaxed services' cold starts that
                     find an idle GPU instead of a reclaim, 0 < Q < 1 (default 0.75)
   warm-pool         reference: each service's Erlang-B replicas at its true mean
@@ -92,6 +93,7 @@ _BOOL_FLAGS: Mapping[str, tuple[str, bool]] = MappingProxyType(
         "reserve": ("reserve", True),
         "no-reserve": ("reserve", False),
         "slo": ("slo", True),
+        "slo-poisson": ("slo_poisson", True),
         "warm-pool": ("warm_pool", True),
         "oracle": ("oracle", True),
         "host-cache-preload": ("host_cache_preload", True),
@@ -117,6 +119,7 @@ class RunSpec:
         slo_target: Every service's SLO target (None: each its own).
         slo_horizon: The forecast horizon's minimum, seconds (None: the default).
         slo_idle: The relaxed regime's idle target (None: the default).
+        slo_poisson: Size the guard as if arrivals were Poisson.
         warm_pool: The warm-pool reference.
         oracle: The oracle reference.
         host_cache_gb: GB of each inference node's host-memory model cache (None:
@@ -143,6 +146,7 @@ class RunSpec:
     slo_target: float | None = None
     slo_horizon: float | None = None
     slo_idle: float | None = None
+    slo_poisson: bool = False
     warm_pool: bool = False
     oracle: bool = False
     host_cache_gb: float | None = None
@@ -316,6 +320,7 @@ def sim_config(run: RunSpec, interval: float, seed: int, inference_nodes: int) -
         slo_target=run.slo_target,
         slo_horizon=run.slo_horizon,
         slo_idle=run.slo_idle,
+        slo_poisson=run.slo_poisson,
         warm_pool=run.warm_pool,
         oracle=run.oracle,
         host_cache_gb=run.host_cache_gb or 0.0,
@@ -358,6 +363,8 @@ def describe_config(run: RunSpec, config: SimConfig) -> str:
             parts.append(f"horizon >= {config.slo.horizon_s:g} s")
         if run.slo_idle is not None:
             parts.append(f"idle target {config.slo.idle_target:g}")
+        if not config.slo.burst_sizing:
+            parts.append("sized as Poisson")
     if config.host_cache.enabled:
         parts.append(f"host cache {config.host_cache.capacity_gb:g} GB per node")
         if config.host_cache.preload:

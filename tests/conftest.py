@@ -31,8 +31,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: igno
     collected = getattr(terminalreporter, "_numcollected", 0)
     ran_docs = any(
         "test_docs_commands.py" in str(getattr(r, "nodeid", ""))
-        for reports in terminalreporter.stats.values()
-        for r in reports
+        for outcome in ("passed", "failed", "error", "skipped")
+        for r in terminalreporter.stats.get(outcome, ())
     )
     if collected and ran_docs:
         from tests.test_docs_commands import count_line

@@ -184,6 +184,13 @@ def add_shared_cluster_flags(parser: argparse.ArgumentParser) -> None:
         "(0 < Q < 1, default 0.75; higher: fewer mid-interval reclaims, less lent)",
     )
     slo.add_argument(
+        "--slo-poisson",
+        action="store_true",
+        help="with --slo: size each service as if its arrivals were Poisson (Erlang B "
+        "alone, the sizing before issue 45; for comparison) instead of for the "
+        "burstiness measured in its one-second counts (Hayward)",
+    )
+    slo.add_argument(
         "--warm-pool",
         action="store_true",
         help="reference (not clairvoyant): hold each service's Erlang-B replicas at "
@@ -301,6 +308,7 @@ def shared_cluster(args: argparse.Namespace) -> SharedCluster:
         slo_target=getattr(args, "slo_target", None),
         slo_horizon=getattr(args, "slo_horizon", None),
         slo_idle=getattr(args, "slo_idle", None),
+        slo_poisson=bool(getattr(args, "slo_poisson", False)),
         warm_pool=bool(getattr(args, "warm_pool", False)),
         oracle=bool(getattr(args, "oracle", False)),
         host_cache_gb=float(getattr(args, "host_cache_gb", 0.0) or 0.0),

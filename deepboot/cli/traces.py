@@ -162,6 +162,11 @@ RANGES: dict[str, _Range] = {
     "--peak-rps": _Range(float, 0, 100_000, open_low=True),  # runtime.rateprofile.MAX_RPS
     "--window-s": _Range(float, 1, 86_400),
     "--peak-busy": _Range(float, 0, 4, open_low=True),
+    "--mean-rps": _Range(float, 0, 100_000, open_low=True),
+    "--dispersion": _Range(float, 1, 1000),
+    "--duration-s": _Range(float, 0, 86_400, open_low=True),
+    "--model-gb": _Range(float, 0, 100_000, open_low=True),
+    "--slo-wait": _Range(float, 0, 86_400, open_low=True),
 }
 """Every numeric flag of these subcommands (``--seed`` and ``--cluster``: cli.limits)."""
 
@@ -187,6 +192,7 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     _add_genai(sub, formatter)
     _add_azure(sub, formatter)
     _add_rate_shape(sub, formatter)
+    _add_bursty(sub, formatter)
     _add_compose(sub, formatter)
 
 
@@ -314,6 +320,59 @@ def _add_rate_shape(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     )  # fmt: skip
     p.add_argument("--out", required=True, metavar="FILE", help="output profile CSV (not --qps)")
     p.set_defaults(func=workload_rate_shape)
+
+
+_BURSTY_EPILOG = """\
+Requests come in batches (a compound Poisson process): batches arrive at random, and
+every request of a batch at the batch's instant; batch sizes are geometric, so that
+the one-second counts' index of dispersion (variance over mean) is --dispersion: 1 is
+a Poisson stream, 13 what a production LLM trace showed (batches of 7 on average).
+With --rate-profile the rate follows that shape (a 'deepboot load' profile,
+time_s,rps), scaled to --mean-rps over it; without, a constant rate for --hours.
+
+examples:
+  # one hour at 2.6 requests/s, dispersion 10, a 28 GB model that takes 60 s cold
+  deepboot workload bursty --mean-rps 2.6 --dispersion 10 --duration-s 4 \\
+      --model-gb 28 --cold-start 60 --slo-wait 1 --hours 8 --out out/bursty-10.csv
+
+  # a day's shape from the GenAI trace, with bursts on it
+  deepboot workload bursty --rate-profile out/genai-shape.csv --mean-rps 2 \\
+      --dispersion 3 --duration-s 2 --out out/genai-bursty.csv"""
+
+
+def _add_bursty(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    from deepboot.sim.traces.bursty import BurstyConfig
+
+    conf = BurstyConfig()
+    p: argparse.ArgumentParser = sub.add_parser(
+        "bursty",
+        help="a generated inference stream of a chosen burstiness (compound Poisson)",
+        description="Write a DeepBoot workload of one inference service whose requests "
+        "come in bursts of a chosen index of dispersion, and its services file.",
+        epilog=_BURSTY_EPILOG,
+        formatter_class=formatter,
+    )
+    p.add_argument("--service", default=conf.service, metavar="NAME", help="the service's name")
+    p.add_argument("--model", default=conf.model, metavar="LABEL", help="its model label")
+    _number(p, "--mean-rps", "R", "requests per second, on average", required=True)
+    _number(
+        p, "--dispersion", "D", "index of dispersion of one-second counts (1: Poisson)",
+        default=conf.dispersion,
+    )  # fmt: skip
+    _number(p, "--duration-s", "S", "seconds every request runs", default=conf.duration_s)
+    _number(p, "--hours", "H", "length without --rate-profile", default=conf.hours)
+    p.add_argument(
+        "--rate-profile",
+        metavar="FILE",
+        help="the rate's shape: a rate profile CSV (time_s,rps), scaled to --mean-rps",
+    )
+    _number(p, "--cold-start", "S", "the service's cold start", default=conf.cold_start_s)
+    _number(p, "--model-gb", "GB", "its model's size (a host-memory start copies it)")
+    _number(p, "--slo-wait", "S", "its SLO's wait", default=conf.slo_wait_s)
+    _number(p, "--concurrency", "K", "requests one replica serves at once", default=1)
+    _number(p, "--max-requests", "N", "stop after N requests", default=conf.max_requests)
+    _common(p, "the arrivals and the batch sizes", "--rate-profile")
+    p.set_defaults(func=workload_bursty)
 
 
 def _add_compose(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
@@ -491,6 +550,45 @@ def workload_from_azure_llm(args: argparse.Namespace, out: Console, err: Console
     outputs = _output_paths(args, [PathArg("--trace", trace)])
     stream = azure_stream(read_requests(trace), config, np.random.default_rng(args.seed))
     return _finish(out, outputs, "from-azure-llm", stream)
+
+
+def workload_bursty(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``deepboot workload bursty``."""
+    from deepboot.runtime.client.rateprofile import RateProfile
+    from deepboot.sim.traces.bursty import BurstyConfig, bursty_stream
+
+    limits.check_seed(args.seed)
+    _check_numbers(
+        args, "--mean-rps", "--dispersion", "--duration-s", "--hours", "--cold-start",
+        "--slo-wait", "--concurrency", "--max-requests",
+    )  # fmt: skip
+    if args.model_gb is not None:
+        _check_numbers(args, "--model-gb")
+    for flag in ("service", "model"):
+        if not getattr(args, flag).strip():
+            raise ConfigError(f"--{flag} is empty; give a name")
+    config = BurstyConfig(
+        service=args.service.strip(),
+        model=args.model.strip(),
+        mean_rps=args.mean_rps,
+        dispersion=args.dispersion,
+        duration_s=args.duration_s,
+        hours=args.hours,
+        cold_start_s=args.cold_start,
+        model_gb=args.model_gb,
+        slo_wait_s=args.slo_wait,
+        concurrency=args.concurrency,
+        max_requests=args.max_requests,
+    )
+    inputs: list[PathArg] = []
+    shape = None
+    if args.rate_profile is not None:
+        path = require_path(args.rate_profile, "--rate-profile")
+        inputs.append(PathArg("--rate-profile", path))
+        shape = list(RateProfile.load(path).pieces())
+    outputs = _output_paths(args, inputs)
+    stream = bursty_stream(config, np.random.default_rng(args.seed), shape)
+    return _finish(out, outputs, "bursty", stream)
 
 
 def _finish(out: Console, outputs: _Outputs, command: str, stream: Any) -> int:

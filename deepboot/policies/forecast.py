@@ -71,6 +71,11 @@ class ArrivalHistory:
             complete one. May be empty (no history yet).
         end: Virtual time at which the last bin ends (finite); bin ``i`` covers
             ``(end - (len(counts) - i) x bin_s, end - (len(counts) - i - 1) x bin_s]``.
+        squares: Per bin, the sum over its one-second windows of their arrival
+            counts squared (with ``counts``, the within-bin variance of one-second
+            counts: :mod:`deepboot.policies.burstiness`); empty when not measured.
+        peaks: Per bin, the most arrivals in one of its one-second windows; empty
+            when not measured.
 
     Raises:
         ValueError: ``bin_s`` not finite and positive, ``end`` not finite, ``counts``
@@ -80,8 +85,14 @@ class ArrivalHistory:
     bin_s: float
     counts: tuple[int, ...]
     end: float
+    squares: tuple[int, ...] = ()
+    peaks: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        for name in ("squares", "peaks"):
+            extra = getattr(self, name)
+            if extra and len(extra) != len(self.counts):
+                raise ValueError(f"{name} must have one entry per bin, or none")
         if not (math.isfinite(self.bin_s) and self.bin_s > 0.0):
             raise ValueError(f"bin_s must be finite and > 0 seconds; got {self.bin_s}")
         if not math.isfinite(self.end):

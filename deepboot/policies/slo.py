@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from deepboot.core.service import ServiceSpec
+from deepboot.policies.burstiness import blocking, burstiness, replicas_for_bursts
 from deepboot.policies.forecast import (
     ArrivalHistory,
     ForecastConfig,
-    erlang_b,
     forecast,
     replicas_for,
 )
@@ -122,6 +122,9 @@ class SloConfig:
         oracle: Per service, its exact future demand: the ``oracle`` reference holds
             the peak of it over the horizon instead of a forecast (a reference that
             knows every future request, never a deployable policy).
+        burst_sizing: Size each service for its measured burstiness (Hayward,
+            :mod:`deepboot.policies.burstiness`); off: as if every arrival stream
+            were Poisson (Erlang B alone, the sizing before issue 45; for comparison).
     """
 
     enabled: bool = False
@@ -133,6 +136,7 @@ class SloConfig:
     idle_target: float = 0.75
     forecast: ForecastConfig = field(default_factory=lambda: SLO_FORECAST)
     oracle: Mapping[str, DemandSchedule] = field(default_factory=_no_schedules)
+    burst_sizing: bool = True
 
     def __post_init__(self) -> None:
         require(
@@ -264,7 +268,8 @@ def service_needs(
     cannot hold ``slo_target`` for every service: each keeps its guaranteed
     replicas, and the rest of the pool goes one replica at a time to the service
     whose next replica saves the most requests from a cold start (``rate x
-    (B(n, a) - B(n + 1, a))``, Erlang B), rather than in name order.
+    (B(n, a) - B(n + 1, a))``, Erlang B, or Hayward's for bursty arrivals), rather
+    than in name order.
 
     Args:
         services: Every service's spec.
@@ -281,7 +286,8 @@ def service_needs(
             seconds (:func:`host_starts`): their regime and horizon follow it.
     """
     wants: dict[str, int] = {}
-    rates: dict[str, tuple[float, float, int]] = {}  # name -> (rate, offered, slots)
+    # name -> (rate, offered, slots, peakedness)
+    rates: dict[str, tuple[float, float, int, float]] = {}
     for name in sorted(services):
         spec = services[name]
         want = 0
@@ -296,8 +302,11 @@ def service_needs(
                     peak, duration = demand
                     offered = peak * duration
                     target = spec.slo_target if config.target is None else config.target
-                    want = replicas_for(offered, target, spec.concurrency)
-                    rates[name] = (peak, offered, spec.concurrency)
+                    # Bursty arrivals need more replicas than Poisson ones (Hayward);
+                    # Poisson-like ones get Erlang B's count, as always.
+                    z = burstiness(histories.get(name)).peakedness if config.burst_sizing else 1.0
+                    want = replicas_for_bursts(offered, target, spec.concurrency, z)
+                    rates[name] = (peak, offered, spec.concurrency, z)
             if spec.max_replicas:
                 want = min(want, spec.max_replicas)
         wants[name] = max(want, spec.guaranteed_replicas)
@@ -398,7 +407,7 @@ def _demand(
 def _share(
     services: Mapping[str, ServiceSpec],
     wants: Mapping[str, int],
-    rates: Mapping[str, tuple[float, float, int]],
+    rates: Mapping[str, tuple[float, float, int, float]],
     capacity: int,
 ) -> dict[str, int]:
     """``wants`` cut to ``capacity`` replicas in all: the guaranteed first, then one
@@ -414,8 +423,9 @@ def _share(
             if n >= wants[name]:
                 continue
             if name in rates:
-                rate, offered, slots = rates[name]
-                saved = rate * (erlang_b(n * slots, offered) - erlang_b((n + 1) * slots, offered))
+                rate, offered, slots, z = rates[name]
+                lost = blocking(n * slots, offered, z) - blocking((n + 1) * slots, offered, z)
+                saved = rate * lost
             else:
                 saved = 1.0
             if saved > gain:

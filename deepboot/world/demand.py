@@ -19,11 +19,50 @@ from deepboot.policies.forecast import ArrivalHistory
 from deepboot.policies.lending import ServiceLoad
 
 
+class _Series:
+    """One service's bins: arrivals, their one-second counts squared, the busiest
+    second, and the second still open (its count folds into its bin once it ends)."""
+
+    __slots__ = ("last", "counts", "squares", "peaks", "second", "in_second", "second_bin")
+
+    def __init__(self, bin_index: int, keep: int) -> None:
+        self.last = bin_index  # the bin counts[-1] covers
+        self.counts: deque[int] = deque(maxlen=keep + 1)
+        self.squares: deque[int] = deque(maxlen=keep + 1)
+        self.peaks: deque[int] = deque(maxlen=keep + 1)
+        self.second = -(1 << 62)  # the open one-second window
+        self.in_second = 0
+        self.second_bin = bin_index
+
+    def advance(self, bin_index: int) -> int:
+        """Bins up to ``bin_index`` (never back); returns the bin counted in."""
+        b = max(bin_index, self.last)
+        gap = b - self.last if self.counts else 1
+        for column in (self.counts, self.squares, self.peaks):
+            column.extend([0] * gap)
+        self.last = b
+        return b
+
+    def fold(self) -> None:
+        """The open second is over: its count goes into its bin's squares and peak
+        (nothing when that bin has left the kept history)."""
+        n, self.in_second = self.in_second, 0
+        if n == 0:
+            return
+        at = len(self.counts) - 1 - (self.last - self.second_bin)
+        if at >= 0:
+            self.squares[at] += n * n
+            self.peaks[at] = max(self.peaks[at], n)
+
+
 class DemandLedger:
     """Binned arrival counts and mean run times per service (mutable; a world's own).
 
     Both worlds feed it with ``--slo``: the simulator each task's arrival, the runtime
     every request its router accepts (warm-served or not, as :class:`LoadWindow`).
+    Within each bin it also keeps what the burstiness of the arrivals needs
+    (:mod:`deepboot.policies.burstiness`): the one-second counts squared and the
+    busiest second (a second belongs to the bin of its first arrival).
 
     Args:
         bin_s: Bin width, seconds (> 0).
@@ -35,21 +74,24 @@ class DemandLedger:
             raise ValueError(f"bin_s must be > 0 and keep >= 1; got {bin_s}, {keep}")
         self.bin_s = bin_s
         self.keep = keep
-        # service -> (index of the bin counts[-1] covers, counts)
-        self._bins: dict[str, tuple[int, deque[int]]] = {}
+        self._series: dict[str, _Series] = {}
         self._runs: dict[str, tuple[float, int]] = {}
 
     def arrived(self, service: str, now: float) -> None:
         """One arrival of ``service`` at ``now``. Times should never go back; one
-        that does (a wall clock stepped back) counts in the service's latest bin."""
+        that does (a wall clock stepped back) counts in the service's latest bin and
+        second."""
         b = int(now // self.bin_s)
-        last, counts = self._bins.get(service, (b, deque(maxlen=self.keep + 1)))
-        b = max(b, last)
-        counts.extend([0] * (b - last))
-        if not counts:
-            counts.append(0)
-        counts[-1] += 1
-        self._bins[service] = (b, counts)
+        series = self._series.get(service)
+        if series is None:
+            series = self._series[service] = _Series(b, self.keep)
+        b = series.advance(b)
+        series.counts[-1] += 1
+        second = max(math.floor(now), series.second)
+        if second != series.second:
+            series.fold()
+            series.second, series.second_bin = second, b
+        series.in_second += 1
 
     def ran(self, service: str, seconds: float) -> None:
         """A task of ``service`` ran ``seconds``."""
@@ -62,13 +104,19 @@ class DemandLedger:
         current = int(now // self.bin_s)  # the bin in progress: left out
         end = current * self.bin_s
         out: dict[str, ArrivalHistory] = {}
-        for service, (last, counts) in self._bins.items():
-            complete = list(counts)
-            if last >= current:
-                complete = complete[: len(complete) - (last - current + 1)]
-            else:
-                complete.extend([0] * min(current - 1 - last, self.keep))
-            out[service] = ArrivalHistory(self.bin_s, tuple(complete[-self.keep :]), end)
+        for service, series in self._series.items():
+            if math.floor(now) > series.second:
+                series.fold()  # a second that has ended counts now
+            columns = []
+            for column in (series.counts, series.squares, series.peaks):
+                complete = list(column)
+                if series.last >= current:
+                    complete = complete[: len(complete) - (series.last - current + 1)]
+                else:
+                    complete.extend([0] * min(current - 1 - series.last, self.keep))
+                columns.append(tuple(complete[-self.keep :]))
+            counts, squares, peaks = columns
+            out[service] = ArrivalHistory(self.bin_s, counts, end, squares, peaks)
         return out
 
     def loads(self) -> dict[str, ServiceLoad]:

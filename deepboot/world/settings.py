@@ -57,6 +57,8 @@ class SharedCluster:
         slo_target: Overrides every service's ``slo_target`` (with ``slo``,
             ``warm_pool`` or ``oracle``).
         slo_horizon: The forecast horizon's minimum, seconds (with ``slo``).
+        slo_poisson: With ``slo``: size as if arrivals were Poisson (the sizing before
+            issue 45; for comparison), not for their measured burstiness.
         slo_idle: With ``slo``: the fraction of the relaxed services' cold starts
             that find an idle GPU rather than wait on a reclaim, in (0, 1) (None:
             ``SloConfig.idle_target``, 0.75).
@@ -92,6 +94,7 @@ class SharedCluster:
     slo_target: float | None = None
     slo_horizon: float | None = None
     slo_idle: float | None = None
+    slo_poisson: bool = False
     warm_pool: bool = False
     oracle: bool = False
     host_cache_gb: float = 0.0
@@ -131,6 +134,8 @@ class SharedCluster:
             raise ConfigError("--slo-target and --slo-horizon need --slo, --warm-pool or --oracle")
         if self.slo_horizon is not None and not self.slo:
             raise ConfigError("--slo-horizon needs --slo (the references have no forecast)")
+        if self.slo_poisson and not self.slo:
+            raise ConfigError("--slo-poisson needs --slo (it changes the guard's sizing)")
         if self.slo_idle is not None and not self.slo:
             raise ConfigError("--slo-idle needs --slo (the references hold no idle pool)")
         if self.slo_idle is not None and not 0.0 < self.slo_idle < 1.0:
@@ -173,6 +178,8 @@ class SharedCluster:
         )
         if self.slo_idle is not None:
             cfg = dataclasses.replace(cfg, idle_target=self.slo_idle)
+        if self.slo_poisson:
+            cfg = dataclasses.replace(cfg, burst_sizing=False)
         return cfg
 
     @property
