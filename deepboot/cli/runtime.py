@@ -576,7 +576,7 @@ def cmd_status(args: argparse.Namespace, out: Console, err: Console) -> int:
 def _print_services(out: Console, services: list[dict[str, Any]]) -> None:
     """The services table: every column when that fits the terminal, else the compact
     one of ``status --watch`` (names never cut)."""
-    from deepboot.cli.statusview import services_table
+    from deepboot.cli.statusview import demand_line, services_table
 
     st = Table(title="services")
     for col in (
@@ -606,6 +606,10 @@ def _print_services(out: Console, services: list[dict[str, Any]]) -> None:
         for sv in services:  # the compact table has no back-off column
             if sv["load_failures"]:
                 out.print(f"{sv['name']}: back-off: {_backoff(sv, now)}")
+    for sv in services:
+        line = demand_line(sv)
+        if line:
+            out.print(f"demand (the SLO guard's reading): {line}", highlight=False, soft_wrap=True)
 
 
 def _backoff(sv: dict[str, Any], now: float) -> str:

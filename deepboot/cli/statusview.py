@@ -294,10 +294,29 @@ def services_table(services: Sequence[dict[str, Any]], width: int, cut_names: bo
     return _fitted_table("services", headers, rows, width, names, right=(4, 5))
 
 
+def demand_line(sv: dict[str, Any]) -> str | None:
+    """A service's demand as the SLO guard reads it, in one line (None without
+    ``--slo`` or before its first arrival): ``chat: forecast 2.60/s, dispersion 9.8
+    (busiest second 41), 12 replicas sized``."""
+    d = sv.get("demand")
+    if not d:
+        return None
+    bursts = f"dispersion {d['dispersion']:.1f}"
+    if d["peakedness"] == 1.0 and d["dispersion"] > 1.0:
+        bursts += " (Poisson within noise)"
+    return (
+        f"{sv['name']}: forecast {d['forecast_rps']:.2f}/s, {bursts}, busiest second "
+        f"{d['peak_per_s']}, {d['sized']} replicas sized"
+    )
+
+
 def _notes(doc: dict[str, Any], now: float) -> list[RenderableType]:
-    """Back-offs and model caches, one cut line each."""
+    """Back-offs, the guard's demand and the model caches, one cut line each."""
     lines: list[RenderableType] = []
     for sv in doc["services"]:
+        demand = demand_line(sv)
+        if demand:
+            lines.append(_line(("demand ", "dim"), demand))
         if sv["load_failures"]:
             left = (sv["backoff_until"] or now) - now
             wait = f"back-off {left:.0f} s left" if left > 0 else "back-off over"

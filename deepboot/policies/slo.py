@@ -461,3 +461,51 @@ def demand_schedule(
             times.append(t)
             replicas.append(busy)
     return DemandSchedule(tuple(times), tuple(replicas))
+
+
+@dataclass(frozen=True, slots=True)
+class DemandView:
+    """What the guard reads of one service's demand, for ``status`` to show.
+
+    Attributes:
+        forecast_rps: The forecast peak rate over its horizon (requests/s).
+        dispersion: The measured index of dispersion of its one-second counts.
+        peakedness: What the sizing uses (1 when within Poisson's noise).
+        peak_per_s: The most arrivals seen in one second.
+        sized: Replicas its forecast and burstiness ask for (before the pool's
+            capacity and ``max_replicas``; 0 in the relaxed regime, where nothing
+            is held warm for the SLO).
+    """
+
+    forecast_rps: float
+    dispersion: float
+    peakedness: float
+    peak_per_s: int
+    sized: int
+
+
+def demand_views(
+    services: Mapping[str, ServiceSpec],
+    histories: Mapping[str, ArrivalHistory],
+    loads: Mapping[str, ServiceLoad],
+    interval: float,
+    config: SloConfig,
+) -> dict[str, DemandView]:
+    """Each service with arrivals: its forecast, its burstiness and the replicas they
+    ask for, by the functions the guard sizes with (:func:`service_needs`); sorted.
+    Host starts are not known here: a service is read in its cold-start regime."""
+    out: dict[str, DemandView] = {}
+    for name in sorted(services):
+        spec = services[name]
+        demand = _demand(name, spec, histories, loads, interval, config, _NONE)
+        if demand is None:
+            continue
+        peak, duration = demand
+        b = burstiness(histories.get(name))
+        z = b.peakedness if config.burst_sizing else 1.0
+        target = spec.slo_target if config.target is None else config.target
+        sized = 0
+        if not relaxed(spec, config):
+            sized = replicas_for_bursts(peak * duration, target, spec.concurrency, z)
+        out[name] = DemandView(peak, b.measured, z, b.peak_per_s, sized)
+    return out

@@ -96,3 +96,32 @@ def test_hayward_holds_more_for_burstier_traffic_and_meets_its_target() -> None:
     assert needs == sorted(needs) and needs[0] < needs[-1]
     for z, n in zip((3.0, 10.0, 30.0), needs[1:], strict=True):
         assert 1 - blocking(n, 5.2, z) >= 0.99 > 1 - blocking(n - 1, 5.2, z)
+
+
+def test_the_guard_sizes_a_bursty_service_above_a_poisson_one() -> None:
+    """One path for the guard and for status: service_needs and demand_views hold
+    Hayward's count for the bursty stream, Erlang B's for the same mean rate
+    without bursts, and Erlang B's for the bursty one with the sizing turned off."""
+    import dataclasses
+
+    from deepboot.core.service import ServiceSpec
+    from deepboot.policies.lending import ServiceLoad
+    from deepboot.policies.slo import SloConfig, demand_views, service_needs
+
+    spec = ServiceSpec("s", "m", cold_start_s=30.0, slo_wait_s=1.0, max_replicas=1000)
+    services = {"s": spec}
+    loads = {"s": ServiceLoad(0.0, 2.0)}
+    config = SloConfig(enabled=True)
+
+    def sized(dispersion: float, cfg: SloConfig = config) -> tuple[int, int]:
+        h = _history(_stream(2.6, dispersion, 2.0, 11))
+        now = h.end
+        need = service_needs(services, {"s": h}, loads, now, 60.0, cfg)["s"].warm
+        view = demand_views(services, {"s": h}, loads, 60.0, cfg)["s"]
+        return need, view.sized
+
+    poisson, bursty = sized(1.0), sized(10.0)
+    assert poisson[0] == poisson[1] and bursty[0] == bursty[1]
+    assert bursty[0] > poisson[0] + 5
+    off = sized(10.0, dataclasses.replace(config, burst_sizing=False))
+    assert off[0] < bursty[0] and abs(off[0] - poisson[0]) <= 2

@@ -158,6 +158,27 @@ def test_status_names_the_configuration_up_saved(
     assert "configuration: guarded = pollux, --slo, --host-cache-gb 1, --interval 30" in out
 
 
+def test_status_shows_the_guards_reading_of_each_services_demand(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --slo the controller writes each service's forecast and burstiness
+    (``demand`` meta); status and the watch show them, a line per service."""
+    state = _state(tmp_path)
+    demand = {"forecast_rps": 2.61, "dispersion": 9.8, "peakedness": 9.8, "peak_per_s": 41,
+              "sized": 12}  # fmt: skip
+    store = JobStore(state.db)
+    with store.transaction() as db:
+        store.set_meta(db, "demand", json.dumps({"echo": demand}))
+    store.close()
+    doc = status_document(state)
+    by_name = {sv["name"]: sv for sv in doc["services"]}
+    assert by_name["echo"]["demand"] == demand and by_name[LONG_SERVICE]["demand"] is None
+    line = "echo: forecast 2.61/s, dispersion 9.8, busiest second 41, 12 replicas sized"
+    assert any(line in x for x in _render(status_view(doc, 100, refreshed=0.0), 100))
+    assert main(["status", "--state-dir", str(state.root)]) == 0
+    assert f"demand (the SLO guard's reading): {line}" in capsys.readouterr().out
+
+
 def test_p99_wait_is_shown_when_the_document_has_it(tmp_path: Path) -> None:
     doc = status_document(_state(tmp_path))
     doc["services"][0]["slo"]["p99_wait_s"] = 0.8234

@@ -61,6 +61,9 @@ def status_document(state: StateDir) -> dict[str, Any]:
     # The targets the controller applies (--slo-target overrides each service's own);
     # absent before its first flush, and in a store an older deepboot wrote.
     targets = json.loads(store.meta("slo_targets", "{}"))
+    # With --slo: what the guard reads of each service's demand (its forecast, its
+    # burstiness, the replicas they ask for), as the controller last wrote it.
+    demand = json.loads(store.meta("demand", "{}"))
     lent = _lent_by_holder(gpus)
     doc: dict[str, Any] = {
         "cluster": _cluster_entry(state, record, heartbeat),
@@ -73,7 +76,10 @@ def status_document(state: StateDir) -> dict[str, Any]:
             "decision_ms_max": _float_or_none(store.meta("decision_ms_max")),
         },
         "gpus": [_gpu_entry(g) for g in gpus],
-        "services": [_service_entry(r, gpus, targets, slo) for r in store.services()],
+        "services": [
+            {**_service_entry(r, gpus, targets, slo), "demand": demand.get(r.spec.name)}
+            for r in store.services()
+        ],
         # The node-local model caches (--host-cache-gb), as the controller last heard
         # from them: node, models (least recently used first), used_bytes, bound_bytes.
         "caches": json.loads(store.meta("host_cache", "[]")),

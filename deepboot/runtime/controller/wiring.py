@@ -34,10 +34,12 @@ the actors, the clock, the other parts it calls) when it is built, in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import signal
+import sqlite3
 import statistics
 import time
 from collections.abc import Callable
@@ -45,6 +47,7 @@ from collections.abc import Callable
 import numpy as np
 
 from deepboot.core.cluster import ClusterSpec
+from deepboot.policies.slo import demand_views
 from deepboot.runtime import messages as rt
 from deepboot.runtime.actors.handles import Actors
 from deepboot.runtime.controller.adapter import RayBackend
@@ -133,6 +136,7 @@ class Controller:
         self.requests = Requests(
             DemandLedger(slo.forecast.bin_s, slo.forecast.history_bins) if slo.enabled else None
         )
+        self._demand_at = -float("inf")  # the last write of the demand view (status)
         self.catalog = ServiceCatalog(
             self.store, self.log, self.router, clock, settings.shared.slo_target
         )
@@ -229,6 +233,7 @@ class Controller:
             self.caches.write(store, db)
             store.set_meta(db, "counters", json.dumps(self.metrics.counts()))
             slos = self.catalog.write_slo(db)
+            self._write_demand(store, db)
             store.prune_events(db, self.settings.keep_events)
             store.set_meta(db, "heartbeat", repr(self.clock()))
             latencies = self.driver.decision_ms
@@ -247,6 +252,22 @@ class Controller:
         # An ended job's last row is written: stop rewriting it every iteration.
         for name in [n for n, j in self.jobs.items() if j.row.state.ended]:
             del self.jobs[name]
+
+    def _write_demand(self, store: JobStore, db: sqlite3.Connection) -> None:
+        """With ``--slo``: each service's forecast, burstiness and the replicas they
+        ask for (``demand`` meta, for ``status``), at most once per interval."""
+        ledger = self.requests.arrivals
+        now = self.clock()
+        if ledger is None or now - self._demand_at < self.loop.settings.interval:
+            return
+        self._demand_at = now
+        views = demand_views(
+            self.catalog.specs, ledger.histories(now), ledger.loads(),
+            self.loop.settings.interval, self.loop.settings.slo,
+        )  # fmt: skip
+        store.set_meta(
+            db, "demand", json.dumps({n: dataclasses.asdict(v) for n, v in views.items()})
+        )
 
     def connect_router(self, router: rt.RouterPort) -> None:
         """Hand the router that now serves what it needs from this controller: the
