@@ -61,6 +61,10 @@ def cases() -> list[Case]:
              "--policy", "deepboot", *pool), 20.0),
         Case("pollux --no-lending small", ("--workload", str(TRACES / "workloads/small.csv"),
              "--policy", "pollux", "--no-lending", *pool), 10.0),
+        # The recommended configuration (up's default): the SLO guard's forecast and
+        # burstiness, the host cache, 30 s rounds. Its target: twice deepboot's.
+        Case("guarded small", ("--workload", str(TRACES / "workloads/small.csv"),
+             "--policy", "guarded", *pool), 18.0),
     ]  # fmt: skip
     for i in range(1, 9):
         path = TRACES / "workloads" / "pollux" / f"workload-{i}.csv"

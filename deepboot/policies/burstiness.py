@@ -3,10 +3,11 @@
 **Measured.** The world counts each service's arrivals per one-second window and
 keeps, per bin of the forecast's history, the sum of those counts squared and the
 largest (:class:`~deepboot.policies.forecast.ArrivalHistory`'s ``squares`` and
-``peaks``). The index of dispersion of one-second counts (variance over mean) is
-pooled *within* bins, so that a rate that changes from bin to bin (a ramp, a day)
-does not read as burstiness: with ``c_b`` arrivals and ``q_b`` their squares in a
-bin of ``S`` seconds,
+``peaks``); the last hour of them is read (:data:`WINDOW_S`). The index of
+dispersion of one-second counts (variance over mean) is pooled *within* bins, so
+that a rate that changes from bin to bin (a ramp, a day) does not read as
+burstiness: with ``c_b`` arrivals and ``q_b`` their squares in a bin of ``S``
+seconds,
 
     D = sum_b (q_b - c_b^2 / S) / sum_b c_b (S - 1) / S,
 
@@ -42,6 +43,11 @@ SIGMAS = 4.0
 """How far above 1 a measured dispersion must be, in its sampling standard deviations
 under Poisson arrivals, to count: below, the traffic is sized as Poisson."""
 
+WINDOW_S = 3600.0
+"""The burstiness is measured over the history's last hour (its most recent bins):
+recent enough to follow a change of traffic, long enough to hold thousands of
+arrivals at a few per second (and a bound on the work of each tick)."""
+
 MIN_ARRIVALS = 30
 """Fewer arrivals in the history than this: not measured (counts as 1)."""
 
@@ -76,16 +82,17 @@ def burstiness(history: ArrivalHistory | None) -> Burstiness:
     if history is None or not history.squares or history.bin_s < 2.0:
         return POISSON
     width = history.bin_s
+    recent = max(1, math.ceil(WINDOW_S / width))
     num = den = var = 0.0
     arrivals = 0
-    for c, q in zip(history.counts, history.squares, strict=True):
+    for c, q in zip(history.counts[-recent:], history.squares[-recent:], strict=True):
         if c <= 0:
             continue
         arrivals += c
         num += q - c * c / width
         den += c * (width - 1.0) / width
         var += c + 2.0 * c * c / width
-    peak = max(history.peaks, default=0)
+    peak = max(history.peaks[-recent:], default=0)
     if arrivals < MIN_ARRIVALS or den <= 0.0:
         return Burstiness(1.0, 1.0, peak)
     measured = max(num / den, 0.0)

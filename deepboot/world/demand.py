@@ -12,6 +12,7 @@ per second and mean run times over a sliding window.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 
@@ -107,15 +108,16 @@ class DemandLedger:
         for service, series in self._series.items():
             if math.floor(now) > series.second:
                 series.fold()  # a second that has ended counts now
-            columns = []
-            for column in (series.counts, series.squares, series.peaks):
-                complete = list(column)
-                if series.last >= current:
-                    complete = complete[: len(complete) - (series.last - current + 1)]
-                else:
-                    complete.extend([0] * min(current - 1 - series.last, self.keep))
-                columns.append(tuple(complete[-self.keep :]))
-            counts, squares, peaks = columns
+            n = len(series.counts)
+            if series.last >= current:  # drop the bins from the one in progress on
+                stop, pad = max(n - (series.last - current + 1), 0), 0
+            else:  # quiet bins since the last arrival: zeros
+                stop, pad = n, min(current - 1 - series.last, self.keep)
+            start = max(stop + pad - self.keep, 0)
+            counts, squares, peaks = (
+                tuple(itertools.islice(values, start, stop)) + (0,) * pad
+                for values in (series.counts, series.squares, series.peaks)
+            )
             out[service] = ArrivalHistory(self.bin_s, counts, end, squares, peaks)
         return out
 

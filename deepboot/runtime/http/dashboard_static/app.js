@@ -38,6 +38,14 @@ function seconds(x) {
   return x < 1 ? (1000 * x).toFixed(0) + " ms" : x.toFixed(2) + " s";
 }
 
+// What the SLO guard reads of a service's demand (--slo): its forecast, the
+// dispersion of its one-second counts and the replicas they ask for.
+function demandText(d) {
+  if (!d) return "-";
+  const bursts = d.peakedness > 1 ? `bursts x${d.dispersion.toFixed(1)}` : "Poisson-like";
+  return `${d.forecast_rps.toFixed(2)}/s, ${bursts}, ${d.sized} sized`;
+}
+
 function holderText(gpu) {
   if (gpu.state === "lent") return `lent to ${gpu.holder}`;
   if (gpu.holder) return gpu.holder;
@@ -118,9 +126,10 @@ function renderServices(services) {
       cell("attainment", attained(recent), miss ? "num miss" : "num"),
       cell("p99", seconds(slo.p99_wait_s), "num"),
       cell("total", attained(slo.total), "num"),
+      cell("demand", demandText(s.demand)),
     );
   });
-  body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: 7, class: "note" }, "no services"))]));
+  body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: 8, class: "note" }, "no services"))]));
 }
 
 function renderReclaims(reclaims) {
