@@ -38,6 +38,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse
 import csv
+import json
 import sys
 import time
 from collections import defaultdict
@@ -102,7 +103,8 @@ def write_workload(folder: Path, dispersion: float, args: argparse.Namespace) ->
 
 
 def _pm(iv: Interval, scale: float = 1.0, digits: int = 0) -> str:
-    return f"{iv.mean * scale:,.{digits}f} ± {iv.half_width * scale:,.{digits}f}"
+    text = f"{iv.mean * scale:,.{digits}f}"
+    return text if iv.n < 2 else f"{text} ± {iv.half * scale:,.{digits}f}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -137,6 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"D={d:g} {name}: {outcome.error}", file=sys.stderr)
             continue
         samples[(d, name)].append(outcome.summary)
+        (out / "summaries").mkdir(exist_ok=True)
+        tag = f"D{d:g}-{name}-{len(samples[(d, name)])}"
+        (out / "summaries" / f"{tag}.json").write_text(json.dumps(outcome.summary, indent=1))
     headers = ("D", "run", "avg JCT (s)", "attainment (%)", "p99 wait (s)", "cold starts",
                "host starts", "reclaims", "lent GPU-h")  # fmt: skip
     rows = []

