@@ -21,8 +21,11 @@ Runs (Pollux's allocator throughout, as the recommended configuration):
   load, held warm, never lent);
 - ``oracle``: the clairvoyant reference.
 
-K replications each (``--replications``, default 5: policy seed i, training
-submissions jittered +-30 s); means with 95% intervals.
+K replications each (``--replications``, default 5): replication i draws the
+stream again (seed ``--seed`` + i) and jitters the *training* submissions by
++-30 s (numpy seed i), with policy seed i; the requests keep their batches (the
+matrix's own replications jitter every arrival, which would spread each burst
+over a minute and leave Poisson traffic). Means with 95% intervals.
 
     .venv/bin/python bench/bursty.py --procs 2                 # 100 runs
     .venv/bin/python bench/bursty.py --quick --only 10         # one replication, D = 10
@@ -38,6 +41,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse
 import csv
+import dataclasses
 import json
 import sys
 import time
@@ -70,9 +74,11 @@ RUNS = (
 )
 
 
-def write_workload(folder: Path, dispersion: float, args: argparse.Namespace) -> tuple[Path, Path]:
-    """middle.csv's training rows plus the generated service at ``dispersion``: the
-    workload CSV and its services file."""
+def write_workload(
+    folder: Path, dispersion: float, args: argparse.Namespace, replication: int
+) -> tuple[Path, Path]:
+    """middle.csv's training rows (jittered for ``replication``) plus the generated
+    service at ``dispersion`` (drawn for it): the workload CSV and its services file."""
     config = BurstyConfig(
         service="llm",
         model="llm-28gb",
@@ -84,12 +90,16 @@ def write_workload(folder: Path, dispersion: float, args: argparse.Namespace) ->
         model_gb=28.0,
         slo_wait_s=1.0,
     )
-    stream = bursty_stream(config, np.random.default_rng(args.seed))
-    print(f"D={dispersion:g}: {stream.summary}", file=sys.stderr)
-    stem = f"middle-bursty-{dispersion:g}"
+    stream = bursty_stream(config, np.random.default_rng(args.seed + replication))
+    print(f"D={dispersion:g} #{replication}: {stream.summary}", file=sys.stderr)
+    stem = f"middle-bursty-{dispersion:g}-{replication}"
     workload = folder / f"{stem}.csv"
     with (TRACES / "workloads" / "middle.csv").open(newline="") as f:
         training = [r for r in csv.DictReader(f) if not r["application"].startswith("infer")]
+    if replication:
+        rng = np.random.default_rng(replication)
+        for r in training:
+            r["time"] = f"{max(float(r['time']) + rng.uniform(-30.0, 30.0), 0.0):.3f}"
     with workload.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(DEEPBOOT_COLUMNS)
@@ -124,13 +134,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = [d for d in DISPERSIONS if args.only in f"{d:g}"]
     cells = []
     for d in chosen:
-        workload, services = write_workload(out, d, args)
-        for name, text in RUNS:
-            run = parse_run(f"{name}={text}")
-            for r in range(reps):
+        for r in range(reps):
+            workload, services = write_workload(out, d, args, r)
+            for name, text in RUNS:
+                run = parse_run(f"{name}={text}")
                 task = bench_task(len(cells), workload, f"D={d:g}", run, services,
-                                  args.profiles, r, reps, ("16x4", 8), args.interval)  # fmt: skip
-                cells.append((d, name, task))
+                                  args.profiles, 0, 1, ("16x4", 8), args.interval)  # fmt: skip
+                cells.append((d, name, dataclasses.replace(task, seed=r)))
     started = time.perf_counter()
     outcomes = run_matrix([t for _, _, t in cells], args.procs, Ticker(len(cells)))
     samples: dict[tuple[float, str], list[dict]] = defaultdict(list)
