@@ -176,7 +176,9 @@ def test_the_tick_snapshot_carries_every_request_the_router_accepted_binned(
         ctl.inbox.put(rt.Served("svc", 0.5))
         ctl.intake.handle_messages()
     snap = ctl.backend.snapshot(Event(EventKind.TICK))
-    assert dict(snap.arrivals) == {"svc": ArrivalHistory(60.0, (2, 1), 1080.0)}
+    # Each one-second window held one request: squares 1 + 1 and 1, busiest second 1.
+    expected = ArrivalHistory(60.0, (2, 1), 1080.0, squares=(2, 1), peaks=(1, 1))
+    assert dict(snap.arrivals) == {"svc": expected}
     assert dict(snap.loads) == {"svc": ServiceLoad(0.0, 0.5)}
     # Only a round reads them (as the simulator's ticks); without --slo nothing is kept.
     assert not ctl.backend.snapshot(Event(EventKind.INFERENCE_ARRIVAL, "r", "svc")).arrivals
