@@ -300,13 +300,8 @@ def service_needs(
                 demand = _demand(name, spec, histories, loads, interval, config, starts)
                 if demand is not None:
                     peak, duration = demand
-                    offered = peak * duration
-                    target = spec.slo_target if config.target is None else config.target
-                    # Bursty arrivals need more replicas than Poisson ones (Hayward);
-                    # Poisson-like ones get Erlang B's count, as always.
-                    z = burstiness(histories.get(name)).peakedness if config.burst_sizing else 1.0
-                    want = replicas_for_bursts(offered, target, spec.concurrency, z)
-                    rates[name] = (peak, offered, spec.concurrency, z)
+                    want, z = _sized(spec, histories.get(name), peak * duration, config)
+                    rates[name] = (peak, peak * duration, spec.concurrency, z)
             if spec.max_replicas:
                 want = min(want, spec.max_replicas)
         wants[name] = max(want, spec.guaranteed_replicas)
@@ -402,6 +397,17 @@ def _demand(
     load = loads.get(name)
     duration = load.duration_s if load and load.duration_s > 0 else 0.0
     return peak, duration or config.default_duration_s
+
+
+def _sized(
+    spec: ServiceSpec, history: ArrivalHistory | None, offered: float, config: SloConfig
+) -> tuple[int, float]:
+    """The replicas ``spec`` needs at ``offered`` Erlangs, and the peakedness they were
+    sized for: bursty arrivals need more than Poisson ones (Hayward); Poisson-like
+    ones, or any with ``burst_sizing`` off, get Erlang B's count, as always."""
+    target = spec.slo_target if config.target is None else config.target
+    z = burstiness(history).peakedness if config.burst_sizing else 1.0
+    return replicas_for_bursts(offered, target, spec.concurrency, z), z
 
 
 def _share(
@@ -502,10 +508,8 @@ def demand_views(
             continue
         peak, duration = demand
         b = burstiness(histories.get(name))
-        z = b.peakedness if config.burst_sizing else 1.0
-        target = spec.slo_target if config.target is None else config.target
-        sized = 0
-        if not relaxed(spec, config):
-            sized = replicas_for_bursts(peak * duration, target, spec.concurrency, z)
-        out[name] = DemandView(peak, b.measured, z, b.peak_per_s, sized)
+        sized, z = _sized(spec, histories.get(name), peak * duration, config)
+        out[name] = DemandView(
+            peak, b.measured, z, b.peak_per_s, 0 if relaxed(spec, config) else sized
+        )
     return out
