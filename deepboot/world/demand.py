@@ -38,7 +38,8 @@ class _Series:
     def advance(self, bin_index: int) -> int:
         """Bins up to ``bin_index`` (never back); returns the bin counted in."""
         b = max(bin_index, self.last)
-        gap = b - self.last if self.counts else 1
+        # More zeros than the columns hold would only be dropped again (a long lull).
+        gap = min(b - self.last, self.counts.maxlen or 1) if self.counts else 1
         for column in (self.counts, self.squares, self.peaks):
             column.extend([0] * gap)
         self.last = b
