@@ -30,7 +30,7 @@ from deepboot.core.service import DEFAULT_SLO_WAIT_S
 from deepboot.perf.apps import load_apps
 from deepboot.report.figures import UsagePanel, WaitCurve
 from deepboot.report.schema import conform_summary
-from deepboot.world.presets import Preset, preset
+from deepboot.world.presets import Preset, apply_preset, preset
 from deepboot.world.settings import MAX_PROTECT_FACTOR
 
 if TYPE_CHECKING:
@@ -255,25 +255,20 @@ def _flag_key(flag: str) -> str:
 
 
 def _preset_flags(found: Preset, given: list[str]) -> list[str]:
-    """The flags of preset ``found`` that the run's own flags (``given``) leave:
-    those it sets itself win, and choices the preset yields to drop its flag
-    (:attr:`Preset.yields_to`: ``reserve`` or ``no-lending`` drop the guard)."""
-    chosen: dict[str, object] = {}
+    """The flags of preset ``found`` that the run's own flags (``given``) leave, in
+    the run syntax: :func:`~deepboot.world.presets.apply_preset` decides, as for the
+    command line (those the run sets itself win; ``reserve`` or ``no-lending`` drop
+    the guard)."""
+    chosen: dict[str, object] = {dest: None for dest in found.flags}
     for flag in given:
         key = flag.partition("=")[0].strip()
         if key in _BOOL_FLAGS:
             attr, on = _BOOL_FLAGS[key]
             chosen[attr] = on
         else:
-            chosen[_flag_key(flag)] = True
-    kept = []
-    for flag in found.run_flags:
-        attr = _flag_key(flag)
-        yields = found.yields_to.get(attr, ())
-        if attr in chosen or any(chosen.get(other) == value for other, value in yields):
-            continue
-        kept.append(flag)
-    return kept
+            chosen[_flag_key(flag)] = flag
+    _, filled = apply_preset(found.name, chosen)
+    return [found.run_flag(dest) for dest in found.flags if dest in filled]
 
 
 def _positive(text: str, key: str, value: str) -> float:

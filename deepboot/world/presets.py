@@ -33,8 +33,6 @@ class Preset:
         policy: The training policy it runs (a registered name).
         flags: The command-line settings it fills, by ``argparse`` destination
             (``slo``, ``host_cache_gb``, ``interval``...), with their values.
-        run_flags: The same as ``compare --run`` flags (``slo``, ``host-cache-gb=1``,
-            ``interval=30``), in the run syntax's order.
         summary: One line: what it is and why it is the one to use.
         figures: What was measured for exactly this preset, each with where.
         yields_to: For a flag it sets, the user's choices that leave that flag
@@ -46,12 +44,17 @@ class Preset:
     name: str
     policy: str
     flags: Mapping[str, object]
-    run_flags: tuple[str, ...]
     summary: str
     figures: tuple[str, ...]
     yields_to: Mapping[str, tuple[tuple[str, object], ...]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+
+    def run_flag(self, dest: str) -> str:
+        """Flag ``dest`` as the run syntax of ``compare --run`` writes it: ``slo``,
+        ``host-cache-gb=1``, ``interval=30``."""
+        value, key = self.flags[dest], dest.replace("_", "-")
+        return key if value is True else f"{key}={value:g}"
 
     def parts(self) -> str:
         """The policy and the flags it stands for: ``pollux, --slo, --host-cache-gb 1,
@@ -67,7 +70,6 @@ GUARDED = Preset(
     name="guarded",
     policy="pollux",
     flags=MappingProxyType({"slo": True, "host_cache_gb": 1.0, "interval": 30.0}),
-    run_flags=("slo", "host-cache-gb=1", "interval=30"),
     summary="the best configuration measured in both worlds: Pollux's allocator, "
     "the SLO guard (forecast each service's demand, pre-warm, reclaim ahead of it, "
     "lend the rest), a 1 GB host-memory model cache per inference node (filled by "
