@@ -134,6 +134,12 @@ def side_by_side(rev: str, pairs: int, only: str) -> int:
                 run(selected[0], old)
                 run(selected[0], REPO)
             for case in selected:
+                try:  # a case REV cannot run (a flag or a preset it lacks) is a row
+                    run(case, old)
+                except SystemExit as exc:
+                    progress.print(f"{case.name}: not in {rev}: {exc}", highlight=False)
+                    table.add_row(case.name, "-", "-", "-", "-", f"not in {rev}")
+                    continue
                 before: list[float] = []
                 after: list[float] = []
                 same = True
