@@ -63,7 +63,12 @@ examples:
 Workload formats: the Pollux CSV (name,time,application,num_replicas,batch_size) and
 the DeepBoot CSV (the same plus duration,num_task). Inference rows of a DeepBoot
 workload run on the inference pool (--inference-nodes N); with no inference pool
-they are ignored (with a warning).
+they are ignored (with a warning). Either may end with the optional columns
+resize (afe, the default, or restart: every change of that job is a full restart
+from a checkpoint) and restart_cost (seconds of one such restart; empty: the cold
+delay of its model). Pollux and DeepBoot weigh a restart job's resizes by its own
+cost where it exceeds their restart_delay; --param per_job_delta=false weighs every
+job by restart_delay.
 
   # DeepBoot: ATS-T training, ATS-I inference placement, lifecycle and AFE
   deepboot simulate --workload ../shared/traces/workloads/small.csv --policy deepboot \\
@@ -174,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="policy parameter; repeat for several",
+        help="policy parameter; repeat for several. For example per_job_delta=false "
+        "(pollux, deepboot): ignore each restart job's own resize cost",
     )
     sim.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     add_shared_cluster_flags(sim)

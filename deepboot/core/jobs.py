@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Final, Literal, TypeAlias
 
 from deepboot.core.service import ServiceSpec
+
+ResizeMode: TypeAlias = Literal["afe", "restart"]
+"""How a training job changes size.
+
+``"afe"``: keep-alive resize (the surviving workers keep their process and state; the
+restart-cost model prices each change). ``"restart"``: every change stops all workers
+and restarts the job from a checkpoint (a full restart, the cold delay)."""
+
+RESIZE_MODES: Final[tuple[ResizeMode, ...]] = ("afe", "restart")
+"""The valid values of :attr:`TrainingJobSpec.resize`, the default first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +29,17 @@ class TrainingJobSpec:
         application: Model name, a key of the application catalog (e.g. "cifar10").
         num_replicas: GPUs the user asked for (used by fixed-size policies).
         batch_size: Total batch size the user asked for (used by fixed-batch policies).
+        resize: How the job changes size (:data:`ResizeMode`): ``"afe"`` (the
+            default) or ``"restart"``.
+        restart_cost: Seconds one full restart of the job costs, for a ``"restart"``
+            job only: it then pays this on every placement change, its first start
+            included (None: what the restart-cost model charges a start of its
+            application). Finite and >= 0.
+
+    Raises:
+        ValueError: ``resize`` is not a :data:`ResizeMode`, ``restart_cost`` is
+            negative or not finite, or it is given for an ``"afe"`` job (whose
+            changes the restart-cost model prices).
     """
 
     name: str
@@ -24,6 +47,26 @@ class TrainingJobSpec:
     application: str
     num_replicas: int
     batch_size: int
+    resize: ResizeMode = "afe"
+    restart_cost: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.resize not in RESIZE_MODES:
+            raise ValueError(
+                f"job {self.name!r}: resize must be one of {', '.join(RESIZE_MODES)}; "
+                f"got {self.resize!r}"
+            )
+        if self.restart_cost is not None:
+            if not (math.isfinite(self.restart_cost) and self.restart_cost >= 0):
+                raise ValueError(
+                    f"job {self.name!r}: restart_cost must be a finite number of seconds "
+                    f">= 0; got {self.restart_cost}"
+                )
+            if self.resize != "restart":
+                raise ValueError(
+                    f"job {self.name!r}: restart_cost is for resize='restart' jobs only "
+                    "(an AFE job's changes are priced by the restart-cost model)"
+                )
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -32,6 +33,14 @@ class JobView:
         target_batch_size: Total batch fixed by the user or the policy; None = adaptive.
         remaining_progress: Statistical progress left to completion (oracle knowledge,
             in steps at the initial batch size; used by Optimus).
+        restart_cost: Seconds one resize of this job costs, finite and >= 0 (None:
+            unknown, the policy uses its own default delta). Policies that weigh a
+            resize against its cost (Pollux's realloc factor, DeepBoot's restart
+            penalty) use it as the job's delta where it exceeds their default
+            (``policies.allocation.restart_delta``). The simulator sets it for
+            ``resize="restart"`` jobs (their cold or explicit restart cost) and leaves
+            it None for AFE jobs, whose resizes the policies' calibrated defaults
+            stand for; the runtime may set it from measured resize costs.
     """
 
     name: str
@@ -48,6 +57,12 @@ class JobView:
     target_num_replicas: int | None = None
     target_batch_size: int | None = None
     remaining_progress: float = 0.0
+    restart_cost: float | None = None
+
+    def __post_init__(self) -> None:
+        cost = self.restart_cost
+        if cost is not None and not (math.isfinite(cost) and cost >= 0):
+            raise ValueError(f"job {self.name!r}: restart_cost must be finite and >= 0; got {cost}")
 
     def age(self, now: float) -> float:
         return max(now - self.submit_time, 0.0)

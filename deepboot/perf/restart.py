@@ -6,6 +6,14 @@
   §2.5). With AFE, a scale-down costs the AFE delay, a scale-up by d GPUs to K costs
   ``afe + (cold - afe) * d / K`` (only the new workers cold-start), and a same-size
   move or the first start costs the cold delay. Without AFE every change is cold.
+
+Each job picks how a model is applied to it (:func:`job_restart_delay`): an AFE job
+(``TrainingJobSpec.resize == "afe"``, the default) pays what the model charges; a
+``"restart"`` job restarts from a checkpoint on every change, so every change costs
+it a full start: its own ``restart_cost`` when given, else what the model charges a
+start of its application from no GPUs (AfeRestartCost: the cold delay, with or
+without AFE; FlatRestartCost: the flat delay). :func:`job_resize_cost` is the one
+number a policy sees of it (``JobView.restart_cost``).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from deepboot.core.errors import ConfigError
+from deepboot.core.jobs import TrainingJobSpec
 
 
 class RestartCostModel(Protocol):
@@ -128,3 +137,53 @@ class AfeRestartCost:
             return d.afe
         grown = new_replicas - old_replicas
         return d.afe + (d.cold - d.afe) * grown / new_replicas
+
+
+def job_restart_delay(
+    model: RestartCostModel,
+    job: TrainingJobSpec,
+    old_replicas: int,
+    new_replicas: int,
+    first_start: bool,
+) -> float:
+    """Seconds of no progress of ``job`` after one placement change, by its resize mode.
+
+    An AFE job pays ``model.delay(...)`` as is. A ``"restart"`` job stops every worker
+    and restarts from a checkpoint, so every change, its first start included, is a
+    full start: its ``restart_cost`` when given, else ``model.delay(application, 0,
+    new_replicas, first_start)`` (what the model charges a start from no GPUs).
+
+    Args:
+        model: The run's restart-cost model.
+        job: The job (its application, resize mode and restart cost).
+        old_replicas: GPUs before the change (0 when starting or resuming).
+        new_replicas: GPUs after the change (>= 1).
+        first_start: The job's very first start.
+
+    Raises:
+        What ``model.delay`` raises (an unknown model, bad replica counts).
+    """
+    if job.resize == "restart":
+        if job.restart_cost is not None:
+            if new_replicas < 1 or old_replicas < 0:
+                raise ValueError(f"bad replica counts {old_replicas} -> {new_replicas}")
+            return job.restart_cost
+        return model.delay(job.application, 0, new_replicas, first_start)
+    return model.delay(job.application, old_replicas, new_replicas, first_start)
+
+
+def job_resize_cost(model: RestartCostModel, job: TrainingJobSpec) -> float | None:
+    """Seconds one resize of ``job`` costs, as a policy sees it (``JobView.restart_cost``).
+
+    None for an AFE job: the policies' default deltas are calibrated for the runs where
+    every job resizes alike, and every result without per-job modes keeps them. A
+    ``"restart"`` job: what :func:`job_restart_delay` charges it for a restart on the
+    GPUs it asked for (its ``restart_cost``, else the model's start of its application:
+    the cold delay of :class:`AfeRestartCost`).
+
+    Raises:
+        What ``model.delay`` raises (an unknown model).
+    """
+    if job.resize != "restart":
+        return None
+    return job_restart_delay(model, job, 0, max(job.num_replicas, 1), False)

@@ -32,6 +32,28 @@ def reference_order(jobs: Sequence[JobView]) -> list[JobView]:
     return sorted(jobs, key=lambda j: (not pinned(j), j.attained_service, j.submit_time, j.name))
 
 
+def restart_delta(job: JobView, default: float, per_job: bool = True) -> float:
+    """The delta (seconds one resize costs) a restart penalty charges ``job``.
+
+    ``max(default, job.restart_cost)`` when the job has a ``restart_cost`` and
+    ``per_job`` is set, else ``default`` (the policy's ``restart_delay``). The default
+    is the least any job is charged: it is what the policy assumes of a job whose cost
+    it does not know (an AFE job in the simulator), so a job known to be dearer (a
+    ``resize="restart"`` job's cold delay) is resized less eagerly than those, and none
+    more eagerly; it also keeps a job with a near-free measured resize from being
+    moved every round. ``per_job=False`` is the uniform-cost ablation: ``default``
+    for every job.
+    """
+    cost = job.restart_cost
+    return default if cost is None or not per_job else max(default, cost)
+
+
+def realloc_factor(age: float, restarts: float, delta: float) -> float:
+    """``max(age - restarts * delta, 0) / (age + delta)``: Pollux's realloc factor and
+    DeepBoot's restart penalty, in [0, 1] for ``delta > 0``."""
+    return max(age - restarts * delta, 0.0) / (age + delta)
+
+
 def fair_replicas(total_gpus: int, num_jobs: int) -> int:
     """The fair share in GPUs: ``ceil(total_gpus / num_jobs)``, at least 1."""
     if num_jobs <= 0:

@@ -10,7 +10,9 @@ Faithful to the reference artifact's ``dp.py`` (czq693497091/DeepBoot):
   its fair share (1 node, ceil(GPUs / jobs) replicas), as the artifact re-bases it; a
   job without a model scales linearly, ``k / fair``.
 * penalty_j(k) = max(age - restarts * delta, 0) / (age + delta) when k differs from the
-  job's current GPU count (a queued job's count is 0), 1 otherwise; delta = 10 s.
+  job's current GPU count (a queued job's count is 0), 1 otherwise; delta = 10 s, or
+  the job's own resize cost where its view has a larger one (``JobView.restart_cost``,
+  e.g. a ``resize="restart"`` job's cold delay; ``per_job_delta=false`` ignores it).
 * Ties go as in the artifact: the forward pass keeps the first maximum, and the
   backtrack takes the smallest k that reaches the optimum, preferring an item over
   "0 GPUs" (so a job whose value is 0, e.g. a brand-new one, still gets spare GPUs).
@@ -59,7 +61,9 @@ from deepboot.policies.allocation import (
     fair_share_base,
     group_knapsack,
     nodes_for,
+    realloc_factor,
     reference_order,
+    restart_delta,
 )
 from deepboot.policies.packing import Packing, fits, free_map, keep_or_pack
 from deepboot.policies.registration import MAX_DELAY_S, require
@@ -74,6 +78,10 @@ class DeepBootConfig:
 
     Attributes:
         restart_delay: delta of the restart penalty, seconds. Reference: 10. > 0.
+        per_job_delta: A job whose view has a ``restart_cost`` above
+            ``restart_delay`` is penalised with it as its delta (a restart job is
+            resized less eagerly than an AFE one; :func:`restart_delta`); False:
+            ``restart_delay`` for every job (the uniform-cost ablation).
         hysteresis: Extra discount of a changed GPU count, in [0, 1): its value is
             multiplied by ``1 - hysteresis`` on top of the penalty. Reference: 0.
         packing: How a job whose count changed is placed (reference: best fit).
@@ -81,6 +89,7 @@ class DeepBootConfig:
 
     restart_delay: float = 10.0
     hysteresis: float = 0.0
+    per_job_delta: bool = True
     packing: Packing = Packing.BEST_FIT
 
     def __post_init__(self) -> None:
@@ -98,8 +107,7 @@ class DeepBootConfig:
 
 def restart_penalty(job: JobView, now: float, delta: float) -> float:
     """``max(age - restarts * delta, 0) / (age + delta)`` of ``job`` at ``now``."""
-    age = job.age(now)
-    return max(age - job.num_restarts * delta, 0.0) / (age + delta)
+    return realloc_factor(job.age(now), job.num_restarts, delta)
 
 
 def job_values(
@@ -121,7 +129,7 @@ def job_values(
         fair: The fair share in GPUs.
         profile: :func:`capacity_profile` of the available GPUs.
         capacity: Available GPUs per node.
-        config: Penalty parameters.
+        config: Penalty parameters (the job's delta: :func:`restart_delta`).
         speedup: Raw speedup function per job.
 
     Returns:
@@ -147,7 +155,8 @@ def job_values(
         base = fair_share_base(fn, fair)
     s = raw[:-1] / base
     s = np.where(np.isfinite(s), np.maximum(s, 0.0), 0.0)
-    change = restart_penalty(job, now, config.restart_delay) * (1.0 - config.hysteresis)
+    delta = restart_delta(job, config.restart_delay, config.per_job_delta)
+    change = restart_penalty(job, now, delta) * (1.0 - config.hysteresis)
     return lo, np.where(ks[:-1] == cur, s, s * change)
 
 

@@ -11,7 +11,9 @@ The fitness is the reference's (petuum/adaptdl ``simulator/pollux.py``, ``Proble
 * Speedups are scaled by ``nodes / total GPUs`` (the reference's dominant share times
   the node count: a node's worth of GPUs is 1).
 * A job whose allocation row (GPUs per node) differs from its current one is
-  multiplied by the realloc factor ``max(age - restarts * delta, 0) / (age + delta)``.
+  multiplied by the realloc factor ``max(age - restarts * delta, 0) / (age + delta)``;
+  delta is ``restart_delay``, or the job's own resize cost where its view has a
+  larger one (``JobView.restart_cost``; ``per_job_delta=false`` ignores it).
 * Power mean over **all** jobs, those with 0 GPUs included (as speedup 0):
   ``(sum((x + 1e-3) ** p) / J) ** (1 / p)``; for ``p == 0`` the geometric mean of
   ``max(x, 1e-3)``.
@@ -40,7 +42,7 @@ from deepboot.perf.speedup import (
     adaptive_speedup,
     linear_speedup,
 )
-from deepboot.policies.allocation import fair_share_base, reference_order
+from deepboot.policies.allocation import fair_share_base, reference_order, restart_delta
 from deepboot.policies.registration import MAX_DELAY_S, require
 
 FloatArray: TypeAlias = npt.NDArray[np.float64]
@@ -55,6 +57,10 @@ class PolluxConfig:
     Attributes:
         p: Power-mean exponent; more negative is fairer. Reference: -1.
         restart_delay: delta of the realloc factor, seconds. Reference: 30. > 0.
+        per_job_delta: A job whose view has a ``restart_cost`` above
+            ``restart_delay`` gets it as its delta (a restart job is reallocated less
+            eagerly than an AFE one; :func:`~deepboot.policies.allocation.restart_delta`);
+            False: ``restart_delay`` for every job (the uniform-cost ablation).
         speedup_floor: The 1e-3 added to each scaled speedup in the power mean (used
             as a floor for p == 0). > 0.
         interference_avoidance: At most one distributed (multi-node) job per node.
@@ -70,6 +76,7 @@ class PolluxConfig:
     p: float = -1.0
     restart_delay: float = 30.0
     speedup_floor: float = 1e-3
+    per_job_delta: bool = True
     interference_avoidance: bool = True
     max_nodes_per_job: int = 16
     max_search_rounds: int = 6
@@ -167,7 +174,10 @@ class PolluxProblem:
         max_r = np.where(max_r >= np.maximum(self.min_replicas, 1), max_r, 0)
         self.max_replicas: IntArray = max_r.astype(np.int64)
 
-        delta = config.restart_delay
+        delta = np.array(
+            [restart_delta(j, config.restart_delay, config.per_job_delta) for j in self.jobs],
+            dtype=np.float64,
+        )
         age = np.array([j.age(state.now) for j in self.jobs], dtype=np.float64)
         restarts = np.array([j.num_restarts for j in self.jobs], dtype=np.float64)
         self.factor: FloatArray = np.maximum(age - restarts * delta, 0.0) / (age + delta)

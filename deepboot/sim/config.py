@@ -45,7 +45,9 @@ class SimConfig:
             (the reference first schedules at ``interval``, not at 0).
         seed: Seed of the ``numpy.random.Generator`` handed to the policy.
         restart: Delay model charged on every placement change, the first start
-            included (reference: a flat 30 s).
+            included (reference: a flat 30 s); each job applies it by its resize
+            mode (:func:`~deepboot.perf.restart.job_restart_delay`: a
+            ``resize="restart"`` job pays a full start on every change).
         max_time: Stop the simulation at this virtual time (None: run until every
             job completes). Jobs unfinished then have no completion time.
         replica_cap: Cap on an ADAPTIVE job's ``max_replicas`` (reference 64).

@@ -22,8 +22,9 @@ The shared cluster (DeepBoot, ALGORITHMS §2), when the cluster has an inference
   own, then FREE ones, then SLEEP ones (whose replicas are evicted).
 * Inference tasks are placed at their arrival (:mod:`deepboot.sim.serving`). When
   the policy reclaims a lent GPU, the job shrinks at once with the restart model's
-  scale-down cost and keeps running: it is rolled back to its state at the last
-  tick, integrated up to the reclaim, resized, and integrated again to the next tick.
+  scale-down cost (a ``resize="restart"`` job: its full restart) and keeps running:
+  it is rolled back to its state at the last tick, integrated up to the reclaim,
+  resized, and integrated again to the next tick.
 * A finished job's GPUs go FREE at its completion, so inference can use them before
   the next tick.
 * A ``WarmReplica`` (a replica pre-warmed with no task) is RUNNING through its cold
@@ -59,6 +60,7 @@ from deepboot.core.placement import Placement
 from deepboot.core.service import ServiceSpec
 from deepboot.core.state import JobView
 from deepboot.perf.application import Application
+from deepboot.perf.restart import job_resize_cost
 from deepboot.policies.forecast import ArrivalHistory
 from deepboot.policies.inference import InferencePolicy
 from deepboot.policies.references import slo_references
@@ -232,6 +234,7 @@ class Simulation:
                     runtime_bounds=config.job_bounds == "runtime",
                     grad_min_replicas=config.grad_min_replicas,
                     profile_steps=config.profile_steps,
+                    restart_cost=job_resize_cost(config.restart, spec),
                 )
             )
         self._records = {j.name: _JobRecord(j) for j in self.jobs}

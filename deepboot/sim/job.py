@@ -20,7 +20,7 @@ from deepboot.core.state import JobView
 from deepboot.perf.application import Application
 from deepboot.perf.fit import fit_perf_params
 from deepboot.perf.goodput import GoodputModel, select_batch
-from deepboot.perf.restart import RestartCostModel
+from deepboot.perf.restart import RestartCostModel, job_restart_delay
 from deepboot.world.sizing import replica_cap, target_batch
 
 ProfileKey = tuple[int, int, int]
@@ -183,6 +183,7 @@ class SimJob:
         "_runtime_bounds",
         "_grad_min_replicas",
         "_profile_steps",
+        "_restart_cost",
         "_profile",
         *_MUTABLE,
     )
@@ -200,6 +201,7 @@ class SimJob:
         runtime_bounds: bool = False,
         grad_min_replicas: int = 1,
         profile_steps: int = 0,
+        restart_cost: float | None = None,
     ) -> None:
         """Create a job that has not been submitted yet.
 
@@ -222,6 +224,10 @@ class SimJob:
                 restart delay) before its measurement reaches the job's view
                 (``SimConfig.profile_steps``): 0 as the reference (known at once);
                 2 as the runtime, which does not time a generation's first step.
+            restart_cost: Seconds one resize of the job costs, as its view shows a
+                policy (``JobView.restart_cost``; None: the policy's default;
+                :func:`~deepboot.perf.restart.job_resize_cost`). What the job pays
+                is charged by :meth:`reallocate`.
         """
         self.spec = spec
         self.truth = truth
@@ -233,6 +239,7 @@ class SimJob:
         self._runtime_bounds = runtime_bounds
         self._grad_min_replicas = grad_min_replicas
         self._profile_steps = profile_steps
+        self._restart_cost = restart_cost
         self.placement = EMPTY
         self._shape: tuple[int, ...] = ()
         self._num_nodes = 0
@@ -330,13 +337,15 @@ class SimJob:
             target_num_replicas=self.spec.num_replicas,
             target_batch_size=self.target_batch_size,
             remaining_progress=max(self.truth.final_progress - self.progress, 0.0),
+            restart_cost=self._restart_cost,
         )
 
     def reallocate(self, placement: Placement, now: float, restart: RestartCostModel) -> None:
         """Apply a new placement at ``now`` (the reference ``Job.reallocate``).
 
-        A non-empty placement starts a restart delay (the first start included) and
-        re-picks the batch size; every one after the first start counts as a
+        A non-empty placement starts a restart delay (the first start included; priced
+        by the job's resize mode, :func:`~deepboot.perf.restart.job_restart_delay`)
+        and re-picks the batch size; every one after the first start counts as a
         restart. An empty one releases the GPUs and keeps the progress.
         """
         if placement == self.placement:
@@ -359,7 +368,7 @@ class SimJob:
         if first:
             self.first_start = now
         self.restart_left = float(
-            restart.delay(self.spec.application, old_replicas, placement.num_replicas, first)
+            job_restart_delay(restart, self.spec, old_replicas, placement.num_replicas, first)
         )
         self._repick()
 

@@ -45,7 +45,7 @@ import numpy as np
 
 from deepboot.core.errors import ConfigError, InputError, csv_read_errors
 from deepboot.core.jobs import TrainingJobSpec
-from deepboot.sim.workload import POLLUX_COLUMNS
+from deepboot.sim.workload import POLLUX_COLUMNS, RESIZE_COLUMNS
 
 PHILLY_COLUMNS: tuple[str, ...] = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 """Header of ``philly.csv``."""
@@ -370,16 +370,24 @@ def _pick_model(
 def write_workload_csv(path: str | Path, jobs: Iterable[TrainingJobSpec]) -> None:
     """Write training jobs as a Pollux workload CSV (``name,time,application,...``).
 
-    Whole-second submit times are written as integers. The file is readable by
+    Whole-second submit times are written as integers. When some job is not an AFE
+    job with no restart cost (the defaults), the ``resize,restart_cost`` columns
+    follow (:data:`~deepboot.sim.workload.RESIZE_COLUMNS`). The file is readable by
     :func:`deepboot.sim.workload.load_workload`.
 
     Raises:
         OSError: the file cannot be written.
     """
+    rows = list(jobs)
+    resize = any(j.resize != "afe" or j.restart_cost is not None for j in rows)
     with Path(path).open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(POLLUX_COLUMNS)
-        for j in jobs:
+        writer.writerow((*POLLUX_COLUMNS, *RESIZE_COLUMNS) if resize else POLLUX_COLUMNS)
+        for j in rows:
             t = j.submit_time
             time = str(int(t)) if float(t).is_integer() else repr(float(t))
-            writer.writerow((j.name, time, j.application, j.num_replicas, j.batch_size))
+            row: tuple[object, ...] = (j.name, time, j.application, j.num_replicas, j.batch_size)
+            if resize:
+                cost = "" if j.restart_cost is None else repr(float(j.restart_cost))
+                row = (*row, j.resize, cost)
+            writer.writerow(row)

@@ -13,6 +13,13 @@ line:
   an inference task of the service named by the rest, which must be one of the
   file's; its model is the service's (a label, not a catalog entry).
 
+Any of the three may be followed by the optional per-job resize columns, in either
+order (:data:`RESIZE_COLUMNS`): ``resize`` (``afe`` or ``restart``; empty: ``afe``,
+the default) and ``restart_cost`` (seconds >= 0 of one full restart of a ``restart``
+job; empty: what the run's restart-cost model charges a start of its application).
+They fill ``TrainingJobSpec.resize`` and ``restart_cost``; inference rows leave them
+empty.
+
 Every bad input raises :class:`~deepboot.core.errors.InputError` naming the file, the
 1-based line and the column; nothing is half-loaded.
 """
@@ -30,7 +37,13 @@ from pathlib import Path
 import numpy as np
 
 from deepboot.core.errors import InputError, csv_read_errors
-from deepboot.core.jobs import InferenceTaskSpec, TrainingJobSpec, Workload
+from deepboot.core.jobs import (
+    RESIZE_MODES,
+    InferenceTaskSpec,
+    ResizeMode,
+    TrainingJobSpec,
+    Workload,
+)
 from deepboot.core.params import BatchLimits
 from deepboot.core.service import ServiceSpec
 from deepboot.sim.services import INFER_PREFIX, ServicesFile
@@ -43,6 +56,10 @@ PURE_TRAIN_COLUMNS: tuple[str, ...] = (*POLLUX_COLUMNS, "duration")
 
 DEEPBOOT_COLUMNS: tuple[str, ...] = (*POLLUX_COLUMNS, "duration", "num_task")
 """Header of a DeepBoot mixed workload (training jobs and inference tasks)."""
+
+RESIZE_COLUMNS: tuple[str, ...] = ("resize", "restart_cost")
+"""Optional columns after any of the headers: each training job's resize mode and
+restart cost (see the module docstring)."""
 
 _HEADERS: tuple[tuple[str, ...], ...] = (POLLUX_COLUMNS, PURE_TRAIN_COLUMNS, DEEPBOOT_COLUMNS)
 
@@ -96,6 +113,37 @@ class _Row:
             raise self.error(column, f"{raw} must be a positive integer")
         return value
 
+    def optional(self, column: str) -> str:
+        """The stripped value of an optional column ("" when empty or absent)."""
+        return self.values.get(column, "").strip()
+
+    def resize(self) -> ResizeMode:
+        """The row's resize mode (``afe`` when the column is empty or absent)."""
+        raw = self.optional("resize").lower()
+        if not raw:
+            return "afe"
+        for mode in RESIZE_MODES:
+            if raw == mode:
+                return mode
+        raise self.error("resize", f"{raw!r} is not a resize mode; use {' or '.join(RESIZE_MODES)}")
+
+    def restart_cost(self, resize: ResizeMode) -> float | None:
+        """The row's restart cost in seconds (None when empty or absent).
+
+        Raises:
+            InputError: not a number, negative, over the limit, or given on a row
+                whose resize mode is not ``restart``.
+        """
+        if not self.optional("restart_cost"):
+            return None
+        if resize != "restart":
+            raise self.error(
+                "restart_cost",
+                "is for resize=restart rows only (an AFE job's resizes are priced by "
+                "the restart-cost model); leave it empty or set resize to restart",
+            )
+        return self.bounded("restart_cost", MAX_TIME_S)
+
     def count(self, column: str, top: float) -> int:
         """A non-negative integer up to ``top``; integral floats such as ``"530.0"`` are
         accepted."""
@@ -125,7 +173,10 @@ def load_workload(
     ``time`` in [0, 1e9] s; training ``num_replicas`` in [1, 4096] and ``batch_size``
     in [1, the model's ``max_batch_size``] (when ``limits`` are given); inference
     rows run one task on one GPU, so their ``num_replicas`` and ``batch_size`` are 1,
-    ``duration`` in (0, 1e9] s and ``num_task`` in [0, 1e9].
+    ``duration`` in (0, 1e9] s and ``num_task`` in [0, 1e9]. The optional ``resize``
+    column holds ``afe`` (default, also when empty) or ``restart``; ``restart_cost``
+    is empty or in [0, 1e9] s, on ``restart`` rows only; both are empty on inference
+    rows.
 
     Args:
         path: The CSV file. Its stem becomes the workload's name.
@@ -144,9 +195,10 @@ def load_workload(
         InputError: the file is missing or unreadable, empty, has only a header or an
             unknown header, or a row is malformed (wrong column count, non-numeric or
             negative time, non-positive replicas or batch size, unknown model or
-            service, duplicate name). The error names the file, the 1-based line and
-            the column; a used service without ``cold_start_s`` names the services
-            file, the service's line and ``cold_start_s``.
+            service, duplicate name, a bad resize mode or restart cost). The error
+            names the file, the 1-based line and the column; a used service without
+            ``cold_start_s`` names the services file, the service's line and
+            ``cold_start_s``.
     """
     p = Path(path)
     spath = str(path)
@@ -202,6 +254,7 @@ def load_workload(
                 "batch_size",
                 f"{batch} exceeds {application}'s largest batch size {lim.max_batch_size}",
             )
+        resize = row.resize()
         training.append(
             TrainingJobSpec(
                 name=name,
@@ -209,6 +262,8 @@ def load_workload(
                 application=application,
                 num_replicas=replicas,
                 batch_size=batch,
+                resize=resize,
+                restart_cost=row.restart_cost(resize),
             )
         )
     training.sort(key=lambda j: j.submit_time)
@@ -222,10 +277,14 @@ def load_workload(
 
 
 def _task(row: _Row, name: str, time: float, service: str, model: str) -> InferenceTaskSpec:
-    """The inference task of ``row`` (its replicas and batch size must be 1)."""
+    """The inference task of ``row`` (its replicas and batch size must be 1, its resize
+    columns empty)."""
     for column in ("num_replicas", "batch_size"):
         if row.positive_int(column) != 1:
             raise row.error(column, "must be 1 for an inference row (each task runs on one GPU)")
+    for column in RESIZE_COLUMNS:
+        if row.optional(column):
+            raise row.error(column, "must be empty for an inference row (it holds no training job)")
     return InferenceTaskSpec(
         name=name,
         submit_time=time,
@@ -272,9 +331,17 @@ def _header(reader: Iterator[list[str]], spath: str) -> tuple[str, ...]:
         if not values or all(not v.strip() for v in values):
             continue
         header = tuple(v.strip() for v in values)
-        if header in _HEADERS:
-            return header
+        # The longest known header the line starts with; the rest optional columns.
+        base = max((h for h in _HEADERS if header[: len(h)] == h), key=len, default=None)
+        extra = header[len(base) :] if base is not None else ()
+        if base is not None and all(c in RESIZE_COLUMNS for c in extra):
+            if len(set(extra)) == len(extra):
+                return header
+            twice = next(c for i, c in enumerate(extra) if c in extra[:i])
+            line = getattr(reader, "line_num", 1)
+            raise InputError(spath, line, twice, "the column appears twice in the header")
         expected = " | ".join(",".join(h) for h in _HEADERS)
+        expected += f"; optionally followed by {' and/or '.join(RESIZE_COLUMNS)}"
         field = next(
             (
                 c
