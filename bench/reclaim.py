@@ -28,7 +28,15 @@ request starts a replica on a FREE GPU (cold, in every mode), so that with the c
 the first reclaim already finds the model cached; each reclaim's start kind
 (``ready``'s ``start``) and the replica's load time are read from the event log.
 
+With ``--command``, the job's two ways to resize side by side (issue 46): AFE, the
+example ElasticContext job (``regression.py``), against restart, the plain torchrun
+script ``examples/runtime/ddp_train.py`` (it imports nothing from deepboot) as a
+command job; a command job's pause is from the stop of its group to its rank 0's
+first line after the restart (the event log's ``progressed``: its restored
+checkpoint and re-formed group), an AFE job's from the offer to the new group formed.
+
     .venv/bin/python bench/reclaim.py                  # 20 reclaims per mode (~20 min)
+    .venv/bin/python bench/reclaim.py --command --reclaims 10   # AFE vs a command job
     .venv/bin/python bench/reclaim.py --reclaims 5     # a quick look
     .venv/bin/python bench/reclaim.py --cache          # the model cache, 4 modes (~30 min)
 """
@@ -107,6 +115,8 @@ def settled(state: Path) -> bool:
         return False
     last = [e for e in events(state) if e.kind in (LogKind.STARTED, LogKind.RESIZED)]
     formed = last and set(last[-1].detail.get("to", last[-1].detail.get("workers"))) == held
+    if formed and job.get("resize") == "restart" and not _progressed_after(state, last[-1].seq):
+        return False  # a command job: its restart is over at its first progress
     return bool(formed) and all(g["service"] is None for g in doc["gpus"])
 
 
@@ -117,6 +127,14 @@ def _resize_after(state: Path, seq: int, shrink: bool) -> EventRow | None:
             fewer = len(e.detail["to"]) < len(e.detail["from"])
             if fewer == shrink:
                 return e
+    return None
+
+
+def _progressed_after(state: Path, seq: int) -> EventRow | None:
+    """A command job's first progress after entry ``seq`` (the end of its restart)."""
+    for e in events(state):
+        if e.seq > seq and e.kind is LogKind.PROGRESSED:
+            return e
     return None
 
 
@@ -191,7 +209,9 @@ def run_mode(mode: Mode, reclaims: int, work: Path, console: Console) -> None:
         state, "up", "--training-nodes", "1", "--inference-nodes", "1", "--gpus-per-node",
         "2", "--interval", "2", "--poll", "0.3", "--protect-factor", "0.05",
         "--http-port", "0", "--collective-timeout", "15", "--param", "restart_delay=2",
-        *mode.flags,
+        # DeepBoot's lending, as measured before the guarded default (whose SLO guard
+        # keeps an idle replica, so the job never holds every GPU here).
+        "--policy", "deepboot", *mode.flags,
     )  # fmt: skip
     try:
         cli(state, "serve", str(service_toml(mode, work / mode.name)))
@@ -201,12 +221,20 @@ def run_mode(mode: Mode, reclaims: int, work: Path, console: Console) -> None:
         # cache, its eviction for lending leaves the model in the node's cache.
         request(url, token, "warm-up", mode.service)
         job = work / mode.name / "bench.toml"
-        job.write_text(
-            f'name = "bench"\nentry = "{EXAMPLES / "regression.py"}:train"\n'
-            "min_workers = 1\nmax_workers = 4\nbatch_size = 32\nmax_batch_size = 512\n"
-            "max_local_batch_size = 64\ncheckpoint_every = 50\n"
-            "[args]\nloss_threshold = 1e-12\nsample_delay = 0.001\n"
-        )
+        if mode.name == "command":
+            job.write_text(
+                f'name = "bench"\ncommand = ["python", "{EXAMPLES / "ddp_train.py"}", '
+                '"--checkpoint-dir", "{checkpoint_dir}", "--target-samples", "1000000000", '
+                '"--batch-size", "32", "--sample-time", "0.001", "--checkpoint-every", "50"]\n'
+                "min_workers = 1\nmax_workers = 4\nbatch_size = 32\n"
+            )
+        else:
+            job.write_text(
+                f'name = "bench"\nentry = "{EXAMPLES / "regression.py"}:train"\n'
+                "min_workers = 1\nmax_workers = 4\nbatch_size = 32\nmax_batch_size = 512\n"
+                "max_local_batch_size = 64\ncheckpoint_every = 50\n"
+                "[args]\nloss_threshold = 1e-12\nsample_delay = 0.001\n"
+            )
         cli(state, "submit", str(job))
         for i in range(reclaims):
             wait_for("the job on every GPU", lambda: settled(state), 600)
@@ -230,14 +258,14 @@ def run_mode(mode: Mode, reclaims: int, work: Path, console: Console) -> None:
             model_s = beyond_imports(state, mode.service)
             if model_s is not None:
                 mode.beyond.append(model_s)
-            mode.pause.append(float(shrink.detail["seconds"]))
+            mode.pause.append(_pause(state, shrink, mode))
             mode.steps_lost.append(int(shrink.detail["steps_lost"]))
             grow = wait_for(
                 "the job to grow back",
                 lambda after=shrink.seq: _resize_after(state, after, shrink=False),
                 600,
             )
-            mode.grow_pause.append(float(grow.detail["seconds"]))
+            mode.grow_pause.append(_pause(state, grow, mode))
             console.print(
                 f"{mode.name} reclaim {i + 1}/{reclaims}: answer {latency:.2f} s "
                 f"({mode.starts[-1]} start, load {mode.loads[-1]:.2f} s), job paused "
@@ -258,6 +286,27 @@ def run_mode(mode: Mode, reclaims: int, work: Path, console: Console) -> None:
             cwd=REPO,
             timeout=300,
         )
+
+
+def _pause(state: Path, resize: EventRow, mode: Mode) -> float:
+    """How long a resize stopped training: an AFE job's from the offer to the new
+    group formed (``resized.seconds``); a command job's from the stop to its first
+    progress after it (``progressed.seconds``)."""
+    if mode.name != "command":
+        return float(resize.detail["seconds"])
+    done = wait_for(
+        "the restart's first progress",
+        lambda: _progressed_after(state, resize.seq),
+        600,
+    )
+    return float(done.detail["seconds"])
+
+
+def _p90(values: list[float]) -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    return f"{ordered[min(int(0.9 * len(ordered)), len(ordered) - 1)]:.2f}"
 
 
 def _stats(values: list[float]) -> tuple[str, str]:
@@ -317,6 +366,12 @@ def main(argv: list[str] | None = None) -> int:
         f"with --host-cache-gb {CACHE_GB:g} (AFE resizes)",
     )
     ap.add_argument(
+        "--command",
+        action="store_true",
+        help="AFE (the ElasticContext example) against a command job (the plain "
+        "torchrun script examples/runtime/ddp_train.py, resized by restart)",
+    )
+    ap.add_argument(
         "--standby",
         action="store_true",
         help="every mode with 'deepboot up --standby-replicas': a replica starts in a "
@@ -333,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
             for svc in ("echo", "big")
             for kind, flags in (("cold", ()), ("host", cached))
         ]
+    elif args.command:
+        modes = [Mode("afe", ()), Mode("command", ())]
     else:
         modes = [Mode("afe", ()), Mode("restart", ("--no-afe",))]
     if args.standby:
@@ -355,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         "answer median s",
         "answer max s",
         "job pause median s",
+        "job pause p90 s",
         "job pause max s",
         "steps lost (max)",
         "training time lost / reclaim s",
@@ -367,7 +425,9 @@ def main(argv: list[str] | None = None) -> int:
             m.name,
             str(len(m.latency)),
             *_stats(m.latency),
-            *_stats(m.pause),
+            _stats(m.pause)[0],
+            _p90(m.pause),
+            _stats(m.pause)[1],
             str(max(m.steps_lost, default=0)),
             _stats(lost)[0],
             _stats(m.grow_pause)[0],
@@ -377,7 +437,11 @@ def main(argv: list[str] | None = None) -> int:
         a, r = modes
         answer = statistics.median(r.latency) / statistics.median(a.latency)
         pause = statistics.median(r.pause) / statistics.median(a.pause)
-        console.print(f"restart / AFE, medians: answer {answer:.1f}x, job pause {pause:.1f}x")
+        p90 = float(_p90(r.pause)) / float(_p90(a.pause))
+        console.print(
+            f"{r.name} / AFE, medians: answer {answer:.1f}x, job pause {pause:.1f}x "
+            f"(p90 {p90:.1f}x)"
+        )
     return 0
 
 

@@ -92,7 +92,18 @@ example job file (paths are relative to it):
   [args]
   loss_threshold = 0.01
 
-See examples/runtime/ and docs/runtime.md for the training function's API."""
+or your own torchrun script, unmodified (a command job: restarted at every
+resize; it resumes from its own checkpoint in {checkpoint_dir}):
+  name = "ddp-train"
+  command = ["python", "ddp_train.py", "--checkpoint-dir", "{checkpoint_dir}"]
+  min_workers = 1
+  max_workers = 3
+  batch_size = 24          # the script's own global batch
+  application = "cifar10"  # optional: a catalog model as its prior
+  max_restarts = 3         # failures restarted (1, 2, 4 ... 60 s apart)
+  stop_grace_s = 10        # SIGTERM, then SIGKILL
+
+See examples/runtime/ and docs/runtime.md ("Bring your own script") for both."""
 
 
 _SERVE_EPILOG = """\
@@ -661,6 +672,12 @@ def _print_jobs(out: Console, jobs: list[dict[str, Any]]) -> None:
         )
 
     _print_fitting(out, jt, jobs_table(jobs, out.width, cut_names=False))
+    for j in jobs:
+        # Why a job failed, or is restarting (a command job's failed ranks: their
+        # exit status and the last lines of their stderr), in full: it is what a user
+        # came to status for.
+        if j["message"] and j["state"] in ("failed", "running", "queued"):
+            out.print(f"{j['name']} ({j['state']}): {j['message']}", highlight=False, markup=False)
 
 
 def _print_fitting(out: Console, full: Table, compact: Table) -> bool:

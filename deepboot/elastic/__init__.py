@@ -2,10 +2,13 @@
 
 See :mod:`deepboot.elastic.context` for the API (``ElasticContext``) and
 examples/runtime/regression.py for a whole job. Needs torch (the ``runtime`` extra).
+A plain torchrun script runs as a command job instead (:mod:`deepboot.elastic.command`);
+:func:`report` is its one optional line (:mod:`deepboot.elastic.scriptreport`).
 """
 
 from deepboot.elastic.context import Departed, ElasticContext, state_digest
 from deepboot.elastic.protocol import Generation, Restore, WorkerReport, WorkerStatus
+from deepboot.elastic.scriptreport import report
 
 __all__ = [
     "Departed",
@@ -14,5 +17,6 @@ __all__ = [
     "Restore",
     "WorkerReport",
     "WorkerStatus",
+    "report",
     "state_digest",
 ]

@@ -16,6 +16,7 @@ store per generation). The controller starts a new generation for every resize:
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +105,14 @@ class WorkerConfig:
         log_path: The job's log file (the worker's stdout and stderr go there).
         collective_timeout: Seconds before a hung collective or rendezvous fails.
         checkpoint_every: Rank 0 checkpoints every this many steps (0 = only at stops).
+        command: A command job's argv (placeholders already filled; empty for an
+            ``entry`` job): the worker runs it as a process with torchrun's
+            environment (:mod:`deepboot.elastic.command`) instead of calling ``entry``.
+        workdir: The command's working directory (the job file's directory).
+        env: Variables a command's process gets beside torchrun's (its checkpoint
+            directory, the run id, the restart counts).
+        stop_grace_s: Seconds a command's process may take to exit after SIGTERM
+            before it is killed (SIGKILL).
     """
 
     job: str
@@ -112,6 +121,10 @@ class WorkerConfig:
     log_path: str
     collective_timeout: float = 60.0
     checkpoint_every: int = 0
+    command: tuple[str, ...] = ()
+    workdir: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    stop_grace_s: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +156,12 @@ class WorkerReport:
         restored_step: Step at which the last generation resumed.
         broken: The newest generation that broke under this worker (a collective
             failed, or not every member arrived to form it); 0 if none.
-        error: The traceback of a FAILED worker.
+        error: The traceback of a FAILED worker (a command's: its exit status and
+            the last lines of its stderr).
+        progress_at: When a command worker's process first showed progress in this
+            generation (Unix seconds; nan until seen; see
+            :mod:`deepboot.elastic.command`): the end of a restart, whose cost the
+            controller measures from the stop to it.
     """
 
     worker: str
@@ -158,3 +176,4 @@ class WorkerReport:
     restored_step: int = 0
     broken: int = 0
     error: str = ""
+    progress_at: float = float("nan")

@@ -95,3 +95,47 @@ def test_toml_syntax_error_carries_the_line(tmp_path: Path) -> None:
 def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cannot read"):
         load_job(tmp_path / "nope.toml")
+
+
+ARGV = '["python", "train.py", "--ckpt", "{checkpoint_dir}/{job}"]'
+COMMAND = f"""\
+name = "ddp"
+command = {ARGV}
+min_workers = 1
+max_workers = 3
+application = "cifar10"
+max_restarts = 2
+stop_grace_s = 4.5
+"""
+
+
+def test_command_job_loads_runs_in_its_directory_and_fills_placeholders(tmp_path: Path) -> None:
+    spec = load_job(_write(tmp_path, COMMAND))
+    assert spec.command == ("python", "train.py", "--ckpt", "{checkpoint_dir}/{job}")
+    assert spec.entry == "" and spec.resize == "restart"
+    assert spec.workdir == str(tmp_path.resolve())
+    assert spec.argv("/ck") == ("python", "train.py", "--ckpt", "/ck/ddp")
+    assert (spec.application, spec.max_restarts, spec.stop_grace_s) == ("cifar10", 2, 4.5)
+    assert JobSpec.from_json(spec.to_json()) == spec
+    assert load_job(_write(tmp_path, GOOD)).resize == "afe"
+
+
+@pytest.mark.parametrize(
+    ("edit", "key", "words"),
+    [
+        (lambda t: t + 'entry = "train.py:train"\n', "command", "either entry or command"),
+        (lambda t: t.replace(ARGV, "[]"), "command", "non-empty list"),
+        (lambda t: t.replace('"train.py"', "3"), "command[1]", "must be a string"),
+        (lambda t: t.replace('["python"', '[""'), "command[0]", "must not be empty"),
+        (lambda t: t.replace('"cifar10"', '"nope"'), "application", "not in the catalog"),
+        (lambda t: t.replace("4.5", "1e9"), "stop_grace_s", "must be in [0, 600]"),
+        (lambda t: t.replace("= 2", "= -1"), "max_restarts", "[0, 1000]"),
+        (lambda t: t.replace(f"command = {ARGV}\n", ""), "entry", "missing"),
+    ],
+)  # fmt: skip
+def test_bad_command_job_names_the_key(tmp_path: Path, edit, key: str, words: str) -> None:  # type: ignore[no-untyped-def]
+    path = _write(tmp_path, edit(COMMAND))
+    with pytest.raises(InputError) as err:
+        load_job(path)
+    assert err.value.field == key and words in str(err.value), str(err.value)
+    assert str(path) in str(err.value)

@@ -163,6 +163,7 @@ class RayActors:
 
         self._ray = ray
         self._cls = ray.remote(ElasticWorker)
+        self._command_cls: Any = None
         self._replica_cls: Any = None
         self._cache_cls: Any = None
         self._handles: dict[str, Any] = {}
@@ -172,8 +173,16 @@ class RayActors:
 
     def create(self, name: str, config: WorkerConfig, gpu: str, first: Generation) -> None:
         """Start worker ``name`` of ``config.job`` on ``gpu`` (Ray queues it until the
-        GPU's resource is free, that is until the GPU's previous worker is killed)."""
-        handle = self._cls.options(**_on_gpu(name, gpu, concurrency=4)).remote(config, gpu, first)
+        GPU's resource is free, that is until the GPU's previous worker is killed): an
+        elastic worker, or a command job's (:mod:`deepboot.elastic.command`)."""
+        cls = self._cls
+        if config.command:
+            if self._command_cls is None:
+                from deepboot.elastic.command import CommandWorker
+
+                self._command_cls = self._ray.remote(CommandWorker)
+            cls = self._command_cls
+        handle = cls.options(**_on_gpu(name, gpu, concurrency=4)).remote(config, gpu, first)
         self._handles[name] = handle
 
     def create_replica(self, name: str, spec: dict[str, Any], gpu: str, log_path: str) -> Any:

@@ -14,6 +14,21 @@ Example (examples/runtime/regression.toml)::
     [args]                             # passed to the function as ctx.args
     loss_threshold = 0.01
 
+A command job gives ``command`` instead of ``entry``: the user's own ``torchrun``
+script, unmodified (examples/runtime/ddp_train.toml)::
+
+    name = "ddp"
+    command = ["python", "ddp_train.py", "--checkpoint-dir", "{checkpoint_dir}"]
+    min_workers = 1
+    max_workers = 3
+    application = "cifar10"            # optional: the catalog's model as a prior
+    max_restarts = 3                   # failures restarted (with back-off) before FAILED
+    stop_grace_s = 10                  # SIGTERM, then SIGKILL after this many seconds
+
+It runs with the job file's directory as its working directory (relative paths in
+it resolve against the job file); ``{checkpoint_dir}`` and ``{job}`` are filled in;
+``python`` is the worker's own interpreter.
+
 Every error names the file and the key (``InputError``; TOML syntax errors carry
 the line).
 """
@@ -41,8 +56,21 @@ _KNOWN = {
     "max_local_batch_size",
     "checkpoint_every",
     "args",
+    "command",
+    "application",
+    "max_restarts",
+    "stop_grace_s",
 }
 MAX_WORKERS = 4096
+MAX_ARGS = 1024
+"""Most words a command may hold."""
+MAX_ARG_BYTES = 4096
+"""Longest word of a command."""
+DEFAULT_MAX_RESTARTS = 3
+DEFAULT_STOP_GRACE_S = 10.0
+MAX_STOP_GRACE_S = 600.0
+PLACEHOLDERS = ("{checkpoint_dir}", "{job}")
+"""What a command's words may name, filled in when its workers start."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +92,15 @@ class JobSpec:
         checkpoint_every: Rank 0 checkpoints every this many steps (0 = only at
             restart resizes and preemptions).
         args: Passed to the training function as ``ctx.args``.
+        command: A command job's argv (its placeholders unfilled); empty for an
+            ``entry`` job. A command job resizes by restart (``resize``).
+        workdir: The command's working directory: the job file's directory.
+        application: A catalog model whose throughput model is the job's prior
+            until it measures its own ("": a linear speedup).
+        max_restarts: Failures of a command job restarted (with back-off) before
+            the job is FAILED.
+        stop_grace_s: Seconds a command's processes may take to exit after SIGTERM
+            before SIGKILL.
     """
 
     name: str
@@ -77,6 +114,25 @@ class JobSpec:
     max_local_batch_size: int = 128
     checkpoint_every: int = 50
     args: dict[str, Any] = field(default_factory=dict)
+    command: tuple[str, ...] = ()
+    workdir: str = ""
+    application: str = ""
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S
+
+    @property
+    def resize(self) -> str:
+        """How the job follows a change of its GPUs: "afe" (an ``entry`` job: the
+        survivors keep running) or "restart" (a command job: every process
+        restarts, and the script resumes from its own checkpoint)."""
+        return "restart" if self.command else "afe"
+
+    def argv(self, checkpoint_dir: str) -> tuple[str, ...]:
+        """The command with its placeholders filled in."""
+        return tuple(
+            w.replace("{checkpoint_dir}", checkpoint_dir).replace("{job}", self.name)
+            for w in self.command
+        )
 
     @property
     def requested(self) -> int:
@@ -97,7 +153,9 @@ class JobSpec:
 
     @classmethod
     def from_json(cls, text: str) -> JobSpec:
-        return cls(**json.loads(text))
+        raw = json.loads(text)
+        raw["command"] = tuple(raw.get("command", ()))
+        return cls(**raw)
 
 
 def load_job(path: str | Path) -> JobSpec:
@@ -126,9 +184,19 @@ def parse_job(raw: dict[str, Any], where: str, base: Path, *, name_paths: bool =
             or cannot be read, a NUL byte, a path too long) or a value out of range
             (names ``where`` and the key).
     """
-    check_keys(where, raw, _KNOWN, ("name", "entry"))
+    has_entry, has_command = "entry" in raw, "command" in raw
+    if has_entry and has_command:
+        raise InputError(where, 0, "command", "give either entry or command, not both")
+    check_keys(where, raw, _KNOWN, ("name",) if has_command else ("name", "entry"))
     name = raw["name"]
-    entry = resolve_callable(where, base, "entry", raw["entry"], "function", name_paths=name_paths)
+    command: tuple[str, ...] = ()
+    entry = ""
+    if has_command:
+        command = _command(where, raw["command"])
+    else:
+        entry = resolve_callable(
+            where, base, "entry", raw["entry"], "function", name_paths=name_paths
+        )
     lo = int_key(where, raw, "min_workers", 1, 1, MAX_WORKERS)
     hi = int_key(where, raw, "max_workers", max(lo, 4), 1, MAX_WORKERS)
     if hi < lo:
@@ -164,4 +232,59 @@ def parse_job(raw: dict[str, Any], where: str, base: Path, *, name_paths: bool =
         max_local_batch_size=max_local,
         checkpoint_every=int_key(where, raw, "checkpoint_every", 50, 0, 1 << 30),
         args=args,
+        command=command,
+        workdir=str(base.resolve()) if command else "",
+        application=_application(where, raw),
+        max_restarts=int_key(where, raw, "max_restarts", DEFAULT_MAX_RESTARTS, 0, 1000),
+        stop_grace_s=_grace(where, raw),
     )
+
+
+def _command(where: str, value: Any) -> tuple[str, ...]:
+    """A command: a non-empty list of strings, bounded, without NUL bytes."""
+    if not isinstance(value, list) or not value:
+        raise InputError(
+            where, 0, "command", 'must be a non-empty list, e.g. ["python", "train.py"]'
+        )
+    if len(value) > MAX_ARGS:
+        raise InputError(where, 0, "command", f"at most {MAX_ARGS} words, got {len(value)}")
+    for i, word in enumerate(value):
+        if not isinstance(word, str):
+            raise InputError(where, 0, f"command[{i}]", f"must be a string, got {word!r}")
+        if "\x00" in word or len(word.encode("utf-8", "surrogatepass")) > MAX_ARG_BYTES:
+            raise InputError(
+                where, 0, f"command[{i}]", f"no NUL byte, at most {MAX_ARG_BYTES} bytes"
+            )
+    if not value[0].strip():
+        raise InputError(where, 0, "command[0]", "the program must not be empty")
+    return tuple(value)
+
+
+def _application(where: str, raw: dict[str, Any]) -> str:
+    """A catalog model's name ("" when not given)."""
+    value = raw.get("application", "")
+    if not isinstance(value, str):
+        raise InputError(where, 0, "application", f"must be a string, got {value!r}")
+    if value:
+        from deepboot.perf.catalog import load_catalog
+
+        known = load_catalog()
+        if value not in known:
+            raise InputError(
+                where,
+                0,
+                "application",
+                f"{value!r} is not in the catalog: {', '.join(sorted(known))}",
+            )
+    return value
+
+
+def _grace(where: str, raw: dict[str, Any]) -> float:
+    value = raw.get("stop_grace_s", DEFAULT_STOP_GRACE_S)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(where, 0, "stop_grace_s", f"must be a number of seconds, got {value!r}")
+    if not 0 <= float(value) <= MAX_STOP_GRACE_S:
+        raise InputError(
+            where, 0, "stop_grace_s", f"must be in [0, {MAX_STOP_GRACE_S:g}], got {value}"
+        )
+    return float(value)

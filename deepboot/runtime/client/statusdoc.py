@@ -201,6 +201,8 @@ def _job_entry(r: JobRow, lent: dict[str, list[str]]) -> dict[str, Any]:
         "started": r.started,
         "finished": r.finished,
         "message": r.message,
+        "resize": r.spec.resize,
+        "command": list(r.spec.command) or None,
     }
 
 

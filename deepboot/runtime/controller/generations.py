@@ -76,7 +76,11 @@ class GenerationPlan:
 
 
 def plan_generation(
-    old: Sequence[str], held: Sequence[str], afe: bool, lost: bool = False
+    old: Sequence[str],
+    held: Sequence[str],
+    afe: bool,
+    lost: bool = False,
+    restart_only: bool = False,
 ) -> GenerationPlan:
     """The change that moves a job from workers on ``old`` to the GPUs ``held``.
 
@@ -87,11 +91,14 @@ def plan_generation(
         lost: A member of the current generation died (``old`` is the survivors):
             they cannot go on as they are, even on the same GPUs, and they keep
             their state in memory whether AFE is on or not (a failure is no resize).
+        restart_only: The job's workers cannot keep their state across a change (a
+            command job: the user's own script): every change with live workers is
+            a restart, a member's death included.
     """
     if set(old) == set(held) and not lost:
         return GenerationPlan(Change.KEEP)
     survivors = tuple(g for g in old if g in held)
-    keep_alive = (afe or lost) and bool(survivors)
+    keep_alive = (afe or lost) and bool(survivors) and not restart_only
     change = CHANGES[(bool(old), bool(held), keep_alive, lost and bool(old))]
     if change in (Change.AFE, Change.FAILURE):
         joiners = tuple(g for g in held if g not in old)
@@ -137,9 +144,14 @@ class Generations:
     def retarget(self, rec: JobRec) -> None:
         """Start the generation that puts ``rec`` on the GPUs the ledger says it holds
         (:func:`plan_generation` says how)."""
+        if rec.retry_at is not None:
+            return  # a command job backing off after a failure: the poll starts it
         held = sorted(gpu_name(g.gpu_id) for g in self.board.held(rec.name))
         old = tuple(g for g in rec.members if g not in rec.lost)
-        plan = plan_generation(old, held, self.settings.afe, lost=bool(rec.lost))
+        command = bool(rec.row.spec.command)
+        plan = plan_generation(
+            old, held, self.settings.afe and not command, lost=bool(rec.lost), restart_only=command
+        )
         if plan.change is Change.KEEP:
             return
         if plan.change is Change.PREEMPT:
@@ -301,21 +313,47 @@ class Generations:
         self, rec: JobRec, gen: Generation, how: str, joiners: tuple[str, ...]
     ) -> None:
         """Start a worker on each of ``joiners``, each under a new incarnation's name."""
-        spec = rec.row.spec
-        config = WorkerConfig(
-            rec.name,
-            spec.entry,
-            spec.args,
-            str(self.state.job_log(rec.name)),
-            self.settings.collective_timeout,
-            spec.checkpoint_every,
-        )
+        config = self._worker_config(rec)
         for i, g in enumerate(joiners):
             name = actor_name(rec.name, g, self.incarnations.next(f"incarnation:{rec.name}"))
             self.actors.create(name, config, g, gen)
             rec.actors[g] = name
             if i == 0:
                 self.crash.hit(f"{how}.joined")
+
+    def _worker_config(self, rec: JobRec) -> WorkerConfig:
+        """What ``rec``'s new workers run: its training function, or its command with
+        the placeholders filled and torchrun's run id and restart counts."""
+        spec = rec.row.spec
+        log_path = str(self.state.job_log(rec.name))
+        if not spec.command:
+            return WorkerConfig(
+                rec.name,
+                spec.entry,
+                spec.args,
+                log_path,
+                self.settings.collective_timeout,
+                spec.checkpoint_every,
+            )
+        ckpt_dir = self.state.job_checkpoint(rec.name).parent
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        return WorkerConfig(
+            rec.name,
+            "",
+            spec.args,
+            log_path,
+            self.settings.collective_timeout,
+            command=spec.argv(str(ckpt_dir)),
+            workdir=spec.workdir,
+            env={
+                "DEEPBOOT_JOB": rec.name,
+                "DEEPBOOT_CHECKPOINT_DIR": str(ckpt_dir),
+                "TORCHELASTIC_RUN_ID": rec.name,
+                "TORCHELASTIC_RESTART_COUNT": str(rec.model.failures),
+                "TORCHELASTIC_MAX_RESTARTS": str(spec.max_restarts),
+            },
+            stop_grace_s=spec.stop_grace_s,
+        )
 
     def formed(self, rec: JobRec) -> None:
         tr, gen = rec.transition, rec.gen
@@ -347,6 +385,8 @@ class Generations:
             )
         rec.update(steps_lost=rec.row.steps_lost + lost)
         rec.transition = None
+        if rec.row.spec.command:
+            rec.progress_pending = (tr.started, tr.how)  # its cost ends at the first progress
 
     def store_path(self, job: str, number: int) -> str:
         return str(self.state.rendezvous / job / f"gen-{number}")

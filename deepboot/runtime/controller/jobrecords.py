@@ -8,6 +8,7 @@ operations of each step.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -83,6 +84,9 @@ class Transition:
     steps_before: int = 0
 
 
+RESIZE_COSTS_KEPT = 20
+"""Measured resize costs a job keeps (its cost is their median)."""
+
 REFIT_UNTIL = 64
 """The online model refits when a configuration's samples reach 2, 4, ... this many
 (past it, a mean moves too little to matter; each refit is an L-BFGS-B fit)."""
@@ -104,6 +108,17 @@ class OnlineModel:
     profile: dict[tuple[int, int, int], list[float]] = field(default_factory=dict)
     perf: PerfParams | None = None
     grad: GradParams | None = None
+    failures: int = 0  # a command job's failures restarted so far
+    resize_costs: list[float] = field(default_factory=list)  # measured, newest last
+
+    def note_resize_cost(self, seconds: float) -> None:
+        """A resize's measured cost (stop to first progress), the newest
+        :data:`RESIZE_COSTS_KEPT` kept."""
+        self.resize_costs = [*self.resize_costs, round(seconds, 3)][-RESIZE_COSTS_KEPT:]
+
+    def resize_cost(self) -> float | None:
+        """The median measured resize cost; None before the first."""
+        return float(np.median(self.resize_costs)) if self.resize_costs else None
 
     def add(self, ms: tuple[Measurement, ...]) -> None:
         fresh = False
@@ -148,6 +163,8 @@ class OnlineModel:
                 "profile": [[*k, *v] for k, v in sorted(self.profile.items())],
                 "perf": None if self.perf is None else list(_fields(self.perf)),
                 "grad": None if self.grad is None else [self.grad.sqr, self.grad.var],
+                "failures": self.failures,
+                "resize_costs": self.resize_costs,
             }
         )
 
@@ -161,7 +178,21 @@ class OnlineModel:
             model.perf = PerfParams(*raw["perf"])
         if raw.get("grad"):
             model.grad = GradParams(*raw["grad"])
+        model.failures = int(raw.get("failures", 0))
+        model.resize_costs = [float(c) for c in raw.get("resize_costs", [])]
         return model
+
+
+@functools.lru_cache(maxsize=64)
+def catalog_prior(application: str, batch_size: int) -> tuple[PerfParams, GradParams]:
+    """The catalog's throughput model of ``application`` and its gradient statistics
+    at ``batch_size`` at the start of training: a job's prior until it measures its
+    own (the catalog ships with the package; read once)."""
+    from deepboot.perf.catalog import load_catalog
+
+    app = load_catalog()[application]
+    sqr, var = app.grad_stats(batch_size, 0)
+    return app.perf, GradParams(sqr, var)
 
 
 def _fields(p: PerfParams) -> tuple[float, ...]:
@@ -187,6 +218,11 @@ class JobRec:
         reports: The latest report of each worker.
         on_move: Told ``(job, from, to)`` of each move that changes the state
             (:meth:`move`); the controller's event log records it.
+        retry_at: A command job backing off after a failure: when its group starts
+            again (None: not backing off).
+        progress_pending: A command job's start or restart whose processes run and
+            have not shown progress yet: (when it began, "start" or "restart"); its
+            cost ends at the first progress.
     """
 
     row: JobRow
@@ -202,6 +238,8 @@ class JobRec:
     on_move: Callable[[str, JobState, JobState], None] | None = field(
         default=None, repr=False, compare=False
     )
+    retry_at: float | None = None
+    progress_pending: tuple[float, str] | None = None
 
     @property
     def name(self) -> str:
@@ -268,8 +306,30 @@ class JobRec:
         )
         return spec.min_workers, most
 
+    def restart_cost(self) -> float | None:
+        """The seconds one resize of this job costs, as the policy is told
+        (``JobView.restart_cost``; the policy charges at least its own delta): None for
+        an AFE job (the policy's delta stands for it); for a command job the median of
+        its measured restarts (a stop, or a start, to the first progress), or, before
+        one is measured, the cold start of its ``application`` in DeepBoot's table
+        (None without one)."""
+        spec = self.row.spec
+        if not spec.command:
+            return None
+        measured = self.model.resize_cost()
+        if measured is None:
+            from deepboot.perf.restart import DEEPBOOT_RESTART_TABLE
+
+            known = DEEPBOOT_RESTART_TABLE.get(spec.application)
+            return None if known is None else known.cold
+        return measured
+
     def view(self, board: GpuBoard, mode: JobMode) -> JobView:
-        """The job as a policy of ``mode`` sees it now (see :meth:`bounds`)."""
+        """The job as a policy of ``mode`` sees it now (see :meth:`bounds`).
+
+        A command job's batch is its script's own (fixed); until it reports its own
+        throughput, its ``application``'s catalog model stands for it (none: the
+        policies' linear speedup)."""
         spec = self.row.spec
         held = sorted(g.node_id for g in board.held(self.name))
         placement = Placement.of(held) if held else EMPTY
@@ -277,6 +337,9 @@ class JobRec:
         if self.transition is not None and held:
             # Mid-resize: the job cannot change size until its generation forms.
             lo = hi = len(held)
+        perf, grad = self.model.perf, self.model.grad
+        if (perf is None or grad is None) and spec.application:
+            perf, grad = catalog_prior(spec.application, spec.batch_size)
         return JobView(
             name=self.name,
             application=self.name,
@@ -287,10 +350,13 @@ class JobRec:
             min_replicas=lo,
             max_replicas=hi,
             limits=spec.limits,
-            perf_params=self.model.perf,
-            grad_params=self.model.grad,
+            perf_params=perf,
+            grad_params=grad,
             target_num_replicas=spec.requested,
-            target_batch_size=target_batch(mode, spec.batch_size),
+            target_batch_size=spec.batch_size
+            if spec.command
+            else target_batch(mode, spec.batch_size),
+            restart_cost=self.restart_cost(),
         )
 
     @property

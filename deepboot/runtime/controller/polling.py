@@ -24,6 +24,18 @@ from deepboot.world.gpus import GpuBoard
 
 log = logging.getLogger("deepboot.controller")
 
+RETRY_BASE_S = 1.0
+"""A command job's first restart after a failure waits this long; each next one
+twice as long as the one before, up to :data:`RETRY_MAX_S`."""
+RETRY_MAX_S = 60.0
+FAILURE_TEXT_MAX = 4000
+"""Most characters of a failed command job's message (every failed rank's tail)."""
+
+
+def retry_backoff(failures: int) -> float:
+    """Seconds before a command job's ``failures``-th restart after a failure."""
+    return float(min(RETRY_BASE_S * 2 ** max(failures - 1, 0), RETRY_MAX_S))
+
 
 class Polling:
     """The workers' reports, digested (see the module docstring).
@@ -61,6 +73,8 @@ class Polling:
     def poll(self, dt: float) -> list[Event]:
         events: list[Event] = []
         for rec in list(self.jobs.values()):
+            if rec.active and rec.retry_at is not None:
+                self._retry_due(rec)
             if not rec.active or not (rec.actors or rec.leaving):
                 continue
             held = len(self.board.held(rec.name))
@@ -102,6 +116,8 @@ class Polling:
             if r.measurements:
                 rec.model.add(r.measurements)
             rec.model.note_grad(r)
+            if r.status is WorkerStatus.FAILED and rec.row.spec.command:
+                return self._command_failed(rec, reports)
             if r.status is WorkerStatus.FAILED:
                 last = r.error.strip().splitlines()[-1] if r.error.strip() else "worker failed"
                 self.end(rec, JobState.FAILED, message=last)
@@ -109,6 +125,7 @@ class Polling:
                 return True
             if math.isfinite(r.loss) and r.step >= rec.row.step:
                 rec.update(step=r.step, loss=r.loss)
+        self._restart_progress(rec, reports)
         rec.update(model=rec.model.to_json())
         if dead:
             self.workers_died(rec, dead)
@@ -151,6 +168,78 @@ class Polling:
         if rec.transition is not None and all(_formed(r, gen.number) for r in reps):
             self.generations.formed(rec)
         return False
+
+    def _command_failed(self, rec: JobRec, reports: dict[str, WorkerReport | None]) -> bool:
+        """A rank of command job ``rec`` exited non-zero: the whole group stops (a
+        rank waiting on the dead one in a collective would wait for its timeout) and,
+        within ``max_restarts``, starts again after a back-off; past it the job is
+        FAILED with every failed rank's message. True when the job ended."""
+        spec = rec.row.spec
+        text = "\n\n".join(
+            r.error.strip() or f"rank on {g} failed"
+            for g, r in sorted(reports.items())
+            if r is not None and r.status is WorkerStatus.FAILED
+        )
+        if rec.model.failures >= spec.max_restarts:
+            summary = f"failed {rec.model.failures + 1} times (max_restarts = {spec.max_restarts})"
+            self.end(rec, JobState.FAILED, message=f"{summary}:\n{text}"[-FAILURE_TEXT_MAX:])
+            self.log.note(LogKind.FAILED, rec.name, error=text[-FAILURE_TEXT_MAX:])
+            return True
+        rec.model.failures += 1
+        backoff = retry_backoff(rec.model.failures)
+        self.log.note(
+            LogKind.RETRYING,
+            rec.name,
+            failures=rec.model.failures,
+            max_restarts=spec.max_restarts,
+            backoff_s=backoff,
+            error=text[-FAILURE_TEXT_MAX:],
+        )
+        log.warning("%s: a rank failed (%d of %d restarts); again in %.0f s", rec.name,
+                    rec.model.failures, spec.max_restarts, backoff)  # fmt: skip
+        first = text.splitlines()[0] if text else "a rank failed"
+        rec.update(
+            model=rec.model.to_json(),
+            message=f"restart {rec.model.failures}/{spec.max_restarts} after: {first}",
+        )
+        if rec.actors:
+            self.generations.stop(rec, how="restart")
+        rec.retry_at = self.clock() + backoff
+        return False
+
+    def _retry_due(self, rec: JobRec) -> None:
+        """Start a command job backing off after a failure once its back-off is over
+        and its old group has left (on the GPUs it holds then; none: it queues)."""
+        assert rec.retry_at is not None
+        if rec.leaving or self.clock() < rec.retry_at:
+            return
+        rec.retry_at = None
+        if self.board.held(rec.name):
+            self.generations.retarget(rec)
+        else:
+            rec.gen, rec.transition = None, None
+            rec.move(JobState.QUEUED, workers=())
+
+    def _restart_progress(self, rec: JobRec, reports: dict[str, WorkerReport | None]) -> None:
+        """A command job's start or restart ends at its rank 0's first progress: its
+        cost, from the decision (a restart: the stop) to it, is measured (the policy's
+        restart cost for the job)."""
+        if rec.progress_pending is None or rec.gen is None or not rec.gen.members:
+            return
+        r0 = reports.get(rec.gen.members[0])
+        if r0 is None or r0.generation != rec.gen.number or not math.isfinite(r0.progress_at):
+            return
+        since, how = rec.progress_pending
+        seconds = max(r0.progress_at - since, 0.0)
+        rec.progress_pending = None
+        rec.model.note_resize_cost(seconds)
+        self.log.note(
+            LogKind.PROGRESSED,
+            rec.name,
+            generation=rec.gen.number,
+            how=how,
+            seconds=round(seconds, 3),
+        )
 
     def _finished(self, rec: JobRec, r0: WorkerReport) -> None:
         """``rec``'s training function returned on every worker holding its state

@@ -77,6 +77,13 @@ class LogKind(enum.Enum):
               queued (seen by the controller, preempted, every worker lost) or
               running (a generation offered); finished, failed and cancelled are
               their own records
+    progressed: {generation, how: start|restart, seconds}: a command job's first
+              progress after a start or a restart (its first stdout line or
+              report() call); ``seconds`` from the decision (a restart: the stop)
+              to it is the change's measured cost (the policy's restart cost for
+              the job: their median)
+    retrying: {failures, max_restarts, backoff_s, error}: a command job's rank
+              failed; the group stops and starts again after ``backoff_s``
     """
 
     CONTROLLER_STARTED = "controller_started"
@@ -96,6 +103,8 @@ class LogKind(enum.Enum):
     NODE = "node"
     SLO = "slo"
     MOVED = "moved"
+    PROGRESSED = "progressed"
+    RETRYING = "retrying"
 
 
 JOB_COLUMNS = (
