@@ -59,6 +59,8 @@ The runtime runs on a shared 2-core machine, so its numbers are noisy.
     PYTHONPATH=. .venv/bin/python bench/twin.py --resim K --sensitivity 10 --jitter 1
         # and each run 10 times more, every pause moved by up to 1 s: the simulator
         # against itself, under timing noise of the runtime's order
+    PYTHONPATH=. .venv/bin/python bench/twin.py --command-job j2 --runs 1
+        # j2 as a command job (a plain torchrun script, resized by restart)
     PYTHONPATH=. .venv/bin/python bench/twin.py --resim K --restart-delay 2
         # what the simulator does at another restart_delay on the same measurements
 """
@@ -177,6 +179,10 @@ class Setup:
             last job finished (the twin, whose load is stopped then); False: all.
         guaranteed_replicas: The service's replicas held whatever the load (its
             ``guaranteed_replicas``; the runtime's is in its service file).
+        command_jobs: The jobs that run as command jobs: the same work as a plain
+            torchrun script (``bench/twin_command_job.py``), resized by restart; the
+            simulator runs them as ``resize="restart"`` jobs whose every change
+            costs their measured restart (stop or start to first progress).
     """
 
     jobs: tuple[tuple[str, float, int], ...] = JOBS
@@ -193,6 +199,7 @@ class Setup:
     slo_wait_s: float = DEFAULT_SLO_WAIT_S
     requests_until_done: bool = True
     guaranteed_replicas: int = 0
+    command_jobs: tuple[str, ...] = ()
 
     @property
     def max_replicas(self) -> int:
@@ -252,6 +259,9 @@ class Measured:
             pauses, which differ from job to job by more than the kinds do (a start
             on 4 workers: 10 s for the first job, 17 s for the next, whose processes
             started while two replicas loaded).
+        restart_s: A command job -> the measured cost of each of its starts and
+            restarts (the event log's ``progressed``: the decision, or the stop, to
+            its first progress); a command job's pauses are these, not ``by_job``'s.
     """
 
     profile: dict[tuple[int, int, int], list[float]] = field(default_factory=dict)
@@ -266,6 +276,7 @@ class Measured:
     move_s: list[float] = field(default_factory=list)
     cold_start_s: list[float] = field(default_factory=list)
     service_s: float = SERVICE_DELAY
+    restart_s: dict[str, list[float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -322,6 +333,20 @@ def write_jobs(work: Path, setup: Setup, scale: float) -> list[Path]:
     jobs = []
     for name, _, steps in setup.jobs:
         path = work / f"{name}.toml"
+        if name in setup.command_jobs:
+            argv = [
+                "python", str(BENCH / "twin_command_job.py"), "--total-steps",
+                str(_steps(steps, scale)), "--checkpoint-dir", "{checkpoint_dir}", "--batch",
+                str(BATCH), "--sample-delay", str(SAMPLE_DELAY), "--checkpoint-every", "2",
+            ]  # fmt: skip
+            path.write_text(
+                f'name = "{name}"\ncommand = {json.dumps(argv)}\n'
+                f"min_workers = 1\nmax_workers = {MAX_WORKERS}\n"
+                f"batch_size = {BATCH}\nmax_batch_size = {BATCH}\n"
+                f"min_local_batch_size = {MIN_LOCAL}\nmax_local_batch_size = {BATCH}\n"
+            )
+            jobs.append(path)
+            continue
         path.write_text(
             f'name = "{name}"\nentry = "{BENCH / "twin_job.py"}:train"\n'
             f"min_workers = 1\nmax_workers = {MAX_WORKERS}\n"
@@ -511,9 +536,19 @@ def _runtime_result(
     last_op: dict[str, float] = {}
     lent_since: dict[str, float] = {}
     end = max(run.finish.values(), default=log[-1].time - t0)
+    # A command job's changes pause it until its first progress (``progressed``), not
+    # until its processes start (``started``/``resized``, logged then): its pauses
+    # are those, apart.
+    commands = {row.name for row in rows if row.spec.command}
     for e in log:
         t = e.time - t0
         d = e.detail
+        if e.kind is LogKind.PROGRESSED and e.job:
+            m.restart_s.setdefault(e.job, []).append(float(d["seconds"]))
+        if e.job in commands and e.kind in (LogKind.STARTED, LogKind.RESIZED):
+            gone = float(d.get("seconds", t - last_op.get(e.job, t)))
+            run.decisions.append((t - gone, e.job, len(d.get("to", d.get("workers", [])))))
+            continue
         if e.kind is LogKind.GPU:
             if e.job and d["op"] in ("bind", "lend"):
                 last_op[e.job] = t
@@ -758,6 +793,16 @@ def simulate(
     }
     training = tuple(
         TrainingJobSpec(name, rt.submit[name], name, 1, BATCH)
+        if name not in m.restart_s
+        else TrainingJobSpec(
+            name,
+            rt.submit[name],
+            name,
+            1,
+            BATCH,
+            resize="restart",
+            restart_cost=statistics.median(m.restart_s[name]),
+        )  # fmt: skip
         for name in sorted(steps, key=lambda n: rt.submit[n])
     )
     cold = _median(m.cold_start_s, 2.0)
@@ -1110,6 +1155,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{POLICY_PARAMS['restart_delay']}); with --resim: what the simulator would have "
         "done at another one on the kept runs' measurements",
     )
+    ap.add_argument(
+        "--command-job",
+        choices=[name for name, _, _ in JOBS],
+        help="run this job as a command job (the same work as a plain torchrun script, "
+        "bench/twin_command_job.py, resized by restart) in both worlds",
+    )
     args = ap.parse_args(argv)
     if args.sensitivity < 0 or not args.jitter > 0:
         ap.error("--sensitivity must be >= 0 and --jitter > 0")
@@ -1123,6 +1174,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.restart_delay is not None:
         params = {**POLICY_PARAMS, "restart_delay": args.restart_delay}
         setup = dataclasses.replace(TWIN, policy_params=tuple(params.items()))
+    if args.command_job:
+        setup = dataclasses.replace(setup, command_jobs=(args.command_job,))
     console = Console(width=160)
     started = time.monotonic()
     runs: list[Trio] = []
