@@ -23,6 +23,12 @@ Student-t interval and the paired difference of the average JCT against ``all-af
     .venv/bin/python bench/restart_mix.py                   # 5 replications
     .venv/bin/python bench/restart_mix.py --replications 3  # shorter
     .venv/bin/python bench/restart_mix.py --policy deepboot # the paper's ATS-T (10 s delta)
+    .venv/bin/python bench/restart_mix.py --cost afe-scaled # restart = afe x the runtime's ratio
+
+``--cost afe-scaled``: a restart job's every change costs its model's AFE delay times
+the runtime's measured ratio of a command job's restart pause to an AFE job's
+(:data:`RUNTIME_PAUSES_S`: 8.30 s / 0.34 s, docs/benchmarks.md "Resize cost"), its
+``restart_cost``, instead of the table's cold delay.
 """
 
 # ruff: noqa: E402  (BLAS threads must be limited before numpy is imported)
@@ -58,29 +64,40 @@ WORKLOAD = "middle"
 PRESET = "guarded"
 BASELINE = "all-afe"
 
-RUNTIME_PAUSES_S = (6.04, 0.32)
-"""The runtime's measured median pause of a restart and of an AFE resize
-(docs/benchmarks.md), for context: what the simulator's table stands for."""
+RUNTIME_PAUSES_S = (8.30, 0.34)
+"""The runtime's measured median pause of a command job's restart and of an AFE
+resize of the same model (docs/benchmarks.md, "Resize cost: AFE against a command
+job"; 24x): for context, and the scale of ``--cost afe-scaled``."""
 
 
-def mark_restart(workload: Workload, every: int) -> Workload:
+def mark_restart(workload: Workload, every: int, scaled: bool = False) -> Workload:
     """``workload`` with every ``every``-th training job (submission order, from the
     ``every``-th on; 1: all of them) a ``resize="restart"`` job at its model's cold
-    delay; the others unchanged (AFE)."""
+    delay (``scaled``: at its AFE delay times the runtime's restart/AFE ratio); the
+    others unchanged (AFE)."""
+    restart, afe = RUNTIME_PAUSES_S
+
+    def cost(app: str) -> float | None:
+        return DEEPBOOT_RESTART_TABLE[app].afe * restart / afe if scaled else None
+
     jobs = tuple(
-        dataclasses.replace(j, resize="restart") if (i + 1) % every == 0 else j
+        dataclasses.replace(j, resize="restart", restart_cost=cost(j.application))
+        if (i + 1) % every == 0
+        else j
         for i, j in enumerate(workload.training)
     )
     return dataclasses.replace(workload, training=jobs)
 
 
-def variants(workload: Workload, policy: str) -> list[tuple[str, Workload, str]]:
+def variants(
+    workload: Workload, policy: str, scaled: bool = False
+) -> list[tuple[str, Workload, str]]:
     """(run name, workload, run text) of the four runs under ``policy`` (a preset or a
     policy with a ``per_job_delta`` parameter)."""
-    half = mark_restart(workload, 2)
+    half = mark_restart(workload, 2, scaled)
     return [
         (BASELINE, workload, policy),
-        ("all-restart", mark_restart(workload, 1), policy),
+        ("all-restart", mark_restart(workload, 1, scaled), policy),
         ("half-restart", half, policy),
         ("half-uniform", half, f"{policy}:per_job_delta=false"),
     ]
@@ -116,13 +133,16 @@ def ratio_table(samples: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]]) 
     return table
 
 
-def cost_table() -> Table:
+def cost_table(scaled: bool = False) -> Table:
     """The restart costs the runs charge, per model."""
+    restart, afe = RUNTIME_PAUSES_S
+    what = f"afe x {restart / afe:.1f}" if scaled else "cold"
     table = Table(title="Delays charged (DeepBoot's table, s)", title_justify="left")
-    for col in ("model", "restart job: every change (cold)", "AFE job: shrink (afe)"):
+    for col in ("model", f"restart job: every change ({what})", "AFE job: shrink (afe)"):
         table.add_column(col, justify="left" if col == "model" else "right")
     for model, d in sorted(DEEPBOOT_RESTART_TABLE.items()):
-        table.add_row(model, f"{d.cold:g}", f"{d.afe:g}")
+        charged = d.afe * restart / afe if scaled else d.cold
+        table.add_row(model, f"{charged:.0f}", f"{d.afe:g}")
     return table
 
 
@@ -137,6 +157,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=(PRESET, "deepboot", "pollux"),
         help=f"the preset or policy of every run (default {PRESET}, the product default)",
     )
+    ap.add_argument(
+        "--cost",
+        choices=("cold", "afe-scaled"),
+        default="cold",
+        help="a restart job's cost per change: its model's cold delay (default), or its AFE "
+        "delay times the runtime's measured restart/AFE ratio",
+    )
     ap.add_argument("--procs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--profiles", default=str(TRACES / "profiles"))
     ap.add_argument("--out", help="also write intervals.csv here")
@@ -150,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
 
     apps = load_apps(args.profiles)
     workload = load_workload(path, apps.keys(), {n: a.limits for n, a in apps.items()})
-    runs = variants(workload, args.policy)
+    scaled = args.cost == "afe-scaled"
+    runs = variants(workload, args.policy, scaled)
     tasks = [
         RunTask(
             index=i * reps + r,
@@ -189,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         samples.setdefault((WORKLOAD, t.run.name), []).append(o.summary)
     rows = interval_rows(samples, BASELINE)
     console = Console(width=200)
-    console.print(cost_table())
+    console.print(cost_table(scaled))
     console.print(interval_table(rows, BASELINE, reps))
     console.print(ratio_table(samples))
     restart, afe = RUNTIME_PAUSES_S
