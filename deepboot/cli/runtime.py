@@ -100,6 +100,7 @@ resize; it resumes from its own checkpoint in {checkpoint_dir}):
   max_workers = 3
   batch_size = 24          # the script's own global batch
   application = "cifar10"  # optional: a catalog model as its prior
+  # profile = "scalability.csv"  # or its own measured step times as the prior
   max_restarts = 3         # failures restarted (1, 2, 4 ... 60 s apart)
   stop_grace_s = 10        # SIGTERM, then SIGKILL
 

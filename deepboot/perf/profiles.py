@@ -243,6 +243,17 @@ def _check_sync(table: CsvTable, i: int, sync: float, step: float) -> None:
         raise table.error(i, "sync_time", f"{sync:g} exceeds step_time {step:g}")
 
 
+def read_scalability(path: str | Path) -> FloatArray:
+    """A ``scalability.csv`` (num_nodes, num_replicas, local_bsz, step_time, sync_time
+    per row), validated: an (N, 5) array.
+
+    Raises:
+        InputError: unreadable, a missing column, or a value out of range (naming the
+            file, the line and the column).
+    """
+    return _read_scalability(Path(path))
+
+
 def _read_scalability(path: Path) -> FloatArray:
     table = read_numeric_csv(path, SCALABILITY_COLUMNS, SCALABILITY_RANGES)
     for i, row in enumerate(table.rows):

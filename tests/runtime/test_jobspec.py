@@ -139,3 +139,32 @@ def test_bad_command_job_names_the_key(tmp_path: Path, edit, key: str, words: st
         load_job(path)
     assert err.value.field == key and words in str(err.value), str(err.value)
     assert str(path) in str(err.value)
+
+
+def test_a_measured_profile_is_fitted_when_the_file_is_read(tmp_path: Path) -> None:
+    from deepboot.core.params import PerfParams
+    from deepboot.runtime.client.jobspec import parse_job
+    from deepboot.runtime.controller.jobrecords import _prior
+
+    (tmp_path / "prof.csv").write_text(
+        "num_nodes,num_replicas,local_bsz,step_time,sync_time\n"
+        "1,1,32,0.20,0.00\n1,2,32,0.23,0.03\n1,4,32,0.26,0.06\n2,8,32,0.35,0.15\n"
+        "1,1,64,0.38,0.00\n2,4,64,0.45,0.07\n"
+    )
+    spec = load_job(
+        _write(tmp_path, COMMAND.replace('application = "cifar10"', 'profile = "prof.csv"'))
+    )
+    assert len(spec.profile_fit) == 7
+    assert JobSpec.from_json(spec.to_json()) == spec
+    perf, grad = _prior(spec, None, None)
+    assert perf == PerfParams(*spec.profile_fit) and grad is not None
+    # A bad row names the file, its line and the column.
+    (tmp_path / "prof.csv").write_text(
+        "num_nodes,num_replicas,local_bsz,step_time,sync_time\n1,1,32,0.2,0.5\n"
+    )
+    with pytest.raises(InputError) as err:
+        load_job(tmp_path / "job.toml")
+    assert "prof.csv:2" in str(err.value) and err.value.field == "sync_time"
+    # Over HTTP no file is read.
+    with pytest.raises(InputError, match="give it in a job file"):
+        parse_job({"name": "a", "command": ["x"], "profile": "prof.csv"}, "POST /v1/jobs", tmp_path)

@@ -14,6 +14,10 @@ Example (examples/runtime/regression.toml)::
     [args]                             # passed to the function as ctx.args
     loss_threshold = 0.01
 
+Any job may give ``profile = "scalability.csv"`` (its measured step times: num_nodes,
+num_replicas, local_bsz, step_time, sync_time per row): the throughput model fitted
+to it is the job's prior until it measures its own (before ``application``'s).
+
 A command job gives ``command`` instead of ``entry``: the user's own ``torchrun``
 script, unmodified (examples/runtime/ddp_train.toml)::
 
@@ -60,6 +64,7 @@ _KNOWN = {
     "application",
     "max_restarts",
     "stop_grace_s",
+    "profile",
 }
 MAX_WORKERS = 4096
 MAX_ARGS = 1024
@@ -101,6 +106,12 @@ class JobSpec:
             the job is FAILED.
         stop_grace_s: Seconds a command's processes may take to exit after SIGTERM
             before SIGKILL.
+        profile_fit: The throughput model fitted to the job file's ``profile`` (a
+            measured ``scalability.csv``: num_nodes, num_replicas, local_bsz,
+            step_time, sync_time per row), the 7 parameters of
+            :class:`~deepboot.core.params.PerfParams`; the job's prior until it
+            measures its own, before its ``application``'s (empty: none). Fitted
+            when the file is read, so the controller never reads the user's file.
     """
 
     name: str
@@ -119,6 +130,7 @@ class JobSpec:
     application: str = ""
     max_restarts: int = DEFAULT_MAX_RESTARTS
     stop_grace_s: float = DEFAULT_STOP_GRACE_S
+    profile_fit: tuple[float, ...] = ()
 
     @property
     def resize(self) -> str:
@@ -155,6 +167,7 @@ class JobSpec:
     def from_json(cls, text: str) -> JobSpec:
         raw = json.loads(text)
         raw["command"] = tuple(raw.get("command", ()))
+        raw["profile_fit"] = tuple(raw.get("profile_fit", ()))
         return cls(**raw)
 
 
@@ -237,7 +250,31 @@ def parse_job(raw: dict[str, Any], where: str, base: Path, *, name_paths: bool =
         application=_application(where, raw),
         max_restarts=int_key(where, raw, "max_restarts", DEFAULT_MAX_RESTARTS, 0, 1000),
         stop_grace_s=_grace(where, raw),
+        profile_fit=_profile_fit(where, base, raw, name_paths),
     )
+
+
+def _profile_fit(
+    where: str, base: Path, raw: dict[str, Any], name_paths: bool
+) -> tuple[float, ...]:
+    """The throughput model fitted to the ``profile`` file (relative to ``base``); ()
+    without one. A spec that came over HTTP may not name a file: the controller's
+    machine reads no path a remote client chose."""
+    value = raw.get("profile")
+    if value is None:
+        return ()
+    if not isinstance(value, str) or not value:
+        raise InputError(where, 0, "profile", f"must be a file name, got {value!r}")
+    if not name_paths:
+        raise InputError(where, 0, "profile", "give it in a job file ('deepboot submit')")
+    from deepboot.perf.fit import fit_perf_params
+    from deepboot.perf.profiles import read_scalability
+
+    rows = read_scalability(base / value)  # InputError names the file, line and column
+    if len(rows) == 0:
+        raise InputError(str(base / value), 0, "profile", "has no measurements")
+    p = fit_perf_params(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3] - rows[:, 4], rows[:, 3])
+    return (p.alpha_c, p.beta_c, p.alpha_n, p.beta_n, p.alpha_r, p.beta_r, p.gamma)
 
 
 def _command(where: str, value: Any) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ from deepboot.core.state import JobView
 from deepboot.elastic.protocol import Generation, Measurement, WorkerReport
 from deepboot.perf.fit import fit_perf_params
 from deepboot.perf.goodput import GoodputModel, select_batch
+from deepboot.runtime.client.jobspec import JobSpec
 from deepboot.runtime.store.jobstore import JobRow, JobState
 from deepboot.world.gpus import GpuBoard
 from deepboot.world.sizing import replica_cap, target_batch
@@ -181,6 +182,26 @@ class OnlineModel:
         model.failures = int(raw.get("failures", 0))
         model.resize_costs = [float(c) for c in raw.get("resize_costs", [])]
         return model
+
+
+NEUTRAL_GRAD = GradParams(1.0, 0.0)
+"""Gradient statistics of a job known only by its measured profile: no noise, so its
+statistical efficiency is 1 at any batch (its batch is its script's, fixed)."""
+
+
+def _prior(
+    spec: JobSpec, perf: PerfParams | None, grad: GradParams | None
+) -> tuple[PerfParams | None, GradParams | None]:
+    """A job's model before it has its own: its file's measured ``profile``, else its
+    ``application``'s catalog model, else none (the policies' linear speedup)."""
+    if spec.profile_fit:
+        catalog_grad = (
+            catalog_prior(spec.application, spec.batch_size)[1] if spec.application else None
+        )
+        return PerfParams(*spec.profile_fit), grad or catalog_grad or NEUTRAL_GRAD
+    if spec.application:
+        return catalog_prior(spec.application, spec.batch_size)
+    return perf, grad
 
 
 @functools.lru_cache(maxsize=64)
@@ -338,8 +359,8 @@ class JobRec:
             # Mid-resize: the job cannot change size until its generation forms.
             lo = hi = len(held)
         perf, grad = self.model.perf, self.model.grad
-        if (perf is None or grad is None) and spec.application:
-            perf, grad = catalog_prior(spec.application, spec.batch_size)
+        if perf is None or grad is None:
+            perf, grad = _prior(spec, perf, grad)
         return JobView(
             name=self.name,
             application=self.name,
