@@ -168,3 +168,20 @@ def test_a_measured_profile_is_fitted_when_the_file_is_read(tmp_path: Path) -> N
     # Over HTTP no file is read.
     with pytest.raises(InputError, match="give it in a job file"):
         parse_job({"name": "a", "command": ["x"], "profile": "prof.csv"}, "POST /v1/jobs", tmp_path)
+
+
+def test_a_command_jobs_own_throughput_wins_over_its_prior(tmp_path: Path) -> None:
+    """A command job's report() calls fit its own throughput model (it reports no
+    gradient statistics): that model, not the catalog's, is what the policy sees; an
+    entry job with neither prior nor statistics stays without a model."""
+    from deepboot.core.params import PerfParams
+    from deepboot.runtime.controller.jobrecords import NEUTRAL_GRAD, _prior, catalog_prior
+
+    own = PerfParams(0.01, 0.001, 0.1, 0.001, 0.02, 0.002, 2.0)
+    spec = load_job(_write(tmp_path, COMMAND))  # application = "cifar10"
+    assert _prior(spec, own, None) == (own, catalog_prior("cifar10", spec.batch_size)[1])
+    plain = load_job(_write(tmp_path, COMMAND.replace('application = "cifar10"\n', "")))
+    assert _prior(plain, own, None) == (own, NEUTRAL_GRAD)
+    assert _prior(plain, None, None) == (None, None)  # linear speedup until measured
+    entry = load_job(_write(tmp_path, GOOD))
+    assert _prior(entry, own, None) == (own, None)  # as before: statistics from 2 ranks

@@ -192,15 +192,22 @@ statistical efficiency is 1 at any batch (its batch is its script's, fixed)."""
 def _prior(
     spec: JobSpec, perf: PerfParams | None, grad: GradParams | None
 ) -> tuple[PerfParams | None, GradParams | None]:
-    """A job's model before it has its own: its file's measured ``profile``, else its
-    ``application``'s catalog model, else none (the policies' linear speedup)."""
-    if spec.profile_fit:
-        catalog_grad = (
-            catalog_prior(spec.application, spec.batch_size)[1] if spec.application else None
-        )
-        return PerfParams(*spec.profile_fit), grad or catalog_grad or NEUTRAL_GRAD
-    if spec.application:
-        return catalog_prior(spec.application, spec.batch_size)
+    """A job's model where its own is incomplete: the throughput model its own
+    measurements fitted, else its file's measured ``profile``, else its
+    ``application``'s catalog model; its gradient statistics its own, else its
+    ``application``'s, else, for a job with a profile or a command job (which reports
+    none: its batch is its script's, fixed), :data:`NEUTRAL_GRAD`. An ``entry`` job
+    with neither stays as it is: no model until its workers measured both (the
+    policies' linear speedup)."""
+    if perf is None and spec.profile_fit:
+        perf = PerfParams(*spec.profile_fit)
+    if perf is None and spec.application:
+        perf = catalog_prior(spec.application, spec.batch_size)[0]
+    if perf is not None and grad is None:
+        if spec.application:
+            grad = catalog_prior(spec.application, spec.batch_size)[1]
+        elif spec.profile_fit or spec.command:
+            grad = NEUTRAL_GRAD
     return perf, grad
 
 
@@ -349,7 +356,7 @@ class JobRec:
         """The job as a policy of ``mode`` sees it now (see :meth:`bounds`).
 
         A command job's batch is its script's own (fixed); until it reports its own
-        throughput, its ``application``'s catalog model stands for it (none: the
+        throughput, its prior stands for it (:func:`_prior`; none: the
         policies' linear speedup)."""
         spec = self.row.spec
         held = sorted(g.node_id for g in board.held(self.name))
