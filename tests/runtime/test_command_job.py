@@ -94,13 +94,12 @@ def test_torchrun_script_grows_is_reclaimed_and_finishes(tmp_path: Path) -> None
         steps = _rank0_steps(log, "ddp")
         back = [a - b for a, b in zip(steps, steps[1:], strict=False) if b < a]
         assert all(d <= CHECKPOINT_EVERY for d in back), (back, steps)
-        sizes = [
-            int(s) for s in re.findall(r"rank 0\] resumed at step \d+ \(\d+ samples\) on (\d)", log)
-        ]
-        assert 3 in sizes and min(sizes[sizes.index(3) :]) < 3, sizes  # grew to 3, then shrank
         log_events = events(state, "ddp")
         resized = [e.detail for e in log_events if e.kind.value == "resized"]
         assert resized and all(d["how"] == "restart" for d in resized), resized
+        # Grew to 3, then shrank (the reclaim): the event log says so even when the
+        # smaller group was grown again before its rank 0 printed a line.
+        assert any(len(d["from"]) == 3 and len(d["to"]) < 3 for d in resized), resized
         costs = [e.detail["seconds"] for e in log_events if e.kind.value == "progressed"]
         assert costs and all(c > 0 for c in costs), costs
         # The run replays: the recorded snapshots carry the job's restart cost.
