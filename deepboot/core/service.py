@@ -29,6 +29,20 @@ MAX_COLD_START_S = 86_400.0
 """Longest cold start accepted (a day: longer is a typo, and overflows a summary)."""
 MAX_MODEL_GB = 100_000.0
 """Largest model accepted, GB (a typo beyond: the largest models are a few TB)."""
+MAX_GPUS_PER_REPLICA = 64
+"""Most GPUs one replica may span (all on one node)."""
+MAX_STOP_GRACE_S = 600.0
+DEFAULT_STOP_GRACE_S = 10.0
+MAX_COMMAND_WORDS = 1024
+MAX_WORD_BYTES = 4096
+MAX_PATH_CHARS = 2048
+"""Longest ``ready_path``, ``health_path`` or sleep/wake path."""
+RESERVED_NAMES = frozenset({"jobs", "services", "dashboard"})
+"""Names no service may take: ``/v1/<service>/...`` would shadow the endpoint's own routes."""
+PLACEHOLDERS = ("{port}", "{gpus}", "{model}")
+"""What a command service's words may name, filled in when its replica starts."""
+HTTP_METHODS = frozenset({"GET", "POST", "PUT"})
+"""Methods a sleep or wake call may use."""
 MAX_BODY_BYTES = 67_108_864  # 64 MiB
 DEFAULT_BODY_BYTES = 1_048_576  # 1 MiB
 DEFAULT_SLO_WAIT_S = 1.0
@@ -59,6 +73,16 @@ FIELDS = (
     "slo_target",
     "guaranteed_replicas",
     "model_gb",
+    "command",
+    "workdir",
+    "env",
+    "ready_path",
+    "health_path",
+    "sleep",
+    "wake",
+    "sleep_gpu_gb",
+    "stop_grace_s",
+    "gpus_per_replica",
 )
 """Every field, in declaration order (the keys of :meth:`ServiceSpec.to_json`)."""
 
@@ -70,6 +94,76 @@ def valid_name(name: object) -> bool:
 
 def _no_args() -> Mapping[str, Any]:
     return MappingProxyType({})
+
+
+def _check_path(where: str, value: object) -> str:
+    """An HTTP path of the server's: starts with ``/``, printable ASCII without
+    spaces, bounded (a query string allowed: vLLM's ``/sleep?level=1``)."""
+    if (
+        not isinstance(value, str)
+        or not value.startswith("/")
+        or value.startswith("//")
+        or len(value) > MAX_PATH_CHARS
+        or not all("!" <= c <= "~" for c in value)
+    ):
+        raise ConfigError(
+            f"{where}: must be a path starting with '/' (printable ASCII, no spaces, "
+            f"at most {MAX_PATH_CHARS} characters), got {value!r}"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class HttpCall:
+    """One call deepboot makes to a command service's server (its sleep or its wake).
+
+    Attributes:
+        method: ``GET``, ``POST`` or ``PUT``.
+        path: The path (a query allowed), e.g. vLLM's ``/sleep?level=1``.
+        timeout_s: Most seconds the server may take to answer 2xx, in (0, 3600]; then
+            the call failed (a sleep falls back to evicting, a wake to a cold start).
+    """
+
+    method: str
+    path: str
+    timeout_s: float = 30.0
+
+    @classmethod
+    def parse(cls, where: str, value: object) -> HttpCall:
+        """From a TOML or JSON table ``{method, path, timeout_s}`` (or an HttpCall).
+
+        Raises:
+            ConfigError: naming ``where`` and the sub-key at fault.
+        """
+        if isinstance(value, HttpCall):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigError(
+                f'{where}: must be a table like {{ method = "POST", path = "/sleep", '
+                f"timeout_s = 30 }}, got {value!r}"
+            )
+        unknown = sorted(set(value) - {"method", "path", "timeout_s"})
+        if unknown:
+            raise ConfigError(f"{where}.{unknown[0]}: unknown (known: method, path, timeout_s)")
+        method = value.get("method", "POST")
+        if not isinstance(method, str) or method.upper() not in HTTP_METHODS:
+            raise ConfigError(
+                f"{where}.method: one of {', '.join(sorted(HTTP_METHODS))}, got {method!r}"
+            )
+        if "path" not in value:
+            raise ConfigError(f"{where}.path: missing (required)")
+        path = _check_path(f"{where}.path", value["path"])
+        timeout = value.get("timeout_s", 30.0)
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < float(timeout) <= 3600
+        ):
+            raise ConfigError(f"{where}.timeout_s: must be in (0, 3600] seconds, got {timeout!r}")
+        return cls(method.upper(), path, float(timeout))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"method": self.method, "path": self.path, "timeout_s": self.timeout_s}
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +208,29 @@ class ServiceSpec:
             copies from a node's host-memory cache instead of a cold start
             (:mod:`deepboot.world.hostcache`); None = the simulator's catalog size
             for the model, if any.
+        command: Runtime: a command service's server, as an argv (instead of
+            ``handler``); its words may name ``{port}`` (the port deepboot chose,
+            on loopback), ``{gpus}`` (the replica's GPU indices, comma-separated:
+            also its ``CUDA_VISIBLE_DEVICES``) and ``{model}``. ``python`` means the
+            replica's interpreter. Empty for a handler service.
+        workdir: The command's working directory (the service file's directory).
+        env: Extra environment variables of the command (read-only).
+        ready_path: The server's path polled until it answers 200 (within the load
+            timeout) before its replica takes requests; ``/health`` by default.
+        health_path: A path polled while the replica serves (every
+            few seconds); failing three times in a row ends the replica. Empty: none.
+        sleep: The call that makes the server free its GPU memory and keep its weights
+            in host memory (vLLM's ``POST /sleep?level=1``); deepboot makes it when
+            the replica's GPUs are lent and keeps the process. None: evicted instead.
+        wake: The call that brings the weights back (vLLM's ``POST /wake_up``); both
+            or neither of ``sleep`` and ``wake``.
+        sleep_gpu_gb: GPU memory a sleeping server still holds on each of its GPUs
+            (a CUDA context, the allocator's pool), in [0, 100000]: what a training
+            worker lent that GPU cannot use.
+        stop_grace_s: Seconds the server may take to exit after SIGTERM (then
+            SIGKILL), in [0, 600].
+        gpus_per_replica: GPUs one replica spans, all on one node, in [1, 64]
+            (a tensor-parallel server).
 
     Raises:
         ConfigError: a field is out of range or of the wrong type; the message names it.
@@ -135,12 +252,27 @@ class ServiceSpec:
     slo_target: float = DEFAULT_SLO_TARGET
     guaranteed_replicas: int = 0
     model_gb: float | None = None
+    command: tuple[str, ...] = ()
+    workdir: str = ""
+    env: Mapping[str, str] = field(default_factory=_no_args)
+    ready_path: str = "/health"
+    health_path: str = ""
+    sleep: HttpCall | None = None
+    wake: HttpCall | None = None
+    sleep_gpu_gb: float = 0.0
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S
+    gpus_per_replica: int = 1
 
     def __post_init__(self) -> None:
         if not valid_name(self.name):
             raise ConfigError(
                 f"service field 'name': {self.name!r}: use letters, digits and _.-, "
                 "starting with a letter or digit (at most 63 characters)"
+            )
+        if self.name in RESERVED_NAMES:
+            raise ConfigError(
+                f"service field 'name': {self.name!r} is reserved (/v1/{self.name} is the "
+                "endpoint's own route); choose another name"
             )
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"service {self.name!r} field 'model': must be a non-empty string")
@@ -152,6 +284,20 @@ class ServiceSpec:
             raise ConfigError(f"service {self.name!r} field 'args': keys must be strings")
         if not isinstance(self.args, MappingProxyType):
             object.__setattr__(self, "args", MappingProxyType(dict(self.args)))
+        self._check_command()
+        self._int("gpus_per_replica", 1, MAX_GPUS_PER_REPLICA)
+        sleep_gb = self._number("sleep_gpu_gb")
+        if not 0.0 <= sleep_gb <= MAX_MODEL_GB:
+            raise ConfigError(
+                f"service {self.name!r} field 'sleep_gpu_gb': must be in "
+                f"[0, {MAX_MODEL_GB:g}] GB, got {sleep_gb!r}"
+            )
+        grace = self._number("stop_grace_s")
+        if not 0.0 <= grace <= MAX_STOP_GRACE_S:
+            raise ConfigError(
+                f"service {self.name!r} field 'stop_grace_s': must be in "
+                f"[0, {MAX_STOP_GRACE_S:g}] seconds, got {grace!r}"
+            )
         self._int("concurrency", 1, MAX_CONCURRENCY)
         self._int("max_replicas", 0, MAX_REPLICAS)
         self._int("queue_bound", 1, MAX_QUEUE_BOUND)
@@ -191,6 +337,68 @@ class ServiceSpec:
                     f"service {self.name!r} field {key!r}: must be in "
                     f"(0, {MAX_REQUEST_TIMEOUT_S:g}] seconds, got {timeout!r}"
                 )
+
+    def _check_command(self) -> None:
+        """``command``, ``env``, the paths and the sleep/wake pair (see the class doc)."""
+        who = f"service {self.name!r} field"
+        if isinstance(self.command, str) or not isinstance(self.command, tuple | list):
+            raise ConfigError(f"{who} 'command': must be a list of strings, e.g. "
+                              '["python", "server.py", "--port", "{port}"]')  # fmt: skip
+        if len(self.command) > MAX_COMMAND_WORDS:
+            raise ConfigError(f"{who} 'command': at most {MAX_COMMAND_WORDS} words")
+        for i, word in enumerate(self.command):
+            if (
+                not isinstance(word, str)
+                or "\x00" in word
+                or len(word.encode("utf-8", "surrogatepass")) > MAX_WORD_BYTES
+            ):
+                raise ConfigError(
+                    f"{who} 'command': word {i} must be a string without NUL bytes, "
+                    f"at most {MAX_WORD_BYTES} bytes, got {word!r}"
+                )
+        if self.command and not self.command[0].strip():
+            raise ConfigError(f"{who} 'command': the program (word 0) must not be empty")
+        if not isinstance(self.command, tuple):
+            object.__setattr__(self, "command", tuple(self.command))
+        if self.command and self.handler:
+            raise ConfigError(f"{who} 'command': give either handler or command, not both")
+        if not isinstance(self.workdir, str):
+            raise ConfigError(f"{who} 'workdir': must be a string")
+        if not isinstance(self.env, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) and k and "=" not in k and "\x00" not in k + v
+            for k, v in self.env.items()
+        ):
+            raise ConfigError(
+                f"{who} 'env': must be a table of strings (names without '=' or NUL bytes)"
+            )
+        if not isinstance(self.env, MappingProxyType):
+            object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        _check_path(f"{who} 'ready_path'", self.ready_path)
+        if self.health_path:
+            _check_path(f"{who} 'health_path'", self.health_path)
+        for key in ("sleep", "wake"):
+            value = getattr(self, key)
+            if value is not None:
+                object.__setattr__(self, key, HttpCall.parse(f"{who} '{key}'", value))
+        if (self.sleep is None) != (self.wake is None):
+            raise ConfigError(f"{who} 'sleep': give both sleep and wake, or neither")
+        if self.sleep is not None and not self.command:
+            raise ConfigError(f"{who} 'sleep': only a command service (command = [...]) sleeps")
+
+    @property
+    def is_command(self) -> bool:
+        """A command service: deepboot runs its own HTTP server and proxies to it."""
+        return bool(self.command)
+
+    def argv(self, port: int, gpus: str) -> list[str]:
+        """The command with its placeholders filled in (``gpus``: "0,1")."""
+        fill = {"{port}": str(port), "{gpus}": gpus, "{model}": self.model}
+        out = []
+        for word in self.command:
+            for key, value in fill.items():
+                word = word.replace(key, value)
+            out.append(word)
+        return out
 
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
         # ``args`` is a read-only mappingproxy, which pickle refuses: rebuild from
@@ -254,6 +462,16 @@ class ServiceSpec:
             "slo_target": self.slo_target,
             "guaranteed_replicas": self.guaranteed_replicas,
             "model_gb": self.model_gb,
+            "command": list(self.command),
+            "workdir": self.workdir,
+            "env": dict(self.env),
+            "ready_path": self.ready_path,
+            "health_path": self.health_path,
+            "sleep": None if self.sleep is None else self.sleep.to_json(),
+            "wake": None if self.wake is None else self.wake.to_json(),
+            "sleep_gpu_gb": self.sleep_gpu_gb,
+            "stop_grace_s": self.stop_grace_s,
+            "gpus_per_replica": self.gpus_per_replica,
         }
 
     @classmethod

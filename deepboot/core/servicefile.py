@@ -223,4 +223,7 @@ def _toml_value(value: Any) -> str:
         return '"' + "".join(_ESCAPES.get(c) or _escape(c) for c in value) + '"'
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # an inline table (env, sleep, wake)
+        pairs = ", ".join(f"{_toml_value(str(k))} = {_toml_value(v)}" for k, v in value.items())
+        return "{ " + pairs + " }" if pairs else "{}"
     raise ConfigError(f"{value!r}: not a TOML value deepboot writes")

@@ -60,7 +60,7 @@ def test_a_single_service_file_keeps_working(tmp_path: Path) -> None:
     ("text", "line", "field", "words"),
     [
         (TWO.replace('handler = "handlers/echo_service.py:load"\nconcurrency', "concurrency"),
-         8, "handler", "missing (required by deepboot serve)"),
+         8, "handler", "missing (deepboot serve needs a handler or a command)"),
         (TWO.replace("handlers/echo_service.py:load\"\nconcurrency", "nope.py:load\"\nconcurrency"),
          8, "handler", "nope.py"),
         (TWO.replace("concurrency = 4", "concurrency = 0"), 8, "concurrency", "[1, 1024]"),

@@ -292,3 +292,68 @@ def test_parse_service_names_where_and_resolves_against_base(tmp_path: Path) -> 
     with pytest.raises(InputError) as info:
         parse_service({**raw, "max_replicas": 5000}, "POST /v1/services", tmp_path)
     assert (info.value.path, info.value.field) == ("POST /v1/services", "max_replicas")
+
+
+# -- command services (a server of the user's own: vLLM, TGI, Triton, the stand-in) ----------
+
+COMMAND = """
+name = "chat"
+model = "llama-8b"
+command = ["python", "standin_server.py", "--port", "{port}", "--gpus", "{gpus}", "{model}"]
+ready_path = "/health"
+health_path = "/health"
+sleep = { method = "POST", path = "/sleep?level=1", timeout_s = 5 }
+wake = { path = "/wake_up" }
+sleep_gpu_gb = 1.5
+gpus_per_replica = 2
+stop_grace_s = 3
+[env]
+VLLM_SERVER_DEV_MODE = "1"
+"""
+
+
+def test_a_command_service_reads_every_key_and_fills_its_placeholders(tmp_path: Path) -> None:
+    path = tmp_path / "chat.toml"
+    path.write_text(COMMAND)
+    spec = load_service(path)
+    assert spec.is_command and spec.handler == ""
+    assert spec.workdir == str(tmp_path.resolve())
+    assert spec.argv(8123, "2,3") == [
+        "python", "standin_server.py", "--port", "8123", "--gpus", "2,3", "llama-8b",
+    ]  # fmt: skip
+    assert spec.sleep is not None and spec.wake is not None
+    assert (spec.sleep.method, spec.sleep.path, spec.sleep.timeout_s) == (
+        "POST",
+        "/sleep?level=1",
+        5.0,
+    )
+    assert (spec.wake.method, spec.wake.path, spec.wake.timeout_s) == ("POST", "/wake_up", 30.0)
+    assert (spec.gpus_per_replica, spec.sleep_gpu_gb, spec.stop_grace_s) == (2, 1.5, 3.0)
+    assert dict(spec.env) == {"VLLM_SERVER_DEV_MODE": "1"}
+    assert ServiceSpec.from_json(spec.to_json()) == spec  # what travels to the replica
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        (('command = ["python"', 'handler = "x.py:f"\ncommand = ["python"'), "command", "not both"),
+        (('wake = { path = "/wake_up" }\n', ""), "sleep", "both sleep and wake"),
+        (('"/sleep?level=1"', '"sleep"'), "sleep", "starting with '/'"),
+        (('method = "POST"', 'method = "DELETE"'), "sleep", "GET, POST, PUT"),
+        (("gpus_per_replica = 2", "gpus_per_replica = 0"), "gpus_per_replica", "[1, 64]"),
+        (('ready_path = "/health"', 'ready_path = "/a b"'), "ready_path", "no spaces"),
+        (('name = "chat"', 'name = "jobs"'), "name", "reserved"),
+        (('command = ["python", "standin_server.py"', 'command = [1, "standin_server.py"'),
+         "command", "word 0"),
+    ],
+    ids=["both", "sleep-alone", "path", "method", "gpus", "ready-path", "reserved", "word"],
+)  # fmt: skip
+def test_a_bad_command_service_names_the_file_and_the_key(
+    tmp_path: Path, change: tuple[str, str], field: str, words: str
+) -> None:
+    path = tmp_path / "chat.toml"
+    path.write_text(COMMAND.replace(*change))
+    with pytest.raises(InputError) as exc:
+        load_service(path)
+    assert (exc.value.path, exc.value.field) == (str(path), field)
+    assert words in exc.value.message

@@ -21,6 +21,18 @@ Example (examples/runtime/echo.toml)::
     [args]                              # passed to the factory as keyword arguments
     hidden = 64
 
+A *command service* gives ``command`` instead of ``handler``: deepboot runs the
+server (vLLM, TGI, Triton, the stand-in ``examples/runtime/standin_server.py``) and
+proxies ``/v1/<service>/<rest>`` to it (examples/runtime/standin.toml)::
+
+    name = "chat"
+    model = "llama-8b"
+    command = ["python", "standin_server.py", "--port", "{port}"]   # {port} {gpus} {model}
+    ready_path = "/health"              # polled until 200 before it takes requests
+    sleep = { method = "POST", path = "/sleep?level=1", timeout_s = 30 }
+    wake = { method = "POST", path = "/wake_up", timeout_s = 60 }
+    gpus_per_replica = 1
+
 Every error names the file and the key (``InputError``; TOML syntax errors carry
 the line).
 
@@ -102,8 +114,10 @@ def load_service_file(path: str | Path) -> tuple[ServiceSpec, ...]:
     specs = []
     for i, table in enumerate(raw["service"]):
         line = lines[i] if i < len(lines) else 0
-        if "handler" not in table:
-            raise InputError(where, line, "handler", "missing (required by deepboot serve)")
+        if "handler" not in table and "command" not in table:
+            raise InputError(
+                where, line, "handler", "missing (deepboot serve needs a handler or a command)"
+            )
         try:
             specs.append(parse_service(table, where, base, name_paths=True))
         except InputError as exc:
@@ -128,13 +142,35 @@ def parse_service(
             or cannot be read, a NUL byte, a path too long), or a value out of range
             (names ``where`` and the key).
     """
-    check_keys(where, raw, _KNOWN, ("name", "model", "handler"))
+    has_handler, has_command = "handler" in raw, "command" in raw
+    if has_handler and has_command:
+        raise InputError(where, 0, "command", "give either handler or command, not both")
+    if "workdir" in raw:
+        raise InputError(where, 0, "workdir", "set by deepboot (the service file's directory)")
+    check_keys(
+        where, raw, _KNOWN, ("name", "model") if has_command else ("name", "model", "handler")
+    )
     name = raw["name"]
     if not raw["model"]:
         raise InputError(where, 0, "model", "must not be empty")
-    handler = resolve_callable(
-        where, base, "handler", raw["handler"], "factory", name_paths=name_paths
-    )
+    handler = ""
+    if not has_command:
+        handler = resolve_callable(
+            where, base, "handler", raw["handler"], "factory", name_paths=name_paths
+        )
+    elif not isinstance(raw["command"], list) or not raw["command"]:
+        raise InputError(
+            where, 0, "command",
+            'must be a non-empty list, e.g. ["python", "server.py", "--port", "{port}"]',
+        )  # fmt: skip
+    command_keys = {
+        k: raw[k]
+        for k in (
+            "env", "ready_path", "health_path", "sleep", "wake", "sleep_gpu_gb",
+            "stop_grace_s", "gpus_per_replica",
+        )
+        if k in raw
+    }  # fmt: skip
     args = raw.get("args", {})
     if not isinstance(args, dict):
         raise InputError(where, 0, "args", "must be a table ([args])")
@@ -161,8 +197,11 @@ def parse_service(
             slo_target=_seconds(where, raw, "slo_target", DEFAULT_SLO_TARGET, ""),
             guaranteed_replicas=int_key(where, raw, "guaranteed_replicas", 0, 0, MAX_REPLICAS),
             model_gb=_seconds(where, raw, "model_gb", 0.0, " of GB") if "model_gb" in raw else None,
+            command=tuple(raw.get("command", ())),
+            workdir=str(base.resolve()) if has_command else "",
+            **command_keys,
         )
-    except ConfigError as exc:  # a check above missed it: still name the key
+    except (ConfigError, TypeError) as exc:  # a check above missed it: still name the key
         m = re.search(r"field '(\w+)'", str(exc))
         raise InputError(where, 0, m.group(1) if m else "", str(exc)) from None
 
