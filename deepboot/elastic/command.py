@@ -22,21 +22,15 @@ Progress: the first line on the process's stdout, or its first
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import ctypes
 import json
 import math
 import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO
 
 from deepboot.elastic.protocol import (
     Generation,
@@ -46,19 +40,13 @@ from deepboot.elastic.protocol import (
     WorkerStatus,
 )
 from deepboot.elastic.scriptreport import REPORT_ENV, Progress, read_progress
-
-TAIL_LINES = 20
-"""Lines of a process's stderr kept for a failure's message."""
+from deepboot.elastic.supervise import Supervised
 
 MASTER_POLL_S = 0.05
 """How often a rank waiting for rank 0's address looks for it."""
 
 SIGNALS_TO_HANDLE = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 """torchrun 2.13's ``TORCHELASTIC_SIGNALS_TO_HANDLE`` (copied for scripts that read it)."""
-
-PYTHON_NAMES = frozenset({"python", "python3", f"python3.{sys.version_info[1]}"})
-"""A command's first word that means "the worker's own interpreter": the one Ray runs
-deepboot and torch with, not whatever ``python`` a node's PATH finds first."""
 
 
 def torchrun_env(
@@ -143,15 +131,6 @@ def _node_address() -> str:
         return "127.0.0.1"
 
 
-def _die_with_parent() -> None:
-    """(In the child, before exec) SIGKILL when the thread that started us dies: a
-    worker actor killed by Ray takes its process with it, never leaving a script
-    training on a GPU the scheduler has given to someone else."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 class _Stopped(Exception):
     """Told to stop before the process started."""
 
@@ -173,11 +152,10 @@ class CommandWorker:
         self._generation = 0
         self._error = ""
         self._stopping = False
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: Supervised | None = None
         self._started = math.nan  # monotonic time the process started
         self._started_wall = math.inf  # and its Unix time
         self._progress_at = math.nan
-        self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._last: Progress | None = None
         self._step, self._loss = 0, math.nan
         log_dir = Path(config.log_path).parent
@@ -220,19 +198,15 @@ class CommandWorker:
     def _run(self) -> None:
         try:
             env = self._environment()
-            argv = self._argv()
             with self._lock:
                 if self._stopping:
                     raise _Stopped
-                self._proc = subprocess.Popen(  # noqa: S603 (the job's own command, by design)
-                    argv,
-                    cwd=self.config.workdir or None,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,  # its own group: a stop signals its children too
-                    preexec_fn=_die_with_parent,  # noqa: PLW1509 (only a prctl before exec)
+                self._proc = Supervised(
+                    self.config.command,
+                    self.config.workdir,
+                    env,
+                    write=self._write,
+                    on_stdout=lambda _line: self._progressed(),
                 )
                 self._started, self._started_wall = time.monotonic(), time.time()
                 self._status, self._generation = WorkerStatus.RUNNING, self.gen.number
@@ -244,17 +218,8 @@ class CommandWorker:
             self._write(f"could not start {list(self.config.command)}: {exc}\n")
             self._set(WorkerStatus.FAILED, f"rank {self.rank} ({self.worker}) did not start: {exc}")
             return
-        self._write(f"started {argv} (pid {proc.pid})\n")
-        assert proc.stdout is not None and proc.stderr is not None
-        pumps = [
-            threading.Thread(target=self._pump, args=(proc.stdout, False), daemon=True),
-            threading.Thread(target=self._pump, args=(proc.stderr, True), daemon=True),
-        ]
-        for t in pumps:
-            t.start()
+        self._write(f"started {proc.argv} (pid {proc.pid})\n")
         rc = proc.wait()
-        for t in pumps:
-            t.join(timeout=5.0)  # a grandchild holding the pipe open must not hold us
         with self._lock:
             stopping = self._stopping
         if stopping:
@@ -266,12 +231,6 @@ class CommandWorker:
         else:
             self._write(f"exited with status {rc}\n")
             self._set(WorkerStatus.FAILED, self._failure(rc))
-
-    def _argv(self) -> list[str]:
-        argv = list(self.config.command)
-        if argv and argv[0] in PYTHON_NAMES:
-            argv[0] = sys.executable
-        return argv
 
     def _environment(self) -> dict[str, str]:
         """The process's environment; rank 0 publishes the store's address first, the
@@ -323,18 +282,6 @@ class CommandWorker:
                 )
             time.sleep(MASTER_POLL_S)
 
-    def _pump(self, stream: IO[bytes], is_err: bool) -> None:
-        for raw in iter(stream.readline, b""):
-            line = raw.decode("utf-8", "replace")
-            if not line.endswith("\n"):
-                line += "\n"
-            if is_err:
-                with self._lock:
-                    self._tail.append(line.rstrip("\n"))
-            else:
-                self._progressed()
-            self._write(line)
-
     def _progressed(self) -> None:
         with self._lock:
             if math.isnan(self._progress_at) and not math.isnan(self._started):
@@ -385,20 +332,7 @@ class CommandWorker:
             self._stopping = True
             proc = self._proc
         if proc is not None:
-            threading.Thread(target=self._terminate, args=(proc,), daemon=True).start()
-
-    def _terminate(self, proc: subprocess.Popen[bytes]) -> None:
-        """SIGTERM to the process's group; SIGKILL after the grace."""
-        grace = self.config.stop_grace_s
-        self._write(f"stopping: SIGTERM, SIGKILL after {grace:g} s\n")
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self._write(f"still running {grace:g} s after SIGTERM: SIGKILL\n")
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            proc.stop_in_background(self.config.stop_grace_s, say=self._write)
 
     def _failure(self, rc: int) -> str:
         """A failed rank's message: its exit status, the error torch's ``@record``
@@ -409,8 +343,7 @@ class CommandWorker:
             doc = json.loads(Path(self._error_file).read_text())
             msg = doc["message"]
             parts.append(str(msg.get("message", msg) if isinstance(msg, Mapping) else msg))
-        with self._lock:
-            tail = list(self._tail)
+        tail = self._proc.tail() if self._proc is not None else []
         if tail:
             parts.append("stderr (last lines):\n" + "\n".join(tail))
         return "\n".join(parts)
