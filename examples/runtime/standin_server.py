@@ -23,7 +23,8 @@ mode, at a size and a pace you state:
   need thousands of small requests a second from one core).
 - **Sleep mode** (vLLM's, ``VLLM_SERVER_DEV_MODE=1 --enable-sleep-mode``):
   ``POST /sleep?level=1`` copies the device buffer into a host buffer and frees the
-  device buffer (``{"sleeping": true}``); ``POST /wake_up`` copies the host buffer
+  device buffer (``{"sleeping": true}``; level 1 only: vLLM's level 2, which drops
+  the weights, answers 400 here); ``POST /wake_up`` copies the host buffer
   back into a new device buffer at ``--wake-gbps`` (a host-to-device copy: much
   faster than the cold load) and drops the host buffer; ``GET /is_sleeping``. While
   asleep ``/health`` answers 200 (as vLLM's does) and a completion 503 (no weights
@@ -282,8 +283,8 @@ class Server:
 
     async def sleep(self, request: web.Request) -> web.Response:
         level = request.query.get("level", "1")
-        if level not in ("1", "2"):
-            return _error(f"level must be 1 or 2, got {level!r}", 400)
+        if level != "1":  # vLLM's level 2 drops the weights: not imitated here
+            return _error(f"the stand-in sleeps at level 1 only, got level {level!r}", 400)
         if self.args.hang_sleep:
             say("sleep: asked, never answering (--hang-sleep)")
             await self.hang.wait()

@@ -207,6 +207,7 @@ def test_sleep_then_wake_keeps_one_full_load(start: Callable[..., Standin], tmp_
     server = start("--load-log", str(log))
     server.wait_ready()
     assert server.call("GET", "/is_sleeping")[1] == {"is_sleeping": False}
+    assert server.call("POST", "/sleep?level=2")[0] == 400  # level 1 only
     assert server.call("POST", "/sleep?level=1") == (200, {"sleeping": True})
     assert server.call("GET", "/is_sleeping")[1] == {"is_sleeping": True}
     asleep = server.stats()
