@@ -86,6 +86,9 @@ MODEL = "standin-bench"
 WEIGHTS_GB = 0.01
 """The server's weights: small (this measures the request path, not the load)."""
 
+IDLE_S = 5.0
+"""Seconds the processes of the deepboot path are watched at idle, before the runs."""
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -118,6 +121,8 @@ class Target:
     url: str  # the completions URL
     headers: dict[str, str]
     pids: dict[str, int]  # "server", and "controller" through deepboot
+    idle_cpu_ms_per_s: dict[str, float] = field(default_factory=dict)
+    """Each process's CPU at idle, measured before the runs (its background work)."""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -341,12 +346,8 @@ def cluster(work: Path, concurrency: int, console: Console) -> Iterator[Target]:
         )
         server_pid = int(_get_json(f"{base}/stats", headers)["pid"])
         controller_pid = int(StateDir.at(state).controller_pid.read_text().split()[0])
-        yield Target(
-            "deepboot",
-            f"{base}/v1/completions",
-            headers,
-            {"server": server_pid, "controller": controller_pid},
-        )
+        pids = {"server": server_pid, "controller": controller_pid}
+        yield Target("deepboot", f"{base}/v1/completions", headers, pids, idle_cpu(pids))
     finally:
         if state.exists():
             down = subprocess.run(
@@ -370,15 +371,28 @@ def workloads(stream_tokens: int) -> dict[str, dict[str, Any]]:
     }
 
 
-def run_all(args: argparse.Namespace, console: Console) -> dict[str, Any]:
+def idle_cpu(pids: dict[str, int], seconds: float = IDLE_S) -> dict[str, float]:
+    """CPU milliseconds per second of each process while no request is sent: the
+    controller's rounds and polls go on during a run, and are counted in it."""
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    time.sleep(seconds)
+    return {
+        name: round(1e3 * (cpu_seconds(pid) - before[name]) / seconds, 2)
+        for name, pid in pids.items()
+    }
+
+
+def run_all(args: argparse.Namespace, console: Console) -> tuple[dict[str, Any], dict[str, float]]:
+    """The workloads' results, and the deepboot path's processes' CPU at idle."""
     with tempfile.TemporaryDirectory(prefix="deepboot-proxy-") as tmp:
         work = Path(tmp)
         with direct_server(work) as (direct_base, direct_pid):
             direct = Target("direct", f"{direct_base}/v1/completions", {}, {"server": direct_pid})
             if args.direct_only:
-                return measure_paths([direct], args, console)
+                return measure_paths([direct], args, console), {}
             with cluster(work, args.concurrency, console) as through:
-                return measure_paths([direct, through], args, console)
+                results = measure_paths([direct, through], args, console)
+                return results, through.idle_cpu_ms_per_s
 
 
 def measure_paths(
@@ -502,17 +516,24 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     console = Console(width=180)
     try:
-        results = run_all(args, console)
+        results, idle = run_all(args, console)
     except KeyboardInterrupt:
         console.print("interrupted: the server and the cluster were stopped")
         return 130
     table(results, console)
+    if idle:
+        console.print(
+            "at idle (no request), CPU ms per second: "
+            + ", ".join(f"{name} {ms:.1f}" for name, ms in idle.items())
+            + " (counted in the deepboot runs' CPU per request)"
+        )
     doc = {
         "bench": "proxy",
         "revision": _git_rev(),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "workloads": results,
+        "deepboot_idle_cpu_ms_per_s": idle,
     }
     if args.out:
         args.out.write_text(json.dumps(doc, indent=2) + "\n")
