@@ -108,6 +108,10 @@ class GpuView:
         hits: Warm-reuse hit count of that replica.
         job: The training job using it (TRAINING/LENT).
         protect_until: When PROTECT ends (PROTECT only).
+        replica_gpus: Every GPU of the loaded replica when it spans several
+            (``ServiceSpec.gpus_per_replica`` > 1), lead first, all on this node; each
+            of them carries the same state, service, hits and protect end. Empty for
+            a one-GPU replica and for a GPU with no replica.
     """
 
     node_id: int
@@ -118,7 +122,21 @@ class GpuView:
     hits: int = 0
     job: str | None = None
     protect_until: float | None = None
+    replica_gpus: tuple[GpuId, ...] = ()
 
     @property
     def gpu_id(self) -> tuple[int, int]:
         return (self.node_id, self.index)
+
+    @property
+    def members(self) -> tuple[GpuId, ...]:
+        """The GPUs of the replica loaded here, lead first (``(gpu_id,)`` for a one-GPU
+        replica, or for a GPU with none)."""
+        return self.replica_gpus or (self.gpu_id,)
+
+    @property
+    def lead(self) -> bool:
+        """Whether this GPU names its replica: the first of ``members`` (always true
+        for a one-GPU replica). Placement and lifecycle look at leads only, so that a
+        replica of k GPUs counts once."""
+        return not self.replica_gpus or self.replica_gpus[0] == self.gpu_id

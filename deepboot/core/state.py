@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from deepboot.core.cluster import ClusterSpec
-from deepboot.core.gpu import GpuView
+from deepboot.core.gpu import GpuId, GpuView
 from deepboot.core.params import BatchLimits, GradParams, PerfParams
 from deepboot.core.placement import EMPTY, Placement
 
@@ -128,6 +128,15 @@ class InferenceState:
         host_first: A host start meets the task's SLO and a cold start does not: a
             GPU of ``host_nodes`` in any step (FREE, evicted or reclaimed) is worth
             more than any other node's (ATS-I's ``prefer_host``).
+        gpus_per_replica: GPUs a new replica of the task's service spans, all on one
+            node (``ServiceSpec.gpus_per_replica``); 1 for every one-GPU service.
+        sleeping: The GPUs of each server process kept asleep while its GPUs are
+            lent (its weights in host memory; a wake is a host start, but only on
+            exactly those GPUs), keyed by their GPU set (a one-GPU set may be keyed
+            by the bare ``GpuId``), valued by its service's name. ATS-I with
+            ``prefer_host`` takes exactly such a set of the task's service first, in
+            each step that starts a new replica (FREE, evict, reclaim). Empty: no
+            sleeping server (the simulator's, and the runtime's until it keeps them).
     """
 
     now: float
@@ -137,6 +146,22 @@ class InferenceState:
     lending: bool = True
     host_nodes: frozenset[int] = frozenset()
     host_first: bool = False
+    gpus_per_replica: int = 1
+    sleeping: Mapping[tuple[GpuId, ...] | GpuId, str] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    def sleeping_sets(self, service: str) -> tuple[tuple[GpuId, ...], ...]:
+        """The GPU sets of ``service``'s sleeping servers (``sleeping``), each sorted,
+        in sorted order; empty when none."""
+        out = []
+        for key, name in self.sleeping.items():
+            if name != service:
+                continue
+            # A bare GpuId is a pair of ints; a set is a tuple of pairs.
+            ids = [key] if isinstance(key[0], int) else list(key)
+            out.append(tuple(sorted(ids)))
+        return tuple(sorted(out))
 
     def job(self, name: str) -> JobView:
         for j in self.jobs:

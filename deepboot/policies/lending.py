@@ -128,6 +128,7 @@ def reserved_gpus(
     horizon_s: float,
     config: LendReserveConfig,
     concurrency: Mapping[str, int] | None = None,
+    gpus_per_replica: Mapping[str, int] | None = None,
 ) -> frozenset[GpuId]:
     """Idle inference-pool GPUs (SLEEP or FREE) to keep back from this training round.
 
@@ -138,6 +139,9 @@ def reserved_gpus(
             None), > 0.
         config: The reserve's parameters.
         concurrency: Tasks one replica of each service serves at once (missing: 1).
+        gpus_per_replica: GPUs one replica of each service spans (missing: 1): the
+            replicas are counted once each (by their lead GPU) and kept whole, and a
+            missing replica keeps that many FREE GPUs.
 
     Returns:
         GPU ids to leave out of ``ClusterState.capacity``; empty when disabled.
@@ -147,12 +151,15 @@ def reserved_gpus(
     horizon = config.horizon_s if config.horizon_s is not None else horizon_s
     pool = [g for g in gpus if g.pool is Pool.INFERENCE]
     busy = Counter(
-        g.service for g in pool if g.state in (GpuState.RUNNING, GpuState.PROTECT) and g.service
+        g.service
+        for g in pool
+        if g.state in (GpuState.RUNNING, GpuState.PROTECT) and g.service and g.lead
     )
     sleeping: dict[str, list[GpuView]] = {}
     for g in pool:
-        if g.state is GpuState.SLEEP and g.service:
+        if g.state is GpuState.SLEEP and g.service and g.lead:
             sleeping.setdefault(g.service, []).append(g)
+    sizes = gpus_per_replica or {}
     free = [g for g in pool if g.state is GpuState.FREE]
     kept: list[GpuId] = []
     deficit = 0
@@ -163,7 +170,7 @@ def reserved_gpus(
         if need <= 0:
             continue
         mine = sorted(sleeping.get(service, []), key=lambda g: g.gpu_id)[:need]
-        kept.extend(g.gpu_id for g in mine)
-        deficit += need - len(mine)
+        kept.extend(gpu for g in mine for gpu in g.members)
+        deficit += (need - len(mine)) * sizes.get(service, 1)
     kept.extend(g.gpu_id for g in sorted(free, key=lambda g: g.gpu_id)[:deficit])
     return frozenset(kept)

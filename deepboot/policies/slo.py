@@ -281,7 +281,9 @@ def service_needs(
         interval: Seconds between scheduling rounds.
         config: The SLO parameters; with ``enabled`` False only the guaranteed
             replicas are needed.
-        capacity: Replicas the inference pool can hold (None: no limit).
+        capacity: GPUs of the inference pool (None: no limit); a replica of a
+            service with ``gpus_per_replica`` = k takes k of them. Needs and Erlang B
+            count replicas (servers), never GPUs.
         starts: Services whose new replica starts faster than cold, and in how many
             seconds (:func:`host_starts`): their regime and horizon follow it.
     """
@@ -305,7 +307,8 @@ def service_needs(
             if spec.max_replicas:
                 want = min(want, spec.max_replicas)
         wants[name] = max(want, spec.guaranteed_replicas)
-    if capacity is not None and sum(wants.values()) > capacity:
+    size = {name: services[name].gpus_per_replica for name in wants}
+    if capacity is not None and sum(n * size[name] for name, n in wants.items()) > capacity:
         wants = _share(services, wants, rates, capacity)
     out: dict[str, ServiceNeed] = {}
     for name, hold in wants.items():
@@ -333,7 +336,8 @@ def idle_need(
     serving: Mapping[str, int] = _NO_COUNTS,
 ) -> int:
     """Idle inference GPUs (sleeping replicas or FREE) to keep from lending for the
-    relaxed services, which share them: Erlang B's servers for
+    relaxed one-GPU services (``gpus_per_replica`` = 1; the others:
+    :func:`idle_need_multi`), which share them: Erlang B's servers for
     ``config.idle_target`` at their pooled offered load, each service's forecast
     peak over its horizon times the GPU-seconds a request that starts a replica
     takes (its start, cold or from host memory per ``starts``, plus the mean task
@@ -359,13 +363,51 @@ def idle_need(
         serving: Replicas serving a task (RUNNING, a load included) per service now;
             the relaxed services' are subtracted (missing: none).
     """
+    return _idle(services, histories, loads, interval, config, starts, serving, 1)
+
+
+def idle_need_multi(
+    services: Mapping[str, ServiceSpec],
+    histories: Mapping[str, ArrivalHistory],
+    loads: Mapping[str, ServiceLoad],
+    interval: float,
+    config: SloConfig,
+    starts: Mapping[str, float] = _NONE,
+    serving: Mapping[str, int] = _NO_COUNTS,
+) -> dict[int, int]:
+    """:func:`idle_need` for the relaxed services whose replica spans k > 1 GPUs of one
+    node: per k (ascending), the idle replicas (node sets of k GPUs, sleeping
+    replicas or FREE) their shared pool needs, by Erlang B over replicas (servers)
+    at their pooled offered load, less their replicas serving now (``serving``
+    counts replicas). Services of one size share one pool; sizes with no need are
+    left out (empty for a cluster of one-GPU services only)."""
+    sizes = sorted({v.gpus_per_replica for v in services.values() if v.gpus_per_replica > 1})
+    out: dict[int, int] = {}
+    for k in sizes:
+        n = _idle(services, histories, loads, interval, config, starts, serving, k)
+        if n > 0:
+            out[k] = n
+    return out
+
+
+def _idle(
+    services: Mapping[str, ServiceSpec],
+    histories: Mapping[str, ArrivalHistory],
+    loads: Mapping[str, ServiceLoad],
+    interval: float,
+    config: SloConfig,
+    starts: Mapping[str, float],
+    serving: Mapping[str, int],
+    size: int,
+) -> int:
+    """The idle replicas of the relaxed services whose replica spans ``size`` GPUs."""
     if not config.enabled or config.oracle:
         return 0
     offered = 0.0
     busy = 0
     for name in sorted(services):
         spec = services[name]
-        if not relaxed(spec, config, starts):
+        if spec.gpus_per_replica != size or not relaxed(spec, config, starts):
             continue
         busy += serving.get(name, 0)
         demand = _demand(name, spec, histories, loads, interval, config, starts)
@@ -416,17 +458,19 @@ def _share(
     rates: Mapping[str, tuple[float, float, int, float]],
     capacity: int,
 ) -> dict[str, int]:
-    """``wants`` cut to ``capacity`` replicas in all: the guaranteed first, then one
-    replica at a time to the largest saving of cold-started requests per second
+    """``wants`` cut to ``capacity`` GPUs in all (a replica takes its service's
+    ``gpus_per_replica``): the guaranteed first, then one replica at a time to the
+    largest saving of cold-started requests per second among those that still fit
     (ties: name order); a service without a forecast (the oracle's) saves 1 per
     replica it still wants."""
+    size = {name: services[name].gpus_per_replica for name in wants}
     held = {name: services[name].guaranteed_replicas for name in wants}
-    left = capacity - sum(held.values())
+    left = capacity - sum(held[name] * size[name] for name in held)
     while left > 0:
         best, gain = "", 0.0
         for name in sorted(wants):
             n = held[name]
-            if n >= wants[name]:
+            if n >= wants[name] or size[name] > left:
                 continue
             if name in rates:
                 rate, offered, slots, z = rates[name]
@@ -439,7 +483,7 @@ def _share(
         if not best:
             break
         held[best] += 1
-        left -= 1
+        left -= size[best]
     return held
 
 

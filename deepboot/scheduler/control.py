@@ -69,7 +69,13 @@ from deepboot.policies.forecast import ArrivalHistory
 from deepboot.policies.inference import InferencePlacement, PlaceAction
 from deepboot.policies.lending import LendReserveConfig, ServiceLoad, reserved_gpus
 from deepboot.policies.lifecycle import LifecycleConfig, protect_time
-from deepboot.policies.slo import SloConfig, host_starts, idle_need, service_needs
+from deepboot.policies.slo import (
+    SloConfig,
+    host_starts,
+    idle_need,
+    idle_need_multi,
+    service_needs,
+)
 from deepboot.scheduler.decision import Decision, new_placement
 from deepboot.scheduler.events import Event, EventKind
 from deepboot.scheduler.guard import Guard, guard, reclaim_ops
@@ -89,6 +95,7 @@ from deepboot.scheduler.operations import (
     Unplaced,
     WaitReason,
     WarmReplica,
+    members,
 )
 
 
@@ -144,6 +151,10 @@ def _no_host_starts() -> Mapping[str, float]:
     return MappingProxyType({})
 
 
+def _no_sleeping() -> Mapping[tuple[GpuId, ...] | GpuId, str]:
+    return MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """What the world reports before a step; never mutated.
@@ -180,6 +191,10 @@ class Snapshot:
             start in progress; TICK only): the SLO guard does not count them among
             the loaded replicas it holds, so that it never lets a loaded replica be
             lent while a new one loads (a request now would wait for the load).
+        sleeping: The GPUs of each server process kept asleep while its GPUs are
+            lent, keyed by its GPU set (or bare GPU), valued by its service
+            (``InferenceState.sleeping``: ATS-I wakes a server on its own GPUs
+            first); empty in the simulator, and in the runtime until it keeps them.
     """
 
     now: float
@@ -194,6 +209,7 @@ class Snapshot:
     cached: Mapping[int, frozenset[str]] = field(default_factory=_no_cache)
     host_start_s: Mapping[str, float] = field(default_factory=_no_host_starts)
     loading: frozenset[GpuId] = frozenset()
+    sleeping: Mapping[tuple[GpuId, ...] | GpuId, str] = field(default_factory=_no_sleeping)
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,7 +362,8 @@ class ControlLoop:
         ):
             return held
         slots = {name: spec.concurrency for name, spec in snap.services.items()}
-        return held | reserved_gpus(snap.gpus, snap.loads, s.interval, s.reserve, slots)
+        sizes = {n: v.gpus_per_replica for n, v in snap.services.items() if v.gpus_per_replica > 1}
+        return held | reserved_gpus(snap.gpus, snap.loads, s.interval, s.reserve, slots, sizes)
 
     def capacity(self, snap: Snapshot, kept: frozenset[GpuId] | None = None) -> Mapping[int, int]:
         """GPUs training may use per node now: the training pool, plus the idle
@@ -379,14 +396,17 @@ class ControlLoop:
         serving = Counter(
             g.service
             for g in snap.gpus
-            if g.pool is Pool.INFERENCE and g.state is GpuState.RUNNING and g.service
+            if g.pool is Pool.INFERENCE and g.state is GpuState.RUNNING and g.service and g.lead
         )
         idle = idle_need(
             snap.services, snap.arrivals, snap.loads, s.interval, s.slo, starts, serving
         )
+        idle_sets = idle_need_multi(
+            snap.services, snap.arrivals, snap.loads, s.interval, s.slo, starts, serving
+        )
         return guard(
             needs, snap.gpus, snap.jobs, snap.services, snap.cluster, snap.now, s.interval, idle,
-            snap.cached, snap.loading,
+            snap.cached, snap.loading, idle_sets,
         )  # fmt: skip
 
     def _round(self, snap: Snapshot, rng: np.random.Generator) -> Step:
@@ -452,9 +472,11 @@ class ControlLoop:
         if slot is not None and slot[1].ready_at <= snap.now:
             return (_join(slot[0], service, task),)
         host = _host_nodes(snap, service)
+        spec = snap.services.get(service)
         state = InferenceState(
             snap.now, snap.cluster, snap.gpus, snap.jobs, self.settings.lending,
             host, bool(host) and _host_first(snap, service),
+            1 if spec is None else spec.gpus_per_replica, snap.sleeping,
         )  # fmt: skip
         placement = self.inference.place(state, service, rng)
         if placement is not None and placement.action.warm:
@@ -478,16 +500,17 @@ class ControlLoop:
         # protect time, decides whether it is held or lent.
         slo = self.settings.slo.enabled
         hold = 0.0 if slo else protect_time(gpu.hits, self.settings.lifecycle)
-        ops: list[AnyOperation] = [ProtectReplica(gpu.gpu_id, snap.now + hold)]
+        whole = gpu.replica_gpus
+        ops: list[AnyOperation] = [ProtectReplica(gpu.gpu_id, snap.now + hold, whole)]
         if hold <= 0:
-            ops.append(SleepReplica(gpu.gpu_id))
+            ops.append(SleepReplica(gpu.gpu_id, whole))
         return Step(ops=tuple(ops), retry=_retry_cursor(snap))
 
     def _protect_expired(self, event: Event, snap: Snapshot) -> Step:
         gpu = _gpu(snap, event.gpu)
         if gpu.state is not GpuState.PROTECT:
             return Step()  # reused since: nothing expires
-        return Step(ops=(SleepReplica(gpu.gpu_id),), retry=_retry_cursor(snap))
+        return Step(ops=(SleepReplica(gpu.gpu_id, gpu.replica_gpus),), retry=_retry_cursor(snap))
 
     def _replica_warm(self, event: Event, snap: Snapshot) -> Step:
         gpu = _gpu(snap, event.gpu)
@@ -499,9 +522,10 @@ class ControlLoop:
         # ``until`` is the warm-up's own choice: the protect-time rule (which counts
         # hits of tasks served) does not apply to a replica that served none.
         until = max(event.until, snap.now)
-        ops: list[AnyOperation] = [ProtectReplica(gpu.gpu_id, until)]
+        whole = gpu.replica_gpus
+        ops: list[AnyOperation] = [ProtectReplica(gpu.gpu_id, until, whole)]
         if until <= snap.now:
-            ops.append(SleepReplica(gpu.gpu_id))
+            ops.append(SleepReplica(gpu.gpu_id, whole))
         return Step(ops=tuple(ops), retry=_retry_cursor(snap))
 
 
@@ -578,7 +602,7 @@ def _at_cap(service: str, snap: Snapshot) -> bool:
     spec = snap.services.get(service)
     if spec is None or not spec.max_replicas:
         return False
-    loaded = sum(1 for g in snap.gpus if g.service == service and g.state in _LOADED)
+    loaded = sum(1 for g in snap.gpus if g.service == service and g.state in _LOADED and g.lead)
     return loaded >= spec.max_replicas
 
 
@@ -641,7 +665,7 @@ def _join(gpu: GpuView, service: str, task: str) -> StartReplica:
     count stays)."""
     if gpu.state is not GpuState.RUNNING:
         raise InvalidDecisionError(f"task {task!r} joins GPU {gpu.gpu_id}, {gpu.state.name}")
-    return StartReplica(gpu.gpu_id, service, task, cold=False, hits=gpu.hits)
+    return StartReplica(gpu.gpu_id, service, task, cold=False, hits=gpu.hits, gpus=gpu.replica_gpus)
 
 
 def _retry_cursor(snap: Snapshot) -> Retry | None:
@@ -681,6 +705,8 @@ def assign_gpus(
     node by node, it takes FREE GPUs in index order, then SLEEP ones (``EvictReplica``
     first), never one of ``kept`` (the SLO guard's held GPUs, which the capacity
     left out); a training-pool GPU is a ``Bind``, an inference-pool one a ``Lend``.
+    A SLEEP replica of several GPUs is evicted whole when the job takes any of them
+    (those it does not take stay FREE).
 
     Raises:
         InvalidDecisionError: a node lacks the FREE and SLEEP GPUs a job needs there
@@ -689,6 +715,7 @@ def assign_gpus(
     state: dict[GpuId, GpuState] = {g.gpu_id: g.state for g in gpus}
     holder: dict[GpuId, str | None] = {g.gpu_id: g.job for g in gpus}
     pool = {g.gpu_id: g.pool for g in gpus}
+    whole = {g.gpu_id: g.replica_gpus for g in gpus if g.replica_gpus}
     by_node: dict[int, list[GpuId]] = {}
     for g in gpus:
         by_node.setdefault(g.node_id, []).append(g.gpu_id)
@@ -719,7 +746,12 @@ def assign_gpus(
                     f"{len(free)} FREE and {len(sleep)} SLEEP"
                 )
             for gpu in pick:
-                if state[gpu] is GpuState.SLEEP:
+                if state[gpu] is GpuState.SLEEP and gpu in whole:
+                    # A replica of several GPUs is evicted whole: the rest go FREE.
+                    ops.append(EvictReplica(whole[gpu][0], whole[gpu]))
+                    for member in whole[gpu]:
+                        state[member] = GpuState.FREE
+                elif state[gpu] is GpuState.SLEEP:
                     ops.append(EvictReplica(gpu))
                 training = pool[gpu] is Pool.TRAINING
                 ops.append(Bind(gpu, job) if training else Lend(gpu, job))
@@ -734,15 +766,40 @@ def placement_ops(
     """The operations of one validated inference placement, in order: reclaims and the
     shrink of each job that lost GPUs, evictions, then the task's replica."""
     ops = reclaim_ops(p.reclaims, snap.jobs)
-    for gpu in p.evicts:
-        if gpu != p.gpu:
-            ops.append(EvictReplica(gpu))
+    if p.gpus or any(g.replica_gpus for g in snap.gpus if g.gpu_id in p.evicts):
+        ops.extend(_evictions(p, snap))
+    else:
+        for gpu in p.evicts:
+            if gpu != p.gpu:
+                ops.append(EvictReplica(gpu))
+        if p.action is PlaceAction.COLD_EVICT:
+            ops.append(EvictReplica(p.gpu))
     target = next(g for g in snap.gpus if g.gpu_id == p.gpu)
-    if p.action is PlaceAction.COLD_EVICT:
-        ops.append(EvictReplica(p.gpu))
     hits = target.hits + 1 if p.action is PlaceAction.WARM_PROTECT else 0
-    ops.append(StartReplica(p.gpu, service, task, cold=not p.action.warm, hits=hits))
+    ops.append(StartReplica(p.gpu, service, task, cold=not p.action.warm, hits=hits, gpus=p.gpus))
     return tuple(ops)
+
+
+def _evictions(p: InferencePlacement, snap: Snapshot) -> list[AnyOperation]:
+    """One ``EvictReplica`` per replica among ``p.evicts`` (whole replicas, by lead),
+    in the order they are first listed; the one holding ``p.gpu`` last."""
+    views = {g.gpu_id: g for g in snap.gpus}
+    seen: set[GpuId] = set()
+    out: list[AnyOperation] = []
+    last: EvictReplica | None = None
+    for gpu in p.evicts:
+        if gpu in seen:
+            continue
+        whole = views[gpu].replica_gpus
+        seen.update(whole or (gpu,))
+        op = EvictReplica(whole[0], whole) if whole else EvictReplica(gpu)
+        if p.gpu in (whole or (gpu,)):
+            last = op
+        else:
+            out.append(op)
+    if last is not None:
+        out.append(last)
+    return out
 
 
 def validate_warm_replicas(
@@ -771,34 +828,42 @@ def validate_warm_replicas(
     held: dict[GpuId, tuple[GpuState, str | None]] = {g.gpu_id: (g.state, g.service) for g in gpus}
     for op in ops:
         if isinstance(op, WarmReplica):
-            _check_warm(op, pools, held, services)
-            held[op.gpu] = (GpuState.RUNNING, op.service)
+            for gpu in members(op):
+                _check_warm(op, gpu, pools, held, services)
+            for gpu in members(op):
+                held[gpu] = (GpuState.RUNNING, op.service)
         elif isinstance(op, Bind):
             held[op.gpu] = (GpuState.TRAINING, None)
         elif isinstance(op, Lend):
             held[op.gpu] = (GpuState.LENT, None)
-        elif isinstance(op, Release | Reclaim | EvictReplica):
+        elif isinstance(op, Release | Reclaim):
             held[op.gpu] = (GpuState.FREE, None)
+        elif isinstance(op, EvictReplica):
+            for gpu in members(op):
+                held[gpu] = (GpuState.FREE, None)
         elif isinstance(op, StartReplica):
-            held[op.gpu] = (GpuState.RUNNING, op.service)
+            for gpu in members(op):
+                held[gpu] = (GpuState.RUNNING, op.service)
         elif isinstance(op, ProtectReplica | SleepReplica):
             state = GpuState.PROTECT if isinstance(op, ProtectReplica) else GpuState.SLEEP
-            held[op.gpu] = (state, held.get(op.gpu, (state, None))[1])
+            for gpu in members(op):
+                held[gpu] = (state, held.get(gpu, (state, None))[1])
 
 
 def _check_warm(
     op: WarmReplica,
+    gpu: GpuId,
     pools: Mapping[GpuId, Pool],
     held: Mapping[GpuId, tuple[GpuState, str | None]],
     services: Mapping[str, ServiceSpec],
 ) -> None:
-    what = f"WarmReplica of {op.service!r} on GPU {op.gpu}"
-    pool = pools.get(op.gpu)
+    what = f"WarmReplica of {op.service!r} on GPU {gpu}"
+    pool = pools.get(gpu)
     if pool is None:
         raise InvalidDecisionError(f"{what}: no such GPU")
     if pool is not Pool.INFERENCE:
         raise InvalidDecisionError(f"{what}: a training-pool GPU (replicas run on inference)")
-    state = held[op.gpu][0]
+    state = held[gpu][0]
     if state is not GpuState.FREE:
         raise InvalidDecisionError(
             f"{what}: it is {state.name}, not FREE (evict a SLEEP replica or reclaim a "
@@ -809,8 +874,14 @@ def _check_warm(
         raise InvalidDecisionError(f"{what}: unknown service")
     if math.isnan(op.until):
         raise InvalidDecisionError(f"{what}: until is NaN")
+    if len(members(op)) != spec.gpus_per_replica:
+        raise InvalidDecisionError(
+            f"{what}: the service's replica spans {spec.gpus_per_replica} GPUs, the op "
+            f"names {len(members(op))}"
+        )
     if spec.max_replicas:
-        loaded = sum(1 for st, svc in held.values() if svc == op.service and st in _LOADED)
+        gpus = sum(1 for st, svc in held.values() if svc == op.service and st in _LOADED)
+        loaded = gpus // spec.gpus_per_replica
         if loaded >= spec.max_replicas:
             raise InvalidDecisionError(
                 f"{what}: the service has {loaded} replicas loaded or loading, its "

@@ -27,6 +27,16 @@ the inference pool only and in sorted service order:
 
 A pre-warmed replica is PROTECT until ``until`` (a cold start plus one interval from
 now); at the next tick the guard holds it again if it is still needed. Pure.
+
+A service whose replica spans k > 1 GPUs of one node (``gpus_per_replica``): its
+replicas are counted once each (by their lead GPU; needs are in replicas), a held
+replica keeps all of its GPUs, and a pre-warm takes a whole node set by ATS-I's rule
+for several GPUs (:func:`deepboot.policies.inference.multi.place_multi`: FREE GPUs of
+one node, then whole SLEEP replicas evicted, then the node whose reclaimed GPUs lose
+training the least). 4. **Idle sets** (``idle_sets``, per size k:
+:func:`deepboot.policies.slo.idle_need_multi`): after the one-GPU idle pool,
+unheld SLEEP replicas of k GPUs (GPU order), then node sets of k FREE GPUs, then of
+FREE and reclaimed ones (least loss), held.
 """
 
 from __future__ import annotations
@@ -41,8 +51,10 @@ from deepboot.core.gpu import GpuId, GpuState, GpuView
 from deepboot.core.placement import EMPTY, Placement
 from deepboot.core.service import ServiceSpec
 from deepboot.core.state import InferenceState, JobView
-from deepboot.policies.inference.ats_i import least_loss
+from deepboot.policies.inference.ats_i import least_loss, most_hits
+from deepboot.policies.inference.base import InferencePlacement
 from deepboot.policies.inference.candidates import PlacementConfig
+from deepboot.policies.inference.multi import place_multi
 from deepboot.policies.slo import ServiceNeed
 from deepboot.scheduler.decision import Preempt, Resize
 from deepboot.scheduler.operations import AnyOperation, EvictReplica, Reclaim, WarmReplica
@@ -73,6 +85,7 @@ def guard(
     idle: int = 0,
     cached: Mapping[int, frozenset[str]] | None = None,
     loading: frozenset[GpuId] = frozenset(),
+    idle_sets: Mapping[int, int] | None = None,
 ) -> Guard:
     """The ops and the held GPUs of ``needs`` and ``idle`` (see the module docstring).
 
@@ -93,15 +106,17 @@ def guard(
         loading: RUNNING GPUs whose replica is still loading: they count as loading
             (no second pre-warm for them), not as loaded (the SLEEP replicas held
             do not count on them).
+        idle_sets: Idle replicas the relaxed services of each size k > 1 share
+            (node sets of k GPUs; None or empty: none).
     """
-    if not needs and idle <= 0:
+    if not needs and idle <= 0 and not idle_sets:
         return Guard()
     pool = [g for g in gpus if g.pool is Pool.INFERENCE]
     busy: Counter[str] = Counter()
     starting: Counter[str] = Counter()
     sleeping: dict[str, list[GpuView]] = {}
     for g in pool:
-        if g.service is None:
+        if g.service is None or not g.lead:
             continue
         if g.state is GpuState.RUNNING and g.gpu_id in loading:
             starting[g.service] += 1
@@ -117,7 +132,7 @@ def guard(
         # A replica still loading is no warm one: the loaded SLEEP ones are held
         # as if it were not there (a request now would wait for its load).
         keep = max(need.hold - busy[name], 0)
-        held.extend(g.gpu_id for g in mine[:keep])
+        held.extend(gpu for g in mine[:keep] for gpu in g.members)
         loaded = busy[name] + starting[name] + len(mine)
         if need.warm > loaded:
             missing.append((name, need.warm - loaded))
@@ -141,15 +156,71 @@ def guard(
         views = _without(views, pick)
         return pick.gpu_id
 
+    def take_set(service: str, k: int, evict: bool) -> InferencePlacement | None:
+        # ATS-I's rule for k GPUs of one node, over what is left: the FREE GPUs, the
+        # unheld SLEEP replicas of other services (``evict``) and the LENT GPUs not
+        # reclaimed yet; anything else reads as busy.
+        nonlocal views, free
+        left = {g.gpu_id for g in free} | {g.gpu_id for g in lent}
+        if evict:
+            left |= {g.gpu_id for g in evictable if g.service != service}
+        seen = tuple(
+            g
+            if g.pool is not Pool.INFERENCE or g.gpu_id in left
+            else dataclasses.replace(g, state=GpuState.RUNNING, job=None)
+            for g in gpus
+        )
+        state = InferenceState(now, cluster, seen, tuple(views), gpus_per_replica=k)
+        cfg = PlacementConfig(use_training_pool=False)
+        p = place_multi(state, service, cfg, most_hits, frozenset())
+        if p is None:
+            return None
+        byid = {g.gpu_id: g for g in gpus}
+        done: set[GpuId] = set()
+        for gpu in p.evicts:
+            if gpu not in done:
+                whole = byid[gpu].members
+                done.update(whole)
+                warms.append(EvictReplica(whole[0], byid[gpu].replica_gpus))
+        evictable[:] = [g for g in evictable if g.gpu_id not in done]
+        for gpu, _ in p.reclaims:
+            g = byid[gpu]
+            lent.remove(g)
+            reclaimed.append(g)
+            views = _without(views, g)
+        used = set(p.members)
+        spare_free = [
+            dataclasses.replace(byid[g], state=GpuState.FREE, service=None, replica_gpus=())
+            for g in sorted(done - used)
+        ]
+        free = sorted(
+            [g for g in free if g.gpu_id not in used] + spare_free, key=lambda g: g.gpu_id
+        )
+        taken.update(used)
+        return p
+
     for name, count in missing:
         cold = services[name].cold_start_s or 0.0
         until = now + cold + interval
+        size = services[name].gpus_per_replica
         for _ in range(count):
+            if size > 1:
+                placed = take_set(name, size, evict=True)
+                if placed is None:
+                    break  # no node has k GPUs to spare
+                warms.append(WarmReplica(placed.gpu, name, until, placed.gpus))
+                continue
             if free:
                 gpu = free.pop(0).gpu_id
             elif evictable:
-                gpu = evictable.pop(0).gpu_id
-                warms.append(EvictReplica(gpu))
+                victim = evictable.pop(0)
+                gpu = victim.gpu_id
+                if victim.replica_gpus:  # a replica of several GPUs goes whole
+                    warms.append(EvictReplica(victim.replica_gpus[0], victim.replica_gpus))
+                    rest = [m for m in victim.replica_gpus if m != gpu]
+                    evictable[:] = [g for g in evictable if g.gpu_id not in rest]
+                else:
+                    warms.append(EvictReplica(gpu))
             elif lent:
                 gpu = take_back()
             else:
@@ -175,6 +246,21 @@ def guard(
     while len(spare) < idle and lent:
         spare.append(take_back())
     held.extend(spare)
+    taken.update(spare)
+    free = [g for g in free if g.gpu_id not in taken]
+    for k, count in sorted((idle_sets or {}).items()):
+        sets = [
+            g for g in evictable if g.lead and len(g.members) == k and not taken & set(g.members)
+        ][:count]
+        for g in sets:
+            held.extend(g.members)
+            taken.update(g.members)
+        evictable[:] = [g for g in evictable if g.gpu_id not in taken]
+        for _ in range(count - len(sets)):
+            placed = take_set("", k, evict=False)
+            if placed is None:
+                break
+            held.extend(placed.members)
     pairs = [(g.gpu_id, g.job or "") for g in reclaimed]
     ops.extend(reclaim_ops(pairs, jobs, proactive=True))
     ops.extend(warms)

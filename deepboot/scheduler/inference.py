@@ -77,7 +77,10 @@ def validate_placement(placement: InferencePlacement, state: InferenceState, ser
     SLEEP of the same ``service`` for a warm reuse, FREE, another SLEEP replica, or
     a LENT GPU it reclaims); every reclaimed GPU is LENT to the named job, at most
     once, and only when ``state.lending`` is on; every evicted GPU is a SLEEP
-    replica, at most once, and not also reclaimed.
+    replica, at most once, and not also reclaimed; a replica of several GPUs is
+    evicted whole. A replica of several GPUs (``placement.gpus``) has
+    ``state.gpus_per_replica`` of them; a new one takes GPUs each FREE, evicted or
+    reclaimed; a warm reuse names exactly the GPUs of the idle replica.
 
     Raises:
         InvalidDecisionError: the first broken rule, naming the GPU at fault.
@@ -86,8 +89,11 @@ def validate_placement(placement: InferencePlacement, state: InferenceState, ser
     target = by_id.get(placement.gpu)
     if target is None:
         raise InvalidDecisionError(f"inference placement on unknown GPU {placement.gpu}")
+    multi = bool(placement.gpus) or state.gpus_per_replica > 1
+    if multi:
+        _validate_set(placement, state, service, by_id)
     need = _ACTION_STATE[placement.action]
-    if target.state is not need:
+    if (placement.action in WARM_ACTIONS or not multi) and target.state is not need:
         raise InvalidDecisionError(
             f"{placement.action.name} for {service!r} needs GPU {placement.gpu} in "
             f"{need.name}, but it is {target.state.name}"
@@ -107,7 +113,11 @@ def validate_placement(placement: InferencePlacement, state: InferenceState, ser
             raise InvalidDecisionError(f"reclaim of GPU {gpu} from {job!r}: it is {found}")
         if reclaimed[gpu] > 1:
             raise InvalidDecisionError(f"GPU {gpu} is reclaimed twice")
-    if placement.action is PlaceAction.COLD_RECLAIM and placement.gpu not in reclaimed:
+    if (
+        not multi
+        and placement.action is PlaceAction.COLD_RECLAIM
+        and placement.gpu not in reclaimed
+    ):
         raise InvalidDecisionError(
             f"COLD_RECLAIM on GPU {placement.gpu} does not list it among its reclaims"
         )
@@ -119,8 +129,47 @@ def validate_placement(placement: InferencePlacement, state: InferenceState, ser
             raise InvalidDecisionError(f"eviction of GPU {gpu}: it is {found}, not SLEEP")
         if evicted[gpu] > 1 or gpu in reclaimed:
             raise InvalidDecisionError(f"GPU {gpu} is evicted twice or also reclaimed")
-    if placement.gpu in evicted and placement.action is not PlaceAction.COLD_EVICT:
+    if not multi and placement.gpu in evicted and placement.action is not PlaceAction.COLD_EVICT:
         raise InvalidDecisionError(f"{placement.action.name} on GPU {placement.gpu} also evicts it")
+    for gpu in placement.evicts:
+        whole = by_id[gpu].members
+        if not set(whole) <= evicted.keys():
+            raise InvalidDecisionError(
+                f"eviction of GPU {gpu} splits its replica {whole}: evict all of its GPUs"
+            )
+
+
+def _validate_set(
+    placement: InferencePlacement,
+    state: InferenceState,
+    service: str,
+    by_id: Mapping[tuple[int, int], GpuView],
+) -> None:
+    """The rules of a replica of several GPUs (:func:`validate_placement`)."""
+    ids = placement.members
+    k = state.gpus_per_replica
+    if len(ids) != k:
+        raise InvalidDecisionError(
+            f"a replica of {service!r} spans {k} GPUs; the placement names {len(ids)}: {ids}"
+        )
+    missing = [g for g in ids if g not in by_id]
+    if missing:
+        raise InvalidDecisionError(f"inference placement on unknown GPUs {missing}")
+    if placement.action in WARM_ACTIONS:
+        if by_id[placement.gpu].members != ids:
+            raise InvalidDecisionError(
+                f"warm reuse of {ids}, but GPU {placement.gpu}'s replica is "
+                f"{by_id[placement.gpu].members}"
+            )
+        return
+    freed = set(placement.evicts) | {g for g, _ in placement.reclaims}
+    for gpu in ids:
+        g = by_id[gpu]
+        if g.state is not GpuState.FREE and gpu not in freed:
+            raise InvalidDecisionError(
+                f"new replica of {service!r} on {ids}: GPU {gpu} is {g.state.name}, "
+                "neither FREE nor evicted nor reclaimed"
+            )
 
 
 class InferenceScheduler:

@@ -7,7 +7,10 @@ GPU operations below say which GPUs change hands and which replicas start, prote
 sleep or go. A job operation never moves a GPU itself: the GPU operations before it
 in the same step already did.
 
-Every operation is a frozen value naming GPUs as ``(node_id, index)``.
+Every operation is a frozen value naming GPUs as ``(node_id, index)``. A replica that
+spans several GPUs of one node (``ServiceSpec.gpus_per_replica`` > 1) is named by its
+lead GPU (``gpu``, the lowest index of its set) and lists all of its GPUs in ``gpus``;
+for a one-GPU replica ``gpus`` is empty and ``gpu`` is all of it (:func:`members`).
 """
 
 from __future__ import annotations
@@ -74,6 +77,9 @@ class StartReplica:
             replica of ``WarmReplica`` still loading; the task starts once the replica
             is loaded).
         hits: The replica's warm-reuse count from now on.
+        gpus: Every GPU of the replica when it spans several
+            (``gpus_per_replica`` > 1), ``gpu`` (its lead) first, all on one node;
+            empty for a one-GPU replica (then ``gpu`` alone).
     """
 
     gpu: GpuId
@@ -81,6 +87,7 @@ class StartReplica:
     task: str
     cold: bool
     hits: int
+    gpus: tuple[GpuId, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,34 +105,70 @@ class WarmReplica:
 
     Attributes:
         until: When the ready replica's protect time ends.
+        gpus: Every GPU of the replica when it spans several
+            (``gpus_per_replica`` > 1), ``gpu`` (its lead) first, all on one node;
+            empty for a one-GPU replica (then ``gpu`` alone).
     """
 
     gpu: GpuId
     service: str
     until: float
+    gpus: tuple[GpuId, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class ProtectReplica:
     """A replica's task ended: RUNNING -> PROTECT until ``until`` (then ``SleepReplica``,
-    when the world reports ``PROTECT_EXPIRED``)."""
+    when the world reports ``PROTECT_EXPIRED``).
+
+    Attributes:
+        gpu: The replica's (lead) GPU.
+        gpus: Every GPU of the replica when it spans several
+            (``gpus_per_replica`` > 1), ``gpu`` (its lead) first, all on one node;
+            empty for a one-GPU replica (then ``gpu`` alone).
+    """
 
     gpu: GpuId
     until: float
+    gpus: tuple[GpuId, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class SleepReplica:
-    """PROTECT -> SLEEP: the replica stays loaded, and the GPU may be lent."""
+    """PROTECT -> SLEEP: the replica stays loaded, and the GPU may be lent.
+
+    Attributes:
+        gpu: The replica's (lead) GPU.
+        gpus: Every GPU of the replica when it spans several
+            (``gpus_per_replica`` > 1), ``gpu`` (its lead) first, all on one node;
+            empty for a one-GPU replica (then ``gpu`` alone).
+    """
 
     gpu: GpuId
+    gpus: tuple[GpuId, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class EvictReplica:
-    """A SLEEP replica is unloaded (-> FREE), for another service or for training."""
+    """A SLEEP replica is unloaded (-> FREE), for another service or for training; a
+    replica of several GPUs goes as a whole (never one of its GPUs alone).
+
+    Attributes:
+        gpu: The replica's (lead) GPU.
+        gpus: Every GPU of the replica when it spans several
+            (``gpus_per_replica`` > 1), ``gpu`` (its lead) first, all on one node;
+            empty for a one-GPU replica (then ``gpu`` alone).
+    """
 
     gpu: GpuId
+    gpus: tuple[GpuId, ...] = ()
+
+
+def members(
+    op: StartReplica | WarmReplica | ProtectReplica | SleepReplica | EvictReplica,
+) -> tuple[GpuId, ...]:
+    """Every GPU of the replica ``op`` names, lead first."""
+    return op.gpus or (op.gpu,)
 
 
 class WaitReason(enum.Enum):

@@ -175,8 +175,17 @@ class Serving:
                 models.setdefault(self.services[name].model, self._model_gb[name])
             cache.preload(models.items())
         self.host_start_s = MappingProxyType(
-            {name: cache.config.start_s(gb) for name, gb in self._model_gb.items()}
+            {name: self._host_start(name) for name in self._model_gb}
         )
+
+    def _host_start(self, service: str) -> float:
+        """Seconds a new replica of ``service`` takes from its node's host cache: a
+        replica of k GPUs copies its weights over k links at once (one per GPU, each
+        ``gbps``), so a k-th of them each (one GPU: the whole model)."""
+        assert self.cache is not None
+        k = self.services[service].gpus_per_replica
+        gb = self._model_gb[service]
+        return self.cache.config.start_s(gb if k == 1 else gb / k)
 
     def evicted(self, gpu: GpuId, service: str) -> None:
         """The replica of ``service`` on ``gpu`` was evicted: its model stays in the
@@ -189,7 +198,7 @@ class Serving:
         cache = self.cache
         if cache is not None and cache.holds(gpu[0], spec.model):
             cache.use(gpu[0], spec.model)
-            return cache.config.start_s(self._model_gb[spec.name]), True
+            return self._host_start(spec.name), True
         assert spec.cold_start_s is not None  # set for every service (service_specs)
         return spec.cold_start_s, False
 

@@ -48,6 +48,8 @@ class BoardGpu:
         protect_until: When PROTECT ends (PROTECT only).
         replica: The runtime's name of the loaded replica's actor (None in the
             simulator, and whenever no replica is loaded).
+        replica_gpus: Every GPU of the loaded replica when it spans several, lead
+            first (``GpuView.replica_gpus``); empty otherwise.
         version: Bumped on every change, so a PROTECT_EXPIRED scheduled before a
             reuse can be recognised as stale.
     """
@@ -62,6 +64,7 @@ class BoardGpu:
         "job",
         "protect_until",
         "replica",
+        "replica_gpus",
         "version",
         "_view",
     )
@@ -76,6 +79,7 @@ class BoardGpu:
         self.job: str | None = None
         self.protect_until: float | None = None
         self.replica: str | None = None
+        self.replica_gpus: tuple[GpuId, ...] = ()
         self.version = 0
         self._view: GpuView | None = None
 
@@ -95,6 +99,7 @@ class BoardGpu:
                 self.hits,
                 self.job,
                 self.protect_until,
+                self.replica_gpus,
             )
         return self._view
 
@@ -277,6 +282,7 @@ class GpuBoard:
             gpu.service = None
             gpu.hits = 0
             gpu.replica = None
+            gpu.replica_gpus = ()
         if new is not GpuState.PROTECT:
             gpu.protect_until = None
         self.touch(gpu)
@@ -352,6 +358,14 @@ class GpuBoard:
                 assert g.job is None, f"{g.state.name} GPU {g.gpu_id} names job {g.job}"
             assert (g.service is not None) == (g.state in _LOADED), f"GPU {g.gpu_id}"
             assert (g.protect_until is not None) == (g.state is GpuState.PROTECT)
+            if g.replica_gpus:
+                assert g.gpu_id in g.replica_gpus, f"GPU {g.gpu_id} outside its replica"
+                for member in g.replica_gpus:
+                    m = self._by_id[member]
+                    same = (m.node_id, m.state, m.service, m.replica_gpus)
+                    assert same == (g.node_id, g.state, g.service, g.replica_gpus), (
+                        f"replica {g.replica_gpus} split: GPU {member} differs from {g.gpu_id}"
+                    )
         for job, gpus in self._held.items():
             assert Counter(g.node_id for g in gpus) == owners.get(job, Counter()), job
         want = {j: Counter(p.counts()) for j, p in placements.items() if p}
@@ -367,6 +381,10 @@ def apply_gpu_op(board: GpuBoard, op: ops.AnyOperation) -> BoardGpu | None:
     ``WarmReplica`` takes a FREE GPU only (LENT/TRAINING -> RUNNING are a task's
     reclaim, never a warm-up's).
 
+    A replica of several GPUs (the op's ``gpus``) moves as a whole: all of its GPUs
+    change together, or the op is refused (:func:`_apply_replica`); an op naming one
+    GPU of such a replica without its ``gpus`` is refused too (a split replica).
+
     Returns:
         The GPU the operation changed (None for a job operation).
 
@@ -378,6 +396,14 @@ def apply_gpu_op(board: GpuBoard, op: ops.AnyOperation) -> BoardGpu | None:
     if gpu_id is None:
         return None
     gpu = board.get(gpu_id)
+    if isinstance(op, _REPLICA_OPS):
+        if op.gpus:
+            return _apply_replica(board, op, op.gpus)
+        if gpu.replica_gpus and not (isinstance(op, ops.StartReplica) and gpu.state is _RUNNING):
+            raise InvalidDecisionError(
+                f"{op!r}: GPU {gpu_id} is one of the replica {gpu.replica_gpus}: an "
+                "operation on it must name all of its GPUs (gpus)"
+            )
     if isinstance(op, ops.Release):
         board.move(gpu, GpuState.FREE)
     elif isinstance(op, ops.Bind | ops.Lend):
@@ -406,3 +432,85 @@ def apply_gpu_op(board: GpuBoard, op: ops.AnyOperation) -> BoardGpu | None:
     else:  # pragma: no cover - exhaustiveness guard for future operations
         raise AssertionError(f"no GPU rule for operation {op!r}")
     return gpu
+
+
+_RUNNING = GpuState.RUNNING
+_REPLICA_OPS = (
+    ops.StartReplica,
+    ops.WarmReplica,
+    ops.ProtectReplica,
+    ops.SleepReplica,
+    ops.EvictReplica,
+)
+
+
+def _apply_replica(
+    board: GpuBoard,
+    op: ops.StartReplica
+    | ops.WarmReplica
+    | ops.ProtectReplica
+    | ops.SleepReplica
+    | ops.EvictReplica,
+    ids: tuple[GpuId, ...],
+) -> BoardGpu:
+    """Apply a replica operation to every GPU of a replica that spans ``ids``.
+
+    Rules: ``ids`` are distinct GPUs of one node in index order, ``op.gpu`` first;
+    a new replica (``StartReplica`` with ``cold``, ``WarmReplica``) takes GPUs that
+    are all FREE; every other operation names exactly the GPUs of the replica loaded
+    on ``op.gpu`` (a task joining a RUNNING replica moves nothing).
+
+    Returns:
+        The lead GPU (``op.gpu``).
+
+    Raises:
+        InvalidDecisionError: a rule is broken; nothing was changed.
+    """
+    gpus = [board.get(i) for i in ids]
+    lead = gpus[0]
+    if (
+        len(set(ids)) != len(ids)
+        or ids[0] != op.gpu
+        or list(ids) != sorted(ids)
+        or len({g.node_id for g in gpus}) != 1
+    ):
+        raise InvalidDecisionError(
+            f"{op!r}: a replica's GPUs must be distinct GPUs of one node in index order, "
+            f"its lead first"
+        )
+    new = isinstance(op, ops.WarmReplica) or (
+        isinstance(op, ops.StartReplica) and op.cold and lead.state is not _RUNNING
+    )
+    if new:
+        busy = [g.gpu_id for g in gpus if g.state is not GpuState.FREE]
+        if busy:
+            raise InvalidDecisionError(f"{op!r}: GPUs {busy} are not FREE")
+    elif lead.replica_gpus != ids:
+        raise InvalidDecisionError(
+            f"{op!r}: GPU {op.gpu} holds the replica {lead.replica_gpus or (op.gpu,)}, "
+            f"not {ids} (a replica moves as a whole)"
+        )
+    if isinstance(op, ops.StartReplica | ops.WarmReplica):
+        hits = op.hits if isinstance(op, ops.StartReplica) else 0
+        for g in gpus:
+            if g.state is not _RUNNING:
+                board.move(g, _RUNNING)
+            g.service, g.hits, g.replica_gpus = op.service, hits, ids
+            board.touch(g)
+    elif isinstance(op, ops.ProtectReplica):
+        for g in gpus:
+            board.move(g, GpuState.PROTECT)
+            g.protect_until = op.until
+            g.replica_gpus = ids
+            board.touch(g)
+    elif isinstance(op, ops.SleepReplica):
+        for g in gpus:
+            board.move(g, GpuState.SLEEP)
+            g.hits = 0
+            g.replica_gpus = ids
+            board.touch(g)
+    else:
+        for g in gpus:
+            board.move(g, GpuState.FREE)
+        board.evictions += 1
+    return lead

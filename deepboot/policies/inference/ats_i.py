@@ -26,6 +26,18 @@ any other. When the host start meets the task's SLO and its cold start does not
 (``InferenceState.host_first``), the caching nodes go first across the steps too: a
 reclaim there before a FREE GPU elsewhere, whose cold start would miss the SLO.
 Without a cache (no node holds the model) nothing changes.
+
+A sleeping server (``InferenceState.sleeping``: a server process kept asleep on its
+GPUs while they are lent; its wake is a host start, but only on those very GPUs):
+with ``prefer_host``, each step that starts a new replica takes the exact GPUs of a
+sleeping server of the task's service first, before any other host-cache node. An
+empty mapping changes nothing.
+
+A service whose replica spans k > 1 GPUs of one node (``gpus_per_replica``): the
+same steps over whole node sets (:mod:`deepboot.policies.inference.multi`): a node
+with k FREE GPUs, then one where evicting whole SLEEP replicas completes them, then
+the node whose reclaimed LENT GPUs lose training the least (the loss of a set, not
+a sum of one-GPU losses).
 """
 
 from __future__ import annotations
@@ -45,6 +57,7 @@ from deepboot.policies.inference.candidates import (
     place_in_order,
     reclaim_losses,
 )
+from deepboot.policies.inference.multi import place_multi
 
 
 def most_hits(replicas: list[GpuView]) -> GpuView:
@@ -83,16 +96,28 @@ class AtsIPolicy:
         """Where a task of ``service`` runs now, or None; ``state`` is never mutated
         and ``rng`` is unused."""
         del rng
-        key = cold_key(state, self.config.cold_order)
         host = state.host_nodes if self.config.prefer_host else frozenset()
+        if state.gpus_per_replica > 1:
+            return place_multi(state, service, self.config, most_hits, host)
+        key = cold_key(state, self.config.cold_order)
+        # The GPUs of the service's sleeping one-GPU servers: each step's first choice.
+        own = (
+            frozenset(ids[0] for ids in state.sleeping_sets(service) if len(ids) == 1)
+            if self.config.prefer_host and state.sleeping
+            else frozenset()
+        )
 
         def cold(gpus: list[GpuView]) -> GpuView:
+            if own:
+                return min(
+                    gpus, key=lambda g: (g.gpu_id not in own, g.node_id not in host, *key(g))
+                )
             return min(gpus, key=lambda g: (g.node_id not in host, *key(g)))
 
         def reclaim(lent: list[GpuView]) -> tuple[GpuView, tuple[GpuView, ...]]:
             # A host start (about a second) instead of a cold one is worth more to
             # the request than the difference in loss between two lent GPUs.
-            near = [g for g in lent if g.node_id in host]
+            near = [g for g in lent if g.gpu_id in own] or [g for g in lent if g.node_id in host]
             g = least_loss(state, near or lent, self.config)
             return g, (g,)
 

@@ -83,8 +83,9 @@ def pools_in_order(state: InferenceState, cfg: PlacementConfig) -> tuple[Pool, .
 
 
 def warm_replicas(state: InferenceState, service: str) -> list[GpuView]:
-    """Idle (PROTECT or SLEEP) replicas of ``service``, in GPU order."""
-    return [g for g in state.gpus if g.state in _WARM and g.service == service]
+    """Idle (PROTECT or SLEEP) replicas of ``service``, in GPU order; a replica of
+    several GPUs once, by its lead GPU."""
+    return [g for g in state.gpus if g.state in _WARM and g.service == service and g.lead]
 
 
 def free_gpus(state: InferenceState, pool: Pool) -> list[GpuView]:
@@ -244,7 +245,8 @@ def place_in_order(
         sleeping = evictable(state, service, pool)
         if sleeping:
             g = cold(sleeping)
-            return InferencePlacement(g.gpu_id, PlaceAction.COLD_EVICT, evicts=(g.gpu_id,))
+            # A replica of several GPUs is evicted whole (``members``: all of them).
+            return InferencePlacement(g.gpu_id, PlaceAction.COLD_EVICT, evicts=g.members)
     lent = lent_gpus(state)
     if not lent:
         return None

@@ -21,7 +21,7 @@ import numpy as np
 from deepboot.core.gpu import GpuView
 from deepboot.core.state import InferenceState
 from deepboot.policies.inference.ats_i import most_hits
-from deepboot.policies.inference.base import InferencePlacement
+from deepboot.policies.inference.base import InferencePlacement, refuse_multi
 from deepboot.policies.inference.candidates import (
     PlacementConfig,
     cold_key,
@@ -50,6 +50,7 @@ class LyraPlacementPolicy:
         """Where a task of ``service`` runs now, or None; ``state`` is never mutated
         and ``rng`` is unused."""
         del rng
+        refuse_multi(self.name, state, service)
         key = cold_key(state, self.config.cold_order)
         return place_in_order(
             state,

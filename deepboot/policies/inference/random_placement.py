@@ -17,7 +17,7 @@ import numpy as np
 
 from deepboot.core.gpu import GpuView
 from deepboot.core.state import InferenceState
-from deepboot.policies.inference.base import InferencePlacement
+from deepboot.policies.inference.base import InferencePlacement, refuse_multi
 from deepboot.policies.inference.candidates import PlacementConfig, place_in_order
 
 
@@ -31,7 +31,12 @@ class RandomPlacementPolicy:
     def place(
         self, state: InferenceState, service: str, rng: np.random.Generator
     ) -> InferencePlacement | None:
-        """Where a task of ``service`` runs now, or None; ``state`` is never mutated."""
+        """Where a task of ``service`` runs now, or None; ``state`` is never mutated.
+
+        Raises:
+            ConfigError: the service's replica spans several GPUs (one-GPU only).
+        """
+        refuse_multi(self.name, state, service)
 
         def pick(gpus: list[GpuView]) -> GpuView:
             return gpus[int(rng.integers(len(gpus)))]
