@@ -124,6 +124,20 @@ then: curl -X POST -H @STATE_DIR/http-header -H 'Content-Type: application/json'
 (STATE_DIR/http-header: the bearer token's header, mode 0600; the body must be JSON,
 sent as application/json, else 415). See examples/runtime/ and docs/runtime.md.
 
+or your own model server (vLLM, TGI, Triton: a command service, proxied):
+  name = "chat"
+  model = "meta-llama/Llama-3.1-8B-Instruct"
+  command = ["vllm", "serve", "{model}", "--port", "{port}", "--enable-sleep-mode"]
+  ready_path = "/health"             # polled until 200 before it takes requests
+  sleep = { method = "POST", path = "/sleep?level=1", timeout_s = 30 }  # when lent
+  wake = { method = "POST", path = "/wake_up", timeout_s = 60 }          # reclaimed
+  gpus_per_replica = 1               # vLLM's --tensor-parallel-size
+  [env]
+  VLLM_SERVER_DEV_MODE = "1"         # vLLM serves /sleep and /wake_up only with it
+then an OpenAI client's base URL is http://127.0.0.1:8470/v1/chat/v1, its API key
+the token. See docs/inference-servers.md (the stand-in server examples/runtime/
+standin.toml runs here without a GPU).
+
 Several services in one file (the services file 'deepboot simulate --services'
 reads; here every service needs a handler):
   [[service]]
@@ -276,7 +290,9 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         help="register inference services (TOML)",
         description="Validate a service file (or a services file: one [[service]] table "
         "per service) and register its services; requests to POST /v1/<service>/infer "
-        "then start replicas on inference GPUs (ATS-I).",
+        "(a handler service) or to /v1/<service>/<path> (a command service: its own "
+        "server, e.g. vLLM, proxied; docs/inference-servers.md) then start replicas on "
+        "inference GPUs (ATS-I).",
         epilog=_SERVE_EPILOG,
     )
     serve.add_argument("service_file", metavar="SERVICE.toml")
@@ -464,11 +480,12 @@ def cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
     for spec in specs:
         fresh = store.register_service(spec)
         url = _wait_until_served(state, spec.name)
-        where = (
-            f" at {url}/v1/{spec.name}/infer"
-            if url
-            else " (the controller takes it up when it runs)"
+        route = (
+            f"/v1/{spec.name}/<path> (its server's /<path>)"
+            if spec.is_command
+            else (f"/v1/{spec.name}/infer")
         )
+        where = f" at {url}{route}" if url else " (the controller takes it up when it runs)"
         cap = spec.max_replicas or "no cap"
         out.print(
             f"{'registered' if fresh else 'already registered:'} service {spec.name} "

@@ -190,7 +190,8 @@ class Metrics:
         elif kind is LogKind.REPLICA and detail.get("op") == "ready":
             # A new replica loaded: in full ("cold"; a log from before the model cache
             # has no "start") or from its node's cache ("host").
-            start = "host" if detail.get("start") == "host" else "cold"
+            # A sleeping server woken ("wake") is a host start too.
+            start = "host" if detail.get("start") in ("host", "wake") else "cold"
             self._add(f"{start}:{detail.get('service')}")
 
     def _add(self, key: str, n: int = 1) -> None:

@@ -125,6 +125,10 @@ class FakeActors:
             return None
         return self.caches[node].keep(self.models[name], b"w" * self.export_bytes)
 
+    def sleep_replica(self, name: str, timeout: float) -> dict[str, Any]:
+        # The fake runs no command services' servers.
+        return {"ok": False, "seconds": 0.0, "error": "the fake has no servers"}
+
     def handle(self, name: str) -> Any:
         return name
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,6 +27,9 @@ from deepboot.runtime.cluster.raycluster import NAMESPACE
 from deepboot.runtime.controller.jobrecords import parse_gpu
 
 log = logging.getLogger(__name__)
+
+STOP_MARGIN_S = 5.0
+"""What a command replica's kill waits beyond its stop grace for the stop to end."""
 
 WORKER_PREFIX = "w|"
 """Start of every worker actor's name (see :func:`actor_name`)."""
@@ -67,6 +71,21 @@ def _on_gpu(name: str, gpu: str, concurrency: int) -> dict[str, Any]:
     }
 
 
+def _on_node(name: str, node: int, concurrency: int) -> dict[str, Any]:
+    """Ray options of a detached, named actor on deepboot node ``node`` (one unit of
+    the node's resource, no GPU's: a standby, a command replica that holds its GPUs
+    by a placement group of its own), never restarted by Ray."""
+    return {
+        "name": name,
+        "namespace": NAMESPACE,
+        "lifetime": "detached",
+        "num_cpus": 0,
+        "resources": {node_resource(node): 1},
+        "max_restarts": 0,
+        "max_concurrency": concurrency,
+    }
+
+
 class Actors(Protocol):
     """What the controller asks of the processes it runs: elastic workers (one per
     GPU of a job) and inference replicas, each a named actor that outlives the
@@ -103,6 +122,13 @@ class Actors(Protocol):
 
     def handle(self, name: str) -> Any:
         """The handle of a named actor (the router calls a replica through it)."""
+        ...
+
+    def sleep_replica(self, name: str, timeout: float) -> dict[str, Any]:
+        """Ask command replica ``name`` to put its server to sleep and give its GPUs
+        back (:meth:`~deepboot.runtime.actors.command_replica.CommandReplica.sleep`),
+        waiting at most ``timeout`` seconds; its answer (``ok``, ``seconds``,
+        ``error``). A replica that did not answer in time, or died: ``ok`` False."""
         ...
 
     def offer(self, name: str, gen: Generation) -> None:
@@ -166,6 +192,10 @@ class RayActors:
         self._command_cls: Any = None
         self._replica_cls: Any = None
         self._cache_cls: Any = None
+        self._command_replica_cls: Any = None
+        # Command replicas started here, and their stop grace: a kill stops their
+        # server first (SIGTERM, grace, SIGKILL), without waiting for it.
+        self._graceful: dict[str, float] = {}
         self._handles: dict[str, Any] = {}
         self._standby_pids: dict[str, Any] = {}  # standby name -> its pid call
         self._asked: dict[str, Any] = {}  # actor name -> its unanswered report request
@@ -191,12 +221,41 @@ class RayActors:
         once, plus one call of the router's (load)."""
         from deepboot.runtime.actors.replica_actor import ServiceReplica
 
+        if spec.get("command"):
+            return self._create_command_replica(name, spec, [gpu], log_path)
         if self._replica_cls is None:
             self._replica_cls = self._ray.remote(ServiceReplica)
         options = _on_gpu(name, gpu, concurrency=int(spec.get("concurrency", 1)) + 1)
         handle = self._replica_cls.options(**options).remote(spec, gpu, log_path)
         self._handles[name] = handle
         return handle
+
+    def _create_command_replica(
+        self, name: str, spec: dict[str, Any], gpus: list[str], log_path: str
+    ) -> Any:
+        """A command service's replica (:mod:`deepboot.runtime.actors.command_replica`):
+        on its node by the node's resource; it holds its GPUs by a placement group of
+        its own, so that it can give them back asleep."""
+        from deepboot.runtime.actors.command_replica import COMMAND_CONCURRENCY, CommandReplica
+
+        if self._command_replica_cls is None:
+            self._command_replica_cls = self._ray.remote(CommandReplica)
+        node = parse_gpu(gpus[0])[0]
+        resources = [gpu_resource(*parse_gpu(g)) for g in gpus]
+        options = _on_node(name, node, COMMAND_CONCURRENCY)
+        handle = self._command_replica_cls.options(**options).remote(
+            spec, gpus, log_path, resources
+        )
+        self._handles[name] = handle
+        self._graceful[name] = float(spec.get("stop_grace_s", 10.0))
+        return handle
+
+    def sleep_replica(self, name: str, timeout: float) -> dict[str, Any]:
+        try:
+            answer: Any = self._ray.get(self._handle(name).sleep.remote(), timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 (timed out or died: the caller evicts)
+            return {"ok": False, "seconds": timeout, "error": f"{type(exc).__name__}: {exc}"}
+        return dict(answer)
 
     def create_standby(self, name: str, node: int, log_path: str) -> None:
         """Start standby ``name`` on node ``node``: detached, named, one unit of the
@@ -206,15 +265,9 @@ class RayActors:
 
         if self._replica_cls is None:
             self._replica_cls = self._ray.remote(ServiceReplica)
-        handle = self._replica_cls.options(
-            name=name,
-            namespace=NAMESPACE,
-            lifetime="detached",
-            num_cpus=0,
-            resources={node_resource(node): 1},
-            max_restarts=0,
-            max_concurrency=STANDBY_CONCURRENCY,
-        ).remote(None, f"node {node}", log_path)
+        handle = self._replica_cls.options(**_on_node(name, node, STANDBY_CONCURRENCY)).remote(
+            None, f"node {node}", log_path
+        )
         self._handles[name] = handle
         self._standby_pids[name] = handle.pid.remote()
 
@@ -288,11 +341,34 @@ class RayActors:
         return out
 
     def kill(self, name: str) -> None:
+        """Kill actor ``name``; a command replica's server is stopped first (its
+        ``stop``, then the kill after its grace and a margin, in a thread: never
+        waited for here)."""
+        grace = self._graceful.pop(name, None)
+        if grace is not None:
+            with contextlib.suppress(Exception):  # gone already: nothing to stop
+                handle = self._handle(name)
+                done = handle.stop.remote()
+                threading.Thread(
+                    target=self._kill_after, args=(name, handle, done, grace + STOP_MARGIN_S),
+                    daemon=True,
+                ).start()  # fmt: skip
+                self._handles.pop(name, None)
+                return
         with contextlib.suppress(ValueError):  # already gone
             self._ray.kill(self._handle(name), no_restart=True)
         self._handles.pop(name, None)
         self._asked.pop(name, None)
         self._standby_pids.pop(name, None)
+
+    def _kill_after(self, name: str, handle: Any, done: Any, wait_s: float) -> None:
+        """A command replica's end: its server stopped (at most ``wait_s``), then the
+        actor killed."""
+        with contextlib.suppress(Exception):
+            self._ray.wait([done], timeout=wait_s)
+        with contextlib.suppress(Exception):
+            self._ray.kill(handle, no_restart=True)
+        log.debug("command replica %s ended", name)
 
     def list_workers(self) -> list[str]:
         """Names of every live worker actor in the namespace."""

@@ -142,9 +142,14 @@ def parse_service(
             or cannot be read, a NUL byte, a path too long), or a value out of range
             (names ``where`` and the key).
     """
-    has_handler, has_command = "handler" in raw, "command" in raw
+    # A spec's JSON (ServiceSpec.to_json) gives every key: an empty command and
+    # workdir are a handler service's.
+    raw = {k: v for k, v in raw.items() if not (k in ("command", "workdir") and v in ("", []))}
+    has_handler, has_command = "handler" in raw and raw["handler"] != "", "command" in raw
     if has_handler and has_command:
         raise InputError(where, 0, "command", "give either handler or command, not both")
+    if has_command:
+        raw.pop("handler", None)
     if "workdir" in raw:
         raise InputError(where, 0, "workdir", "set by deepboot (the service file's directory)")
     check_keys(

@@ -216,7 +216,8 @@ class RayBackend:
                 self.crash.hit("reclaim.applied")
             return [op.job]
         if isinstance(op, EvictReplica):
-            self.replicas.replica_gone(op.gpu, replica, service)
+            # Its GPU leaves serving (lent, or free): a server that can sleep sleeps.
+            self.replicas.replica_gone(op.gpu, replica, service, sleep=True)
         elif isinstance(op, ProtectReplica):
             # Not logged (every idle moment of a replica); SLEEP, when its GPU becomes
             # lendable, is. Its expiry is on the one queue.

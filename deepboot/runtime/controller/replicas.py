@@ -37,6 +37,10 @@ log = logging.getLogger("deepboot.controller")
 
 _NO_REPLICAS: Mapping[GpuId, ReplicaLoad] = MappingProxyType({})
 
+SLEEP_MARGIN_S = 5.0
+"""What the controller waits for a sleep beyond the service's ``sleep.timeout_s`` (the
+replica's own call to its server is bounded by that; this bounds the actor)."""
+
 STANDBY_CALL_TIMEOUT_S = 2.0
 """Longest wait for a ready standby to take its service (a call that returns at once:
 a longer one means its process is in trouble; then a new replica starts instead)."""
@@ -68,6 +72,10 @@ class Replicas:
             name is not the ledger's replica there is of one gone (evicted, dead).
         standbys: With --standby-replicas: node -> its standby's actor name (not yet
             promoted).
+        sleepers: Command replicas asleep (their server keeps its weights in host
+            memory; their GPU is lent or free): GPU -> (actor name, service). A new
+            replica of that service on that GPU wakes it instead of a cold start; one
+            of another service there ends it first.
     """
 
     def __init__(
@@ -93,6 +101,7 @@ class Replicas:
         self.incarnations, self.clock, self.caches = incarnations, clock, caches
         self.on_gpu: dict[GpuId, ReplicaRec] = {}
         self.standbys: dict[int, str] = {}
+        self.sleepers: dict[GpuId, tuple[str, str]] = {}
 
     def start_replica(self, op: StartReplica) -> None:
         """A task's replica on ``op.gpu``: the idle one of its service there, woken
@@ -149,8 +158,26 @@ class Replicas:
         spec = self.catalog.specs[service]
         log_path = str(self.state.logs / f"service-{service}.log")
         extra: dict[str, Any] = {} if task else {"prewarm": True}
-        promoted = self._promote_standby(gpu_id, spec.to_json(), spec.concurrency, log_path)
-        if promoted is not None:
+        asleep = self.sleepers.pop(gpu_id, None)
+        if asleep is not None and asleep[1] != service:
+            # Another service's server asleep there: its leftover GPU memory would
+            # be in the way of this one's. It ends (its weights leave host memory).
+            self.actors.kill(asleep[0])
+            self.log.note(LogKind.REPLICA, gpu=gpu, service=asleep[1], op="evict", asleep=True)
+            asleep = None
+        promoted = None
+        if asleep is None and not spec.is_command:  # a standby imports a handler's world
+            promoted = self._promote_standby(gpu_id, spec.to_json(), spec.concurrency, log_path)
+        if asleep is not None:
+            # Its own server, asleep on this GPU: the router's load wakes it (its
+            # ``wake`` call: a host start), or restarts it cold should the wake fail.
+            name = asleep[0]
+            rec.replica = name
+            self.log.note(LogKind.REPLICA, gpu=gpu, service=service, op="start", cold=True,
+                          wake=True, **extra)  # fmt: skip
+            self.flush()
+            handle = self.actors.handle(name)
+        elif promoted is not None:
             name, handle = promoted
             self.crash.hit("standby.promoted")
             rec.replica = name
@@ -291,10 +318,18 @@ class Replicas:
             out[gpu_id] = ReplicaLoad(spec.concurrency, w.started + (spec.cold_start_s or 0.0))
         return MappingProxyType(out)
 
-    def replica_gone(self, gpu: GpuId, replica: str | None, service: str | None) -> None:
+    def replica_gone(
+        self, gpu: GpuId, replica: str | None, service: str | None, sleep: bool = False
+    ) -> None:
         """The replica ``replica`` that was on ``gpu`` is evicted: export its model
         into its node's cache (with ``--host-cache-gb``; a bounded wait), kill its
         actor and tell the router (the ledger has moved the GPU already).
+
+        With ``sleep`` (its GPU leaves serving: lent, or free) a command service that
+        declares ``sleep`` and ``wake`` is asked to sleep instead (bounded by its
+        ``sleep.timeout_s``): once it answered, its actor gives the GPU back and stays,
+        a sleeper (:attr:`sleepers`); a sleep that fails or times out is logged and
+        the replica evicted as any other.
 
         The export changes no row and no process's life: a controller that dies
         during it finds the replica alive and its row as before the eviction (the
@@ -303,6 +338,18 @@ class Replicas:
         """
         if replica is None:
             return
+        spec = self.catalog.specs.get(service) if service else None
+        if sleep and spec is not None and spec.sleep is not None:
+            answer = self.actors.sleep_replica(replica, spec.sleep.timeout_s + SLEEP_MARGIN_S)
+            self.router.stop_replica(gpu_name(gpu))
+            if answer.get("ok"):
+                self.sleepers[gpu] = (replica, spec.name)
+                self.log.note(LogKind.REPLICA, gpu=gpu_name(gpu), service=service, op="evict",
+                              asleep=True, seconds=round(float(answer["seconds"]), 3))  # fmt: skip
+                return
+            log.warning("replica %s did not sleep (%s); evicted", replica, answer.get("error"))
+            self.log.note(LogKind.REPLICA, gpu=gpu_name(gpu), service=service, op="sleep-failed",
+                          error=str(answer.get("error", ""))[-500:])  # fmt: skip
         cache = self.caches.export(gpu, replica, service)
         if cache:
             self.crash.hit("evict.exported")
@@ -313,7 +360,9 @@ class Replicas:
         self.log.note(LogKind.REPLICA, gpu=gpu_name(gpu), service=service, op="evict", **extra)
 
     def node_left(self, node: int) -> None:
-        """Node ``node`` left the cluster: its standby and its model cache died with
-        it (another of each once it returns)."""
+        """Node ``node`` left the cluster: its standby, its sleepers and its model
+        cache died with it (another of each once it returns)."""
         self.standbys.pop(node, None)
+        for gpu in [g for g in self.sleepers if g[0] == node]:
+            del self.sleepers[gpu]
         self.caches.node_left(node)

@@ -59,6 +59,7 @@ from deepboot.runtime.http.routerstate import (
     BACKOFF_CAP_S,
     MAX_DEATHS,
     Answer,
+    Handoff,
     Pending,
     Replica,
     ServiceQueue,
@@ -156,12 +157,16 @@ class Dispatcher:
 
     async def _load(self, rep: Replica, cold: bool) -> None:
         q = self.services[rep.service]
-        loaded = await replica_calls.load(rep.handle, rep.name, q.spec.load_timeout(q.cold_s))
+        limit = q.spec.load_timeout(q.cold_s)
+        loaded = await replica_calls.load(rep.handle, rep.name, limit, q.spec.is_command)
         if isinstance(loaded, LoadFailed):
             self._load_failed(rep, loaded.error, loaded.broken)
             return
         if rep.dead:
             return
+        if loaded.address:  # a command service's server: watched while it lives
+            rep.address = loaded.address
+            asyncio.ensure_future(self._watch(rep))
         rep.ready = True
         if q.serve_deaths == 0:  # a replica that loads but dies serving ends nothing
             self._reset_backoff(q)
@@ -176,6 +181,14 @@ class Dispatcher:
             ready = Ready(rep.gpu, rep.name, waited, seconds, start or "cold", rep.inflight)
             self.inbox.put(ready)
         self._maybe_idle(rep)
+
+    async def _watch(self, rep: Replica) -> None:
+        """A command replica's server, watched (the actor's ``watch``): one that exits
+        or fails its health path is lost at once, before a request finds it dead."""
+        why = await replica_calls.watch(rep.handle)
+        if why and not rep.dead:
+            log.warning("replica %s: %s", rep.name, why)
+            self._replica_lost(rep, why, phase="serve")
 
     def _load_failed(self, rep: Replica, error: str, broken: bool) -> None:
         """``rep`` died or timed out loading: it goes, and its service backs off."""
@@ -247,8 +260,52 @@ class Dispatcher:
                 p.posted = False
             rep.inflight += 1
             p.handed = time.monotonic()  # the end of its wait
-            asyncio.ensure_future(self._dispatch(p, rep))
+            if p.proxy is not None:
+                self._hand_off(p, rep)
+            else:
+                asyncio.ensure_future(self._dispatch(p, rep))
         self.metrics.pending.labels(service).set(len(q.queue))
+
+    def _hand_off(self, p: Pending, rep: Replica) -> None:
+        """A proxied request's turn: its handler forwards it to ``rep``'s server
+        (:mod:`deepboot.runtime.http.proxy`) and ends with :meth:`proxied_done` or
+        :meth:`proxied_died`. Its queue deadline no longer applies."""
+        if p.timer is not None:
+            p.timer.cancel()
+            p.timer = None
+        assert p.handoff is not None
+        if not p.handoff.done():
+            p.handoff.set_result(Handoff(rep))
+
+    def proxied_done(self, p: Pending, rep: Replica, status: int, began: float) -> None:
+        """A proxied request ended with ``status`` from ``rep``'s server (or 499 when its
+        client went away, 504 past its deadline): its slot is free, it is counted (its
+        wait ended at the hand-off) and its id released."""
+        rep.inflight -= 1
+        self.ids.discard(p.id)
+        now = time.monotonic()
+        assert p.handed is not None
+        self.count(p.service, status, p.handed - p.arrived, now - p.arrived, handed=True)
+        if status < 500 and status != 499:
+            self.inbox.put(Served(p.service, now - began))
+            if p.service in self.services:
+                self._reset_backoff(self.services[p.service])
+        if not p.future.done():  # nothing waits on it: the handler answered itself
+            p.future.cancel()
+        if not rep.dead:
+            self._pump(rep.service)
+            self._maybe_idle(rep)
+
+    def proxied_died(self, p: Pending, rep: Replica, error: str) -> None:
+        """``rep``'s server could not be reached for ``p`` (no answer began): the
+        replica counts as dead, and ``p`` is retried as a request whose replica died
+        in flight (:meth:`_died_serving`), with a new hand-off to wait for."""
+        rep.inflight -= 1
+        assert self.loop is not None
+        p.handoff = self.loop.create_future()
+        self._died_serving(p, rep, error)
+        if not rep.dead:
+            self._pump(rep.service)
 
     def _maybe_idle(self, rep: Replica) -> None:
         q = self.services.get(rep.service)

@@ -172,6 +172,8 @@ class FrontDoor:
             return True  # every route that accepts work
         if request.path == "/healthz":
             return False
+        if request.path.startswith("/v1/") and request.path != "/v1/services":
+            return True  # a service's own routes (the proxy): they run its server's code
         # Reads are open on a loopback endpoint, asked for by a loopback name (a page
         # that rebinds its own DNS name to 127.0.0.1 sends that name).
         return not (self.open_reads and is_loopback(_host_name(request.host)))
@@ -218,12 +220,11 @@ class FrontDoor:
             log.exception("request %s to %s failed", rid, request.path)
             return error(500, "internal error (the controller's log has the detail)", rid)
 
-    async def read_json(self, request: web.Request, limit: int) -> Any:
-        """The body as JSON, read only up to ``limit`` bytes.
+    async def read_bytes(self, request: web.Request, limit: int) -> bytes:
+        """The body, read only up to ``limit`` bytes.
 
         Raises:
-            Refused: 413 over the limit (by its Content-Length, or once read past it);
-                400 not JSON, or nested deeper than :data:`MAX_JSON_DEPTH`.
+            Refused: 413 over the limit (by its Content-Length, or once read past it).
         """
         too_big = f"the body is over {limit} bytes"
         if request.content_length is not None and request.content_length > limit:
@@ -233,6 +234,16 @@ class FrontDoor:
             data += chunk
             if len(data) > limit:
                 raise Refused(413, too_big)
+        return bytes(data)
+
+    async def read_json(self, request: web.Request, limit: int) -> Any:
+        """The body as JSON, read only up to ``limit`` bytes.
+
+        Raises:
+            Refused: 413 over the limit (by its Content-Length, or once read past it);
+                400 not JSON, or nested deeper than :data:`MAX_JSON_DEPTH`.
+        """
+        data = await self.read_bytes(request, limit)
         try:
             value = json.loads(bytes(data)) if data else None
         except RecursionError:

@@ -43,32 +43,46 @@ class InferHandler:
     async def handle(self, request: web.Request) -> web.Response:
         """Answer one inference request (aiohttp's handler)."""
         service, rid = request.match_info["service"], request[RID]
-        q = self._admit(service, rid)
-        if isinstance(q, web.Response):
-            return q
-        body = await self._read_body(request, q, rid)
-        now = time.monotonic()
-        spec = q.spec
-        p = Pending(
-            rid, service, body, asyncio.get_running_loop().create_future(), now,
-            now + spec.request_timeout_s,
-            now + spec.request_timeout_s + spec.handler_deadline_s,
-        )  # fmt: skip
+        q = self.admit_queue(service)
+        full = self.full(q, rid)
+        if full is not None:
+            return full
+        body = await self.read_body(request, q, rid)
+        p = self.pending(q, rid, body)
         self.inbox.put(Received(service))  # every request counts in the load
         self.dispatcher.enqueue(p)  # from here on, answering the request releases its id
         answer = await self._answer(q, p)
         return web.json_response(answer.body, status=answer.status, headers=answer.headers)
 
-    def _admit(self, service: str, rid: str) -> ServiceQueue | web.Response:
-        """The service's queue, or the full queue's 503 (answered at once, never handed
-        to a replica: over the SLO, waited 0).
+    def admit_queue(self, service: str) -> ServiceQueue:
+        """The queue of ``service``.
 
         Raises:
-            Refused: no such service (404), or the id is in progress (409).
+            Refused: no such service (404).
         """
         q = self.dispatcher.services.get(service) if valid_name(service) else None
         if q is None:
             raise Refused(404, "no such service")
+        return q
+
+    def pending(self, q: ServiceQueue, rid: str, body: Any) -> Pending:
+        """A request of ``q``'s service arriving now, with its deadlines."""
+        now = time.monotonic()
+        spec = q.spec
+        return Pending(
+            rid, spec.name, body, asyncio.get_running_loop().create_future(), now,
+            now + spec.request_timeout_s,
+            now + spec.request_timeout_s + spec.handler_deadline_s,
+        )  # fmt: skip
+
+    def full(self, q: ServiceQueue, rid: str) -> web.Response | None:
+        """The full queue's 503 (answered at once, never handed to a replica: over the
+        SLO, waited 0), or None when the request may queue.
+
+        Raises:
+            Refused: the id is in progress (409).
+        """
+        service = q.spec.name
         if rid in self.dispatcher.ids:
             raise Refused(409, "a request with this id is in progress")
         spec = q.spec
@@ -80,12 +94,15 @@ class InferHandler:
             retry = str(max(1, round(spec.request_timeout_s / 4)))
             headers = {"Retry-After": retry, "X-Wait-Ms": wait_header(0.0)}
             return error(503, "queue full", rid, **headers)
-        return q
+        return None
 
-    async def _read_body(self, request: web.Request, q: ServiceQueue, rid: str) -> Any:
-        """The request's JSON body, read with a queue place held (so that slow uploads
-        cannot overfill the queue) and within ``request_timeout_s``; the id is taken
-        from here until the request is answered.
+    async def read_body(
+        self, request: web.Request, q: ServiceQueue, rid: str, raw: bool = False
+    ) -> Any:
+        """The request's JSON body (``raw``: its bytes, as they came), read with a queue
+        place held (so that slow uploads cannot overfill the queue) and within
+        ``request_timeout_s``; the id is taken from here until the request is
+        answered.
 
         Raises:
             Refused: the body did not arrive in time (408), or the front door's.
@@ -95,8 +112,9 @@ class InferHandler:
         try:
             q.reading += 1
             try:
+                read = self.front_door.read_bytes if raw else self.front_door.read_json
                 return await asyncio.wait_for(
-                    self.front_door.read_json(request, spec.max_body_bytes), spec.request_timeout_s
+                    read(request, spec.max_body_bytes), spec.request_timeout_s
                 )
             except TimeoutError:
                 reason = f"the body did not arrive within {spec.request_timeout_s:g} s"

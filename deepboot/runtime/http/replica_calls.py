@@ -19,10 +19,12 @@ from deepboot.runtime.http.routerstate import PLACE_TIMEOUT_S
 
 @dataclass(frozen=True, slots=True)
 class Loaded:
-    """A replica loaded: in ``seconds``, by a ``start`` of ``"cold"`` or ``"host"``."""
+    """A replica loaded: in ``seconds``, by a ``start`` of ``"cold"``, ``"host"``
+    (from its node's cache) or ``"wake"`` (a sleeping server woken)."""
 
     seconds: float
     start: str
+    address: str = ""  # a command replica's server
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +41,11 @@ def ray_future(ref: Any) -> asyncio.Future[Any]:
     return asyncio.wrap_future(ref.future())
 
 
-async def load(handle: Any, name: str, limit: float) -> Loaded | LoadFailed:
+async def load(handle: Any, name: str, limit: float, command: bool = False) -> Loaded | LoadFailed:
     """Wait for the replica ``name``'s actor to start (at most ``PLACE_TIMEOUT_S``:
     Ray starts it once its GPU is released, by a lent worker's shrink or an evicted
-    replica), then for its handler to load (at most ``limit`` seconds).
+    replica; a ``command`` replica's actor starts at once and then waits as long for
+    its GPUs), then for its handler or server to load (at most ``limit`` seconds).
 
     Raises:
         asyncio.CancelledError: the calling task itself is cancelled.
@@ -50,6 +53,8 @@ async def load(handle: Any, name: str, limit: float) -> Loaded | LoadFailed:
     stage = f"did not get its GPU within {PLACE_TIMEOUT_S:g} s"
     try:
         await asyncio.wait_for(ray_future(handle.pid.remote()), PLACE_TIMEOUT_S)
+        if command:  # it runs already; its GPUs it holds by a placement group of its own
+            await asyncio.wait_for(ray_future(handle.hold.remote()), PLACE_TIMEOUT_S)
         stage = f"did not load within {limit:g} s"
         loaded = await asyncio.wait_for(ray_future(handle.load.remote()), limit)
     except TimeoutError:
@@ -61,9 +66,29 @@ async def load(handle: Any, name: str, limit: float) -> Loaded | LoadFailed:
     except Exception as exc:  # the actor died, or the handler failed to build
         return LoadFailed(f"{type(exc).__name__}: {exc}", broken=is_task_error(exc))
     if isinstance(loaded, dict):
-        return Loaded(float(loaded["seconds"]), str(loaded["start"]))
+        return Loaded(
+            float(loaded["seconds"]), str(loaded["start"]), str(loaded.get("address", ""))
+        )
     # A replica an older deepboot started (detached: it outlives upgrades).
     return Loaded(float(loaded), "cold")
+
+
+async def watch(handle: Any) -> str:
+    """Wait until a command replica's server can serve no more: why ("" when it
+    slept or stopped, as the controller asked). Its actor's death is a reason too.
+
+    Raises:
+        asyncio.CancelledError: the calling task itself is cancelled.
+    """
+    try:
+        epoch = await ray_future(handle.epoch.remote())
+        return str(await ray_future(handle.watch.remote(epoch)))
+    except asyncio.CancelledError:
+        if we_are_cancelled():
+            raise
+        return ""
+    except Exception as exc:  # the actor died
+        return f"{type(exc).__name__}: {exc}"
 
 
 def we_are_cancelled() -> bool:

@@ -6,9 +6,13 @@ dependency of ``ray[default]``, so the runtime adds nothing to install).
 
 Endpoints (all on ``--http-host``, 127.0.0.1 by default)::
 
-    POST /v1/<service>/infer   a request (JSON body; header X-Request-Id, else one is made);
-                               every answer once queued, and a full queue's 503, carries
-                               X-Wait-Ms: its wait (:mod:`deepboot.runtime.slotally`)
+    POST /v1/<service>/infer   a request to a handler service (JSON body; header
+                               X-Request-Id, else one is made); every answer once queued,
+                               and a full queue's 503, carries X-Wait-Ms: its wait
+                               (:mod:`deepboot.runtime.slotally`)
+    ANY  /v1/<service>/<rest>  a request to a command service, forwarded to a replica's
+                               server as /<rest>, its answer streamed back
+                               (:mod:`deepboot.runtime.http.proxy`)
     POST /v1/services          register a service (JSON ServiceSpec)
     POST /v1/jobs              submit a training job (JSON JobSpec, absolute entry)
     GET  /v1/services          services, their replicas, queues and back-offs (JSON)
@@ -65,6 +69,7 @@ from deepboot.runtime.http.connbounds import (
 from deepboot.runtime.http.dispatch import Dispatcher
 from deepboot.runtime.http.frontdoor import SPEC_BODY_BYTES, FrontDoor, Refused
 from deepboot.runtime.http.infer import InferHandler
+from deepboot.runtime.http.proxy import ProxyHandler
 from deepboot.runtime.http.routerstate import Replica, ServiceQueue
 from deepboot.runtime.messages import Inbox
 from deepboot.runtime.prometheus_metrics import Metrics
@@ -152,6 +157,7 @@ class Router:
             self.dashboard = Dashboard(state, port, self._live)
         self.front_door = FrontDoor(host, port, token, self.dashboard)
         self.infer = InferHandler(self.dispatcher, self.front_door, inbox)
+        self.proxy = ProxyHandler(self.dispatcher, self.front_door, inbox, self.infer)
 
     @property
     def url(self) -> str:
@@ -212,6 +218,7 @@ class Router:
                 self._listener.close()  # no new connections; cleanup closes the rest
             if self._runner is not None:
                 await self._runner.cleanup()
+            await self.proxy.close()
             # Whatever still runs past the drain (a handler aiohttp cancelled, a
             # replica's call) ends here, not destroyed pending when the loop closes.
             rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -247,7 +254,6 @@ class Router:
         app = web.Application(
             middlewares=[track_requests, self.front_door.middleware], client_max_size=2**20
         )
-        app.router.add_post("/v1/{service}/infer", self.infer.handle)
         app.router.add_get("/v1/services", self._list_services)
         app.router.add_post("/v1/services", self._post_service)
         app.router.add_post("/v1/jobs", self._post_job)
@@ -255,6 +261,9 @@ class Router:
         app.router.add_get("/healthz", self._health)
         if self.dashboard is not None:
             self.dashboard.add_routes(app)
+        # Last: a service's routes, after every route of the endpoint's own (a handler
+        # service's POST .../infer, or anything, forwarded, to a command service's).
+        app.router.add_route("*", "/v1/{service}/{tail:.*}", self.proxy.handle)
         # handler_cancellation: a client that disconnects cancels its handler, so a
         # request still queued is withdrawn (aiohttp's default lets it run on).
         self._runner = web.AppRunner(

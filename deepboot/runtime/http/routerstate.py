@@ -33,6 +33,27 @@ class Answer:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class ProxyRequest:
+    """What a request to a command service forwards to its replica's server: the
+    method, the path after ``/v1/<service>`` with its query, the headers to pass
+    (hop-by-hop and deepboot's credential removed) and the body."""
+
+    method: str
+    path_qs: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """A proxied request's turn: ``replica`` has a slot for it (the end of its
+    wait); the handler forwards it and gives the slot back
+    (:meth:`~deepboot.runtime.http.dispatch.Dispatcher.proxied_done`)."""
+
+    replica: Replica
+
+
 @dataclass(eq=False)
 class Pending:
     """A request in the system. ``queue_deadline``: when it must have left the queue;
@@ -53,6 +74,8 @@ class Pending:
     timer: asyncio.TimerHandle | None = None
     abandoned: bool = False  # its client went away while it ran: never retried
     handed: float | None = None
+    proxy: ProxyRequest | None = None  # a command service's request (else a JSON body)
+    handoff: asyncio.Future[Handoff] | None = None  # a proxied one's hand-off
 
 
 @dataclass(eq=False)
@@ -69,6 +92,7 @@ class Replica:
     inflight: int = 0
     killed: bool = False  # the router restarted it (a call past its deadline)
     prewarmed: bool = False  # started ahead of demand (``WarmReplica``: no task)
+    address: str = ""  # a command service's server, "127.0.0.1:port", once loaded
 
 
 @dataclass
