@@ -73,6 +73,12 @@ keeps its batch-1 duration whatever --concurrency (optimistic: at batch 8 NeMo
 measures about 1.4x). --cold-start 20 s is an estimate (13.5 GB of weights at about
 1 GB/s plus the engine's start).
 
+A 70B-class model on 4 GPUs of one node (examples/azure-70b.toml): --gpus-per-replica 4
+--model-gb 140 --decode-s-per-token 0.030 --prefill-s-per-token 0.00022 --cold-start
+90 (estimates: 140 GB of fp16 weights read at 2 GB/s plus 20 s of engine start;
+decode bound by reading the weights from 4 GPUs' HBM; the module
+deepboot.sim.traces.azure_llm states each source).
+
 --hours H: the trace covers one hour; the first tile is the trace, every later tile
 the trace rotated by a seeded random shift (so bursts do not repeat at the same
 minute), cut at H hours. Output stops at --max-requests (earliest first), said in
@@ -166,6 +172,7 @@ RANGES: dict[str, _Range] = {
     "--dispersion": _Range(float, 1, 1000),
     "--duration-s": _Range(float, 0, 86_400, open_low=True),
     "--model-gb": _Range(float, 0, 100_000, open_low=True),
+    "--gpus-per-replica": _Range(int, 1, 64),  # core.service.MAX_GPUS_PER_REPLICA
     "--slo-wait": _Range(float, 0, 86_400, open_low=True),
 }
 """Every numeric flag of these subcommands (``--seed`` and ``--cluster``: cli.limits)."""
@@ -293,6 +300,12 @@ def _add_azure(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         "(default: the trace as it is)",
     )  # fmt: skip
     _number(p, "--max-requests", "N", "stop after N requests", default=conf.max_requests)
+    _number(
+        p, "--gpus-per-replica", "K", "GPUs one replica spans, all on one node (a "
+        "tensor-parallel server)", default=conf.gpus_per_replica,
+    )  # fmt: skip
+    _number(p, "--model-gb", "GB", "the model's weights, written into the services file (the "
+            "host cache's size of it; default: not written)")  # fmt: skip
     _common(p, "the tiles' shifts", "--trace")
     p.set_defaults(func=workload_from_azure_llm)
 
@@ -533,7 +546,7 @@ def workload_from_azure_llm(args: argparse.Namespace, out: Console, err: Console
     limits.check_seed(args.seed)
     _check_numbers(
         args, "--prefill-s-per-token", "--decode-s-per-token", "--overhead-s", "--cold-start",
-        "--concurrency", "--hours", "--max-requests",
+        "--concurrency", "--hours", "--max-requests", "--gpus-per-replica", "--model-gb",
     )  # fmt: skip
     if not args.model.strip():
         raise ConfigError("--model is empty; give a label")
@@ -546,6 +559,8 @@ def workload_from_azure_llm(args: argparse.Namespace, out: Console, err: Console
         hours=args.hours,
         max_requests=args.max_requests,
         cost=cost,
+        gpus_per_replica=args.gpus_per_replica,
+        model_gb=args.model_gb,
     )
     outputs = _output_paths(args, [PathArg("--trace", trace)])
     stream = azure_stream(read_requests(trace), config, np.random.default_rng(args.seed))

@@ -24,6 +24,26 @@ an A100 80GB):
 The trace's own paper (Splitwise) measured 70B and 176B models on whole 8-GPU
 machines; those figures do not describe a one-GPU replica and are not used.
 
+**A 70B-class model on 4 GPUs** (``gpus_per_replica = 4``; ``examples/azure-70b.toml``
+records the flags): Llama-2-70B in fp16 (140 GB of weights, ``model_gb``), tensor
+parallel over 4 A100 80GB of one node. Every figure is an estimate, stated:
+
+* ``decode_s_per_token = 0.030``: decode at batch 1 reads every weight once per token;
+  140 GB over 4 x 2.0 TB/s of HBM is 17.5 ms at the bandwidth's peak, about 30 ms at
+  the ~60% a serving engine sustains; PyTorch's compiled Llama-2-70B measured
+  29 ms/token at batch 1 on 8 A100s (pytorch.org/blog/pytorch-compile-to-speed-up-
+  inference), which this does not beat with half the GPUs.
+* ``prefill_s_per_token = 0.00022``: 2 x 70e9 = 1.4e11 FLOPs per prompt token over 4
+  A100s at half of their 312 TFLOP/s fp16 peak (624 TFLOP/s together).
+* ``overhead_s = 0.05``, ``concurrency = 8``: as for the 7B default.
+* With these the conversation trace's mean request (1,155 context and 211 generated
+  tokens) runs about 6.6 s.
+* ``cold_start_s = 90``: the 140 GB read from the node's disk or a model store at
+  about 2 GB/s (70 s) plus the engine's start over 4 GPUs (workers, NCCL, CUDA
+  graphs: about 20 s). A host start (the simulator's host cache) copies a 4th of the
+  weights to each GPU over its own link at once: ``init + 35 GB / gbps``, 3.4 s at
+  the cache's default 12 GB/s and 0.5 s.
+
 **Concurrency** (default 8): requests one replica serves at once (continuous
 batching), written into the services file. Each request keeps its batch-1 duration:
 optimistic, since the same NeMo table shows a batch of 8 taking about 1.4x the batch-1
@@ -57,7 +77,13 @@ from pathlib import Path
 import numpy as np
 
 from deepboot.core.errors import ConfigError
-from deepboot.core.service import MAX_CONCURRENCY, ServiceSpec, valid_name
+from deepboot.core.service import (
+    MAX_CONCURRENCY,
+    MAX_GPUS_PER_REPLICA,
+    MAX_MODEL_GB,
+    ServiceSpec,
+    valid_name,
+)
 from deepboot.sim.traces.common import AZURE_SOURCE, InferenceStream, Request, demand, read_rows
 
 COLUMNS: tuple[str, ...] = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -147,6 +173,9 @@ class AzureConfig:
         hours: Tile the trace to this many hours; None: the trace as it is.
         max_requests: Stop after this many requests (>= 1).
         cost: The cost model.
+        gpus_per_replica: GPUs one replica spans, all on one node, in [1, 64].
+        model_gb: The model's weights in GB, written into the services file (the
+            host cache's size of it); None: not written.
     """
 
     service: str = "llm-conv"
@@ -156,6 +185,8 @@ class AzureConfig:
     hours: float | None = None
     max_requests: int = 200_000
     cost: CostModel = field(default_factory=CostModel)
+    gpus_per_replica: int = 1
+    model_gb: float | None = None
 
     def __post_init__(self) -> None:
         if not valid_name(self.service):
@@ -171,6 +202,10 @@ class AzureConfig:
             raise ConfigError(f"hours must be in (0, {MAX_HOURS:g}], got {self.hours}")
         if self.max_requests < 1:
             raise ConfigError(f"max_requests must be >= 1, got {self.max_requests}")
+        if not 1 <= self.gpus_per_replica <= MAX_GPUS_PER_REPLICA:
+            raise ConfigError(f"gpus_per_replica must be in [1, {MAX_GPUS_PER_REPLICA}]")
+        if self.model_gb is not None and not 0 < self.model_gb <= MAX_MODEL_GB:
+            raise ConfigError(f"model_gb must be in (0, {MAX_MODEL_GB:g}], got {self.model_gb}")
 
 
 def tile_period(arrivals: Sequence[float]) -> float:
@@ -235,8 +270,10 @@ def azure_stream(
         model=config.model,
         concurrency=config.concurrency,
         cold_start_s=config.cold_start_s,
+        model_gb=config.model_gb,
+        gpus_per_replica=config.gpus_per_replica,
     )
-    busy = demand(requests, {spec.name: spec.concurrency})
+    busy = demand(requests, {spec.name: spec.concurrency}, gpus={spec.name: spec.gpus_per_replica})
     cost = config.cost
     span_h = requests[-1].time / 3600
     cover = (
@@ -257,6 +294,9 @@ def azure_stream(
         f"{MIN_DURATION_S:g} s); concurrency {config.concurrency}; cold start "
         f"{config.cold_start_s:g} s"
     )
+    if config.gpus_per_replica > 1 or config.model_gb is not None:
+        gb = "" if config.model_gb is None else f", a model of {config.model_gb:g} GB"
+        model_text += f"; {config.gpus_per_replica} GPU(s) of one node a replica{gb}"
     notes = (AZURE_SOURCE, f"{len(requests):,} requests: {cover}{cap_text}.", model_text + ".")
     mean_d = sum(r.duration for r in requests) / len(requests)
     summary = (

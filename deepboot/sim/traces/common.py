@@ -324,11 +324,20 @@ class Busy:
 
 
 def demand(
-    requests: Sequence[Request], concurrency: dict[str, int], window_s: float = 600.0
+    requests: Sequence[Request],
+    concurrency: dict[str, int],
+    window_s: float = 600.0,
+    gpus: dict[str, int] | None = None,
 ) -> Busy:
     """GPUs the requests keep busy: the busy fractions of a one-GPU pool (so ``peak``
-    is the busiest window's mean GPU count), windows from time 0."""
+    is the busiest window's mean GPU count), windows from time 0. A request of a
+    service whose replica spans k GPUs (``gpus``, missing: 1) holds k / concurrency."""
     starts = np.fromiter((r.time for r in requests), np.float64, len(requests))
     durations = np.fromiter((r.duration for r in requests), np.float64, len(requests))
-    shares = np.fromiter((1.0 / concurrency[r.service] for r in requests), np.float64)
+    if gpus and any(k > 1 for k in gpus.values()):
+        shares = np.fromiter(
+            (gpus.get(r.service, 1) / concurrency[r.service] for r in requests), np.float64
+        )
+    else:
+        shares = np.fromiter((1.0 / concurrency[r.service] for r in requests), np.float64)
     return Busy.of(window_gpu_seconds(starts, durations, shares, 0.0, window_s), window_s, 1.0)

@@ -14,7 +14,8 @@ training workload's first job (``T0``); gaps inside a stream are kept.
 
 **Busy fraction** (see :mod:`deepboot.sim.traces.common`): windows of ``window_s``
 seconds (10 minutes by default) from ``T0`` up to the end of the last request; a
-request's ``duration / concurrency`` GPU-seconds go to the windows its run overlaps,
+request's ``duration x gpus_per_replica / concurrency`` GPU-seconds go to the windows
+its run overlaps,
 in proportion to the overlap. A window's busy fraction is its GPU-seconds over
 ``window_s x inference GPUs``; the **peak** is the largest window's, the **average**
 every window's GPU-seconds over their capacity together.
@@ -370,6 +371,8 @@ def compose(
         if not stream.requests:
             raise ConfigError(f"{stream.source} has no inference rows")
         concurrency = {s.name: s.concurrency for s in stream.services}
+        # A replica of k GPUs: a request holds k / concurrency GPUs (1.0 / c for k = 1).
+        size = {s.name: float(s.gpus_per_replica) for s in stream.services}
         first, last = stream.requests[0].time, stream.requests[-1].time
         # The mean gap between arrivals (n - 1 gaps); a stream whose requests all
         # arrive at once spreads its copies over a window instead.
@@ -377,7 +380,7 @@ def compose(
         for r in stream.requests:
             times.append(origin + r.time - first)
             durations.append(r.duration)
-            shares.append(1.0 / concurrency[r.service])
+            shares.append(size[r.service] / concurrency[r.service])
             spread.append(gap)
             services.append(r.service)
     pool = _Pool(
