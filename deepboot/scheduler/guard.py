@@ -157,16 +157,18 @@ def guard(
         return pick.gpu_id
 
     def take_set(service: str, k: int, evict: bool) -> InferencePlacement | None:
-        # ATS-I's rule for k GPUs of one node, over what is left: the FREE GPUs, the
-        # unheld SLEEP replicas of other services (``evict``) and the LENT GPUs not
-        # reclaimed yet; anything else reads as busy.
+        # ATS-I's rule for k GPUs of one node, over what is left of the inference
+        # pool: the FREE GPUs, the unheld SLEEP replicas of other services
+        # (``evict``) and the LENT GPUs not reclaimed yet; anything else reads as busy.
         nonlocal views, free
         left = {g.gpu_id for g in free} | {g.gpu_id for g in lent}
         if evict:
             left |= {g.gpu_id for g in evictable if g.service != service}
+        # Training workers stay (the reclaim loss counts them); a replica on the
+        # training pool reads as busy too (a pre-warm is on the inference pool only).
         seen = tuple(
             g
-            if g.pool is not Pool.INFERENCE or g.gpu_id in left
+            if g.gpu_id in left or g.state is GpuState.TRAINING
             else dataclasses.replace(g, state=GpuState.RUNNING, job=None)
             for g in gpus
         )

@@ -109,3 +109,14 @@ def test_the_guard_holds_idle_node_sets() -> None:
     out = guard({}, gpus, jobs, {"big": BIG}, CLUSTER, 0.0, 60.0, idle_sets={4: 2})
     assert out.held == frozenset(NODE1 + NODE2)
     assert sorted(op.gpu for op in out.ops if isinstance(op, Reclaim)) == [(2, 2), (2, 3)]
+
+
+def test_a_prewarm_never_reuses_a_replica_on_the_training_pool() -> None:
+    # A sleeping replica of "big" on the training node (ATS-I may start one on FREE
+    # training GPUs): the guard's pre-warm is on the inference pool only.
+    train = tuple((0, i) for i in range(4))
+    gpus = [GpuView(*g, Pool.TRAINING, GpuState.SLEEP, service="big", replica_gpus=train)
+            for g in train]  # fmt: skip
+    gpus += [inf(g, GpuState.FREE) for g in NODE1 + NODE2]
+    out = guard({"big": ServiceNeed(1, 1)}, gpus, (), {"big": BIG}, CLUSTER, 0.0, 60.0)
+    assert out.ops == (WarmReplica((1, 0), "big", 120.0, NODE1),)
