@@ -39,6 +39,17 @@ checkpoint and re-formed group), an AFE job's from the offer to the new group fo
     .venv/bin/python bench/reclaim.py --command --reclaims 10   # AFE vs a command job
     .venv/bin/python bench/reclaim.py --reclaims 5     # a quick look
     .venv/bin/python bench/reclaim.py --cache          # the model cache, 4 modes (~30 min)
+    .venv/bin/python bench/reclaim.py --sleep          # a command service, evicted or asleep
+
+With ``--sleep``, a command service (issue 47): the stand-in server
+``examples/runtime/standin_server.py`` with ``STANDIN_GB`` GB of weights, whose cold
+load reads them at ``STANDIN_LOAD_GBPS`` GB/s (one stream from remote storage, as the
+large service's) and whose wake copies them back from its host buffer at
+``STANDIN_WAKE_GBPS`` GB/s (a host-to-device copy over PCIe is 10-25 GB/s: this is
+slower, an assumption that favours the cold start), without and with ``sleep`` and
+``wake``: evicted, every reclaim is a cold start (a new process, the weights read
+again); asleep, the process stays while its GPU is lent, and a reclaim wakes it. Each
+request is an OpenAI-style completion through the proxy.
 """
 
 from __future__ import annotations
@@ -75,6 +86,15 @@ BIG_MB = 200
 BIG_FETCH_GBPS = 0.1
 """Its full load's remote-storage bandwidth, GB/s (an assumption: about 1 Gbit/s)."""
 
+STANDIN_GB = 0.5
+"""The stand-in server's weights, GB (``--sleep``)."""
+
+STANDIN_LOAD_GBPS = 0.1
+"""Its cold load's pace, GB/s: about 5 s for the weights."""
+
+STANDIN_WAKE_GBPS = 2.0
+"""Its wake's pace, GB/s (host memory to the "device")."""
+
 CACHE_GB = 0.5
 """``--host-cache-gb`` of the modes with the cache (room for the 200 MB model)."""
 
@@ -83,7 +103,7 @@ CACHE_GB = 0.5
 class Mode:
     name: str
     flags: tuple[str, ...]
-    service: str = "echo"  # or "big"
+    service: str = "echo"  # or "big", or "standin" (--sleep)
     latency: list[float] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)  # the replica's load, seconds
     beyond: list[float] = field(default_factory=list)  # of it, past importing (the model)
@@ -163,8 +183,27 @@ def beyond_imports(state: Path, service: str) -> float | None:
 
 
 def service_toml(mode: Mode, directory: Path) -> Path:
-    """The mode's service file (echo, or the large model, its weights made once)."""
+    """The mode's service file (echo, the large model, its weights made once, or the
+    stand-in server, asleep when lent or not)."""
     path = directory / f"{mode.service}.toml"
+    if mode.service == "standin":
+        argv = [
+            "python", str(EXAMPLES / "standin_server.py"), "--port", "{port}",
+            "--model", "{model}", "--weights-gb", str(STANDIN_GB),
+            "--load-gbps", str(STANDIN_LOAD_GBPS), "--wake-gbps", str(STANDIN_WAKE_GBPS),
+        ]  # fmt: skip
+        sleep = (
+            'sleep = { method = "POST", path = "/sleep?level=1", timeout_s = 30 }\n'
+            'wake = { method = "POST", path = "/wake_up", timeout_s = 60 }\n'
+            if mode.name.endswith("asleep")
+            else ""
+        )
+        path.write_text(
+            'name = "standin"\nmodel = "standin-70b"\n'
+            f"command = {json.dumps(argv)}\nmax_replicas = 1\nrequest_timeout_s = 300\n"
+            f"concurrency = 4\n{sleep}"
+        )
+        return path
     if mode.service == "echo":
         handler, args = EXAMPLES / "echo_service.py", "delay_s = 0.02\n"
     else:
@@ -185,9 +224,12 @@ def service_toml(mode: Mode, directory: Path) -> Path:
 
 
 def request(url: str, token: str, rid: str, service: str = "echo") -> float:
+    path, body = f"/v1/{service}/infer", b'{"x": [1.0]}'
+    if service == "standin":  # an OpenAI-style completion, through the proxy
+        path, body = "/v1/standin/v1/completions", b'{"prompt": "hi", "max_tokens": 8}'
     req = urllib.request.Request(
-        f"{url}/v1/{service}/infer",
-        data=b'{"x": [1.0]}',
+        url + path,
+        data=body,
         headers={
             "X-Request-Id": rid,
             "Authorization": f"Bearer {token}",
@@ -348,6 +390,31 @@ def cache_table(modes: list[Mode], console: Console) -> None:
             )
 
 
+def sleep_table(modes: list[Mode], console: Console) -> None:
+    """``--sleep``'s figures: per mode the answer and the replica's start, medians, and
+    the ratio of the medians asleep / evicted (the target: at most a third)."""
+    table = Table(title="Reclaim of a command service's GPU: request to answer")
+    for col in ("service", "when lent", "reclaims", "starts", "answer median s",
+                "answer p90 s", "answer max s", "replica start median s",
+                "job pause median s"):  # fmt: skip
+        table.add_column(col)
+    for m in modes:
+        starts = ", ".join(f"{m.starts.count(k)} {k}" for k in sorted(set(m.starts)))
+        median, most = _stats(m.latency)
+        table.add_row(
+            m.service, m.name.partition("-")[2], str(len(m.latency)), starts, median,
+            _p90(m.latency), most, _stats(m.loads)[0], _stats(m.pause)[0],
+        )  # fmt: skip
+    console.print(table)
+    by = {m.name.partition("-")[2]: m for m in modes}
+    cold, warm = by.get("evicted"), by.get("asleep")
+    if cold and warm and cold.latency and warm.latency:
+        console.print(
+            f"asleep / evicted, medians: answer {_ratio(warm.latency, cold.latency):.2f}x, "
+            f"replica start {_ratio(warm.loads, cold.loads):.2f}x (target: answer <= 0.33x)"
+        )
+
+
 def _ratio(a: list[float], b: list[float]) -> float:
     return statistics.median(a) / statistics.median(b)
 
@@ -372,6 +439,12 @@ def main(argv: list[str] | None = None) -> int:
         "torchrun script examples/runtime/ddp_train.py, resized by restart)",
     )
     ap.add_argument(
+        "--sleep",
+        action="store_true",
+        help="a command service (the stand-in server, 0.5 GB of weights) evicted when "
+        "its GPU is lent, against asleep (vLLM's sleep mode: woken at a reclaim)",
+    )
+    ap.add_argument(
         "--standby",
         action="store_true",
         help="every mode with 'deepboot up --standby-replicas': a replica starts in a "
@@ -390,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
     elif args.command:
         modes = [Mode("afe", ()), Mode("command", ())]
+    elif args.sleep:
+        modes = [Mode("standin-evicted", (), "standin"), Mode("standin-asleep", (), "standin")]
     else:
         modes = [Mode("afe", ()), Mode("restart", ("--no-afe",))]
     if args.standby:
@@ -404,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
             run_mode(mode, args.reclaims, Path(tmp), console)
     if args.cache:
         cache_table(modes, console)
+        return 0
+    if args.sleep:
+        sleep_table(modes, console)
         return 0
     table = Table(title="Reclaim: a request that needs a lent GPU, to its answer")
     for col in (

@@ -11,7 +11,7 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -22,6 +22,9 @@ from deepboot.core.errors import ConfigError
 from deepboot.runtime.client.statusdoc import status_document
 from deepboot.runtime.store.statedir import STATE_DIR_HELP, StateDir
 from deepboot.world.presets import DEFAULT_PRESET
+
+if TYPE_CHECKING:
+    from deepboot.runtime.store.jobstore import JobStore
 
 _UP_EPILOG = """\
 Without --policy, up runs the preset guarded (see 'deepboot policies'): Pollux's
@@ -319,11 +322,12 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         sub,
         formatter,
         "logs",
-        help="a job's worker output and its events",
+        help="a job's worker output, or a service's replicas' output, and its events",
         description="Print a job's workers' output (each line prefixed with the job and "
-        "the worker's GPU) and its entries in the event log.",
+        "the worker's GPU), or a service's replicas' (a command service's server: each "
+        "line prefixed with the service and its GPUs), and its entries in the event log.",
     )
-    logs.add_argument("job", metavar="JOB")
+    logs.add_argument("job", metavar="JOB|SERVICE")
     logs.add_argument("--tail", type=int, default=0, metavar="N", help="last N lines only")
     logs.set_defaults(func=cmd_logs)
 
@@ -734,6 +738,8 @@ def _print_whole(out: Console, table: Table) -> None:
 def cmd_logs(args: argparse.Namespace, out: Console, err: Console) -> int:
     state = StateDir.at(args.state_dir)
     store = _store(args)
+    if args.job in {r.spec.name for r in store.services()} and not _is_job(store, args.job):
+        return _service_logs(state, store, args.job, args.tail)
     store.job(args.job)  # raises for an unknown job
     path = state.job_log(args.job)
     lines = path.read_text().splitlines() if path.exists() else []
@@ -745,6 +751,27 @@ def cmd_logs(args: argparse.Namespace, out: Console, err: Console) -> int:
     for ev in store.events(args.job):
         stamp = time.strftime("%H:%M:%S", time.localtime(ev.time))
         print(f"{stamp} {ev.kind.value} {json.dumps(ev.detail, sort_keys=True)}")
+    return 0
+
+
+def _is_job(store: JobStore, name: str) -> bool:
+    return any(r.name == name for r in store.jobs())
+
+
+def _service_logs(state: StateDir, store: JobStore, name: str, tail: int) -> int:
+    """``deepboot logs SERVICE``: its replicas' output (a command service's server's
+    lines, prefixed ``[service gpus]``) and its replicas' entries in the event log."""
+    path = state.logs / f"service-{name}.log"
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    if tail:
+        lines = lines[-tail:]
+    for line in lines:
+        print(line)
+    print(f"-- events of service {name} --")
+    for ev in store.events():
+        if ev.detail.get("service") == name:
+            stamp = time.strftime("%H:%M:%S", time.localtime(ev.time))
+            print(f"{stamp} {ev.kind.value} {json.dumps(ev.detail, sort_keys=True)}")
     return 0
 
 

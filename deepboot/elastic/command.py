@@ -260,6 +260,8 @@ class CommandWorker:
         )
         env.update(cfg.env)
         env[REPORT_ENV] = self._report_file
+        if cfg.gpu_reserved_gb > 0:  # a sleeping inference server's share of the GPU
+            env["DEEPBOOT_GPU_RESERVED_GB"] = f"{cfg.gpu_reserved_gb:g}"
         env["TORCHELASTIC_ERROR_FILE"] = self._error_file
         env["PYTHONUNBUFFERED"] = "1"  # lines reach the job's log as they are printed
         with contextlib.suppress(FileNotFoundError):

@@ -114,6 +114,9 @@ class ElasticContext:
             (default: max(120, 4 x collective_timeout); a joiner's start is slow).
         checkpoint_every: Rank 0 checkpoints every this many steps (0 = only at stops).
         seed: Seed of the data sampler's shuffles.
+        gpu_reserved_gb: GPU memory, GB, a sleeping inference server holds on this
+            worker's GPU: on CUDA, torch's allocator is capped below it at
+            :meth:`register` (``WorkerConfig.gpu_reserved_gb``).
     """
 
     def __init__(
@@ -125,8 +128,10 @@ class ElasticContext:
         checkpoint_every: int = 0,
         seed: int = 0,
         join_timeout: float | None = None,
+        gpu_reserved_gb: float = 0.0,
     ) -> None:
         self.worker = worker
+        self.gpu_reserved_gb = gpu_reserved_gb
         self.args: dict[str, Any] = dict(args or {})
         self.state: dict[str, Any] = {}
         self._timeout = collective_timeout
@@ -213,7 +218,14 @@ class ElasticContext:
         """
         self._model, self._optimizer = model, optimizer
         if self.device.type == "cuda":
-            _torch().cuda.set_device(self.device)  # NCCL and broadcast_object_list use it
+            torch = _torch()
+            torch.cuda.set_device(self.device)  # NCCL and broadcast_object_list use it
+            if self.gpu_reserved_gb > 0:
+                # A sleeping inference server keeps this much of the GPU: torch's
+                # allocator stops short of it (an OOM here, not in the server's wake).
+                total = torch.cuda.get_device_properties(self.device).total_memory / 1e9
+                fraction = max(1.0 - self.gpu_reserved_gb / total, 0.0)
+                torch.cuda.set_per_process_memory_fraction(fraction, self.device)
         self._form(self._offered)
         self._t_mark = time.perf_counter()
 

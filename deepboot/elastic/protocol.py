@@ -111,6 +111,12 @@ class WorkerConfig:
         workdir: The command's working directory (the job file's directory).
         env: Variables a command's process gets beside torchrun's (its checkpoint
             directory, the run id, the restart counts).
+        gpu_reserved_gb: GPU memory, GB, that a sleeping inference server still holds
+            on this worker's GPU (its service's ``sleep_gpu_gb``; 0 for most): the
+            worker may not use it. It is ``DEEPBOOT_GPU_RESERVED_GB`` in the worker's
+            environment (a command job's process's too), ``ctx.gpu_reserved_gb``, and
+            on a CUDA device :class:`~deepboot.elastic.context.ElasticContext` caps
+            torch's allocator below it (``set_per_process_memory_fraction``).
         stop_grace_s: Seconds a command's process may take to exit after SIGTERM
             before it is killed (SIGKILL).
     """
@@ -125,6 +131,7 @@ class WorkerConfig:
     workdir: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
     stop_grace_s: float = 10.0
+    gpu_reserved_gb: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,6 +71,10 @@ class _Prefixed:
         self._out.flush()
 
 
+RESERVED_ENV = "DEEPBOOT_GPU_RESERVED_GB"
+"""GB of the worker's GPU a sleeping inference server still holds (unset: none)."""
+
+
 class ElasticWorker:
     """One worker of one job on one GPU (wrapped by ``ray.remote`` in the backend).
 
@@ -88,9 +92,13 @@ class ElasticWorker:
         out = open(config.log_path, "a", buffering=1)  # noqa: SIM115 (lives with the actor)
         sys.stdout = sys.stderr = _Prefixed(out, f"[{config.job} {worker}] ")
         print(f"worker pid {os.getpid()} on GPU {worker}, generation {first.number}")
+        if config.gpu_reserved_gb > 0:
+            os.environ[RESERVED_ENV] = f"{config.gpu_reserved_gb:g}"
+            print(f"{config.gpu_reserved_gb:g} GB of GPU {worker} held by a sleeping server")
         self.ctx = ElasticContext(
-            worker, first, config.args, config.collective_timeout, config.checkpoint_every
-        )
+            worker, first, config.args, config.collective_timeout, config.checkpoint_every,
+            gpu_reserved_gb=config.gpu_reserved_gb,
+        )  # fmt: skip
         self._thread = threading.Thread(
             target=self._run,
             args=(config.entry,),

@@ -81,7 +81,14 @@ class FakeActors:
         self.created.append((name, gpu, first.number))
         self.created_at.append((parsed.job, self.clock()))
 
-    def create_replica(self, name: str, spec: dict[str, Any], gpu: str, log_path: str) -> Any:
+    def create_replica(
+        self,
+        name: str,
+        spec: dict[str, Any],
+        gpu: str,
+        log_path: str,
+        more_gpus: tuple[str, ...] = (),
+    ) -> Any:
         self.replicas[name] = gpu
         self.models[name] = spec["model"]
         return name

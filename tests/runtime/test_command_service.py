@@ -2,8 +2,10 @@
 (examples/runtime/standin_server.py): the proxy streams an answer as the server
 writes it, refuses a request without the token, and passes an OpenAI-style request
 through; a replica whose GPU is lent sleeps (its process kept), and a request that
-needs the GPU back is answered after a wake, not a second full load; a sleep that
-never answers is evicted within its timeout and its GPU lent anyway."""
+needs the GPU back is answered after a wake, not a second full load, and the worker lent
+that GPU meanwhile is told the memory the sleeping server keeps; a sleep that never
+answers is evicted within its timeout and its GPU lent anyway; a replica of two GPUs
+takes both back from a job at once, which shrinks by two (AFE)."""
 
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ def _service(directory: Path, name: str, *flags: str, sleep_timeout_s: float = 1
                 'sleep = { method = "POST", path = "/sleep?level=1", '
                 f"timeout_s = {sleep_timeout_s} }}",
                 'wake = { method = "POST", path = "/wake_up", timeout_s = 30 }',
+                "sleep_gpu_gb = 0.5",
                 "concurrency = 4",
                 "stop_grace_s = 3",
                 "request_timeout_s = 120",
@@ -91,6 +94,13 @@ def _call(req: urllib.request.Request) -> tuple[int, Any]:
 def _loads(directory: Path, name: str) -> int:
     path = directory / f"{name}-loads.log"
     return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _formed(state: Path, name: str) -> list[str]:
+    """The GPUs of job ``name``'s last generation formed (its start or last resize)."""
+    formed = [e.detail.get("to", e.detail.get("workers", [])) for e in events(state, name)
+              if e.kind.value in ("started", "resized")]  # fmt: skip
+    return list(formed[-1]) if formed else []
 
 
 def _replica_ops(state: Path, service: str) -> list[dict[str, Any]]:
@@ -152,6 +162,9 @@ def test_proxy_streams_sleeps_when_lent_and_wakes_on_reclaim(tmp_path: Path) -> 
             120,
         )
         wait_for("g on the lent GPU", lambda: len(job(state, "g")["lent_gpus"]) == 1, 300)
+        # Its worker there was told what the sleeping server keeps of the GPU.
+        told = "0.5 GB of GPU 1.0 held by a sleeping server"
+        wait_for("g's worker on 1.0 told", lambda: told in (state / "logs" / "g.log").read_text())
 
         # A request that needs the GPU back: reclaimed, the server woken, not loaded.
         asked = time.time()
@@ -167,6 +180,9 @@ def test_proxy_streams_sleeps_when_lent_and_wakes_on_reclaim(tmp_path: Path) -> 
         assert reclaims, "no GPU was reclaimed for the request"
         code, stats = _call(_request(state, "/v1/chat/stats"))
         assert (stats["full_loads"], stats["wakes"], stats["sleeps"]) == (1, 1, 1), stats
+        # The server's lines, and its replica's events, under the service's name.
+        logs = cli(state, "logs", "chat").stdout
+        assert "[chat 1.0] " in logs and "full_load" in logs and '"start": "wake"' in logs, logs
         open_gate(state, "g", gate)
         wait_for("g to finish", lambda: job(state, "g")["state"] == "finished", 300)
 
@@ -187,5 +203,46 @@ def test_a_sleep_that_never_answers_is_evicted_and_its_gpu_lent(tmp_path: Path) 
         wait_for("g on the lent GPU", lambda: len(job(state, "g")["lent_gpus"]) == 1, 300)
         ops = [d["op"] for d in _replica_ops(state, "stuck")]
         assert ops[ops.index("sleep-failed") + 1] == "evict", ops
+        open_gate(state, "g", gate)
+        wait_for("g to finish", lambda: job(state, "g")["state"] == "finished", 300)
+
+
+def test_a_two_gpu_replica_reclaims_two_gpus_of_one_node_and_the_job_shrinks_by_two(
+    tmp_path: Path,
+) -> None:
+    flags = ("--training-nodes", "1", "--inference-nodes", "1", "--gpus-per-node", "2",
+             "--protect-factor", "0.05")  # fmt: skip
+    with local_cluster(tmp_path / "state", *flags) as state:
+        path = _service(tmp_path, "wide")
+        path.write_text(path.read_text().replace("sleep = ", "# sleep = ").replace(
+            "wake = ", "# wake = ") + "gpus_per_replica = 2\n")  # fmt: skip
+        cli(state, "serve", str(path))
+        gate = tmp_path / "gate"
+        cli(state, "submit", str(gated_job(tmp_path, "g", gate, max_workers=4)))
+        wait_for("g formed on all 4 GPUs", lambda: len(_formed(state, "g")) == 4, 300)
+        asked_seq = events(state)[-1].seq
+        code, body = _call(_request(state, "/v1/wide/v1/completions", {"prompt": "hi"}))
+        assert code == 200, body
+        code, stats = _call(_request(state, "/v1/wide/stats"))
+        assert stats["cuda_visible_devices"] == "0,1", stats  # both of the replica's GPUs
+        later = [e for e in events(state) if e.seq > asked_seq]
+        reclaimed = [e.detail["gpu"] for e in later if e.kind.value == "gpu"
+                     and e.detail["op"] == "reclaim"]  # fmt: skip
+        assert sorted(reclaimed) == ["1.0", "1.1"], reclaimed
+        # The survivors' new generation is logged once it has formed (the replica may
+        # answer first: it starts as soon as the departing workers are gone).
+        shrinks = wait_for(
+            "g's shrink",
+            lambda: [
+                e.detail
+                for e in events(state)
+                if e.seq > asked_seq and e.kind.value == "resized" and len(e.detail["to"]) < 4
+            ],  # fmt: skip
+            120,
+        )
+        assert (len(shrinks[0]["from"]), len(shrinks[0]["to"])) == (4, 2), shrinks
+        assert shrinks[0]["how"] == "afe", shrinks
+        started = [d for d in _replica_ops(state, "wide") if d["op"] == "start"]
+        assert started[-1]["gpus"] == ["1.0", "1.1"], started
         open_gate(state, "g", gate)
         wait_for("g to finish", lambda: job(state, "g")["state"] == "finished", 300)

@@ -67,11 +67,18 @@ class DurableFirst(FakeActors):
 
     ctl: Controller | None = None
 
-    def create_replica(self, name: str, spec: dict[str, Any], gpu: str, log_path: str) -> Any:
+    def create_replica(
+        self,
+        name: str,
+        spec: dict[str, Any],
+        gpu: str,
+        log_path: str,
+        more_gpus: tuple[str, ...] = (),
+    ) -> Any:
         assert self.ctl is not None
         starts = [e.detail for e in self.ctl.store.events() if e.kind is LogKind.REPLICA]
         assert starts and starts[-1]["gpu"] == gpu and starts[-1]["op"] == "start"
-        return super().create_replica(name, spec, gpu, log_path)
+        return super().create_replica(name, spec, gpu, log_path, more_gpus)
 
 
 class Crashed(Exception):

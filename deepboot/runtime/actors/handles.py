@@ -95,8 +95,16 @@ class Actors(Protocol):
         """Start worker ``name`` on ``gpu``, offered generation ``first``."""
         ...
 
-    def create_replica(self, name: str, spec: dict[str, Any], gpu: str, log_path: str) -> Any:
-        """Start replica ``name`` of a service on ``gpu``; returns its handle."""
+    def create_replica(
+        self,
+        name: str,
+        spec: dict[str, Any],
+        gpu: str,
+        log_path: str,
+        more_gpus: tuple[str, ...] = (),
+    ) -> Any:
+        """Start replica ``name`` of a service on ``gpu`` (and ``more_gpus`` of the
+        same node: a command service's replica of several GPUs); returns its handle."""
         ...
 
     def create_standby(self, name: str, node: int, log_path: str) -> None:
@@ -215,14 +223,24 @@ class RayActors:
         handle = cls.options(**_on_gpu(name, gpu, concurrency=4)).remote(config, gpu, first)
         self._handles[name] = handle
 
-    def create_replica(self, name: str, spec: dict[str, Any], gpu: str, log_path: str) -> Any:
+    def create_replica(
+        self,
+        name: str,
+        spec: dict[str, Any],
+        gpu: str,
+        log_path: str,
+        more_gpus: tuple[str, ...] = (),
+    ) -> Any:
         """Start replica ``name`` of a service on ``gpu`` (queued by Ray until the GPU's
         resource is free); returns its handle. It takes ``concurrency`` requests at
-        once, plus one call of the router's (load)."""
+        once, plus one call of the router's (load). A command service's replica holds
+        ``gpu`` and ``more_gpus`` by a placement group of its own."""
         from deepboot.runtime.actors.replica_actor import ServiceReplica
 
         if spec.get("command"):
-            return self._create_command_replica(name, spec, [gpu], log_path)
+            return self._create_command_replica(name, spec, [gpu, *more_gpus], log_path)
+        if more_gpus:
+            raise ValueError(f"replica {name}: a handler service's replica has one GPU")
         if self._replica_cls is None:
             self._replica_cls = self._ray.remote(ServiceReplica)
         options = _on_gpu(name, gpu, concurrency=int(spec.get("concurrency", 1)) + 1)

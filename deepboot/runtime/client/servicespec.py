@@ -163,6 +163,12 @@ def parse_service(
         handler = resolve_callable(
             where, base, "handler", raw["handler"], "factory", name_paths=name_paths
         )
+        if raw.get("gpus_per_replica", 1) != 1:
+            raise InputError(
+                where, 0, "gpus_per_replica",
+                "a handler service's replica has one GPU: several need a command service "
+                "(a server of your own, e.g. vLLM with --tensor-parallel-size)",
+            )  # fmt: skip
     elif not isinstance(raw["command"], list) or not raw["command"]:
         raise InputError(
             where, 0, "command",

@@ -137,7 +137,7 @@ class RayBackend:
             now, self.cluster, jobs, gpus, waiting, MappingProxyType(loads),
             services=self.catalog.specs, replicas=replicas.warming_loads(),
             arrivals=MappingProxyType(arrivals), cached=self.caches.cached_models(),
-            loading=loading,
+            loading=loading, sleeping=replicas.sleeping(),
         )  # fmt: skip
 
     def record(self, now: float, event: Event) -> bool:
@@ -217,7 +217,7 @@ class RayBackend:
             return [op.job]
         if isinstance(op, EvictReplica):
             # Its GPU leaves serving (lent, or free): a server that can sleep sleeps.
-            self.replicas.replica_gone(op.gpu, replica, service, sleep=True)
+            self.replicas.replica_gone(op.gpu, replica, service, sleep=True, gpus=op.gpus)
         elif isinstance(op, ProtectReplica):
             # Not logged (every idle moment of a replica); SLEEP, when its GPU becomes
             # lendable, is. Its expiry is on the one queue.

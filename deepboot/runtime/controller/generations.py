@@ -9,6 +9,7 @@ every worker and restores the checkpoint on the new set.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -122,6 +123,8 @@ class Generations:
         crash: The crash points.
         incarnations: The actor names' counters.
         clock: Wall clock.
+        reserved_gb: GB of a GPU ("node.index") that a sleeping inference server
+            still holds there (its new worker is told: ``WorkerConfig.gpu_reserved_gb``).
     """
 
     def __init__(
@@ -136,10 +139,12 @@ class Generations:
         crash: CrashPoints,
         incarnations: Incarnations,
         clock: Callable[[], float],
+        reserved_gb: Callable[[str], float] = lambda gpu: 0.0,
     ) -> None:
         self.state, self.settings, self.job_mode = state, settings, job_mode
         self.board, self.actors, self.log, self.flush = board, actors, log, flush
         self.crash, self.incarnations, self.clock = crash, incarnations, clock
+        self.reserved_gb = reserved_gb
 
     def retarget(self, rec: JobRec) -> None:
         """Start the generation that puts ``rec`` on the GPUs the ledger says it holds
@@ -316,7 +321,9 @@ class Generations:
         config = self._worker_config(rec)
         for i, g in enumerate(joiners):
             name = actor_name(rec.name, g, self.incarnations.next(f"incarnation:{rec.name}"))
-            self.actors.create(name, config, g, gen)
+            held = self.reserved_gb(g)  # a sleeping server's leftover on that GPU
+            worker = dataclasses.replace(config, gpu_reserved_gb=held) if held else config
+            self.actors.create(name, worker, g, gen)
             rec.actors[g] = name
             if i == 0:
                 self.crash.hit(f"{how}.joined")

@@ -181,7 +181,8 @@ class Intake:
             LogKind.REPLICA, gpu=msg.gpu, service=rec.service, op="died",
             error=msg.error[-2000:], phase=msg.phase, backoff_s=round(msg.backoff_s, 3),
         )  # fmt: skip
-        self.board.fail(rec)  # the fact; the loop retries the queued tasks
+        for member in rec.replica_gpus or (rec.gpu_id,):  # a k-GPU replica: all of it
+            self.board.fail(self.board.get(member))  # the fact; the loop retries the tasks
         self.post(Event(EventKind.REPLICA_LOST, gpu=rec.gpu_id))
         self.replicas.start_standbys()  # were it a promoted standby: replaced now
 

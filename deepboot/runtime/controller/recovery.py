@@ -343,7 +343,10 @@ class Recovery:
         PROTECT one with its recorded end; one that was serving is idle now: the loop
         hears of it once the driver runs), and kill the others."""
         live = self.actors.list_named(REPLICA_PREFIX)
-        keep, kill = plan_replicas(stored, live, set(self.catalog.specs), self._gpu_names, claimed)
+        # A replica of several GPUs is not kept (a GPU row records one GPU's replica,
+        # not its set): killed, its GPUs come back FREE and its next start is cold.
+        whole = {n for n, s in self.catalog.specs.items() if s.gpus_per_replica == 1}
+        keep, kill = plan_replicas(stored, live, whole, self._gpu_names, claimed)
         for name in kill:
             self.actors.kill(name)
             killed.append(name)

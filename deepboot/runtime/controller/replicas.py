@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -23,7 +24,7 @@ from deepboot.runtime.controller.controller_settings import ControllerSettings
 from deepboot.runtime.controller.eventlog import EventLog
 from deepboot.runtime.controller.faults import CrashPoints
 from deepboot.runtime.controller.hostcaches import HostCaches
-from deepboot.runtime.controller.jobrecords import gpu_name
+from deepboot.runtime.controller.jobrecords import gpu_name, parse_gpu
 from deepboot.runtime.controller.replicarecords import ReplicaPhase, ReplicaRec
 from deepboot.runtime.controller.service_catalog import ServiceCatalog
 from deepboot.runtime.controller.shared import Flush, Incarnations, Requests, RouterLink
@@ -36,6 +37,7 @@ from deepboot.world.gpus import GpuBoard, apply_gpu_op
 log = logging.getLogger("deepboot.controller")
 
 _NO_REPLICAS: Mapping[GpuId, ReplicaLoad] = MappingProxyType({})
+_NO_SLEEPERS: Mapping[tuple[GpuId, ...] | GpuId, str] = MappingProxyType({})
 
 SLEEP_MARGIN_S = 5.0
 """What the controller waits for a sleep beyond the service's ``sleep.timeout_s`` (the
@@ -44,6 +46,15 @@ replica's own call to its server is bounded by that; this bounds the actor)."""
 STANDBY_CALL_TIMEOUT_S = 2.0
 """Longest wait for a ready standby to take its service (a call that returns at once:
 a longer one means its process is in trouble; then a new replica starts instead)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sleeper:
+    """A command replica asleep: its actor, its service and its GPUs (lead first)."""
+
+    name: str
+    service: str
+    gpus: tuple[GpuId, ...]
 
 
 class Replicas:
@@ -73,9 +84,9 @@ class Replicas:
         standbys: With --standby-replicas: node -> its standby's actor name (not yet
             promoted).
         sleepers: Command replicas asleep (their server keeps its weights in host
-            memory; their GPU is lent or free): GPU -> (actor name, service). A new
-            replica of that service on that GPU wakes it instead of a cold start; one
-            of another service there ends it first.
+            memory; their GPUs are lent or free), by their lead GPU. A new replica of
+            that service on those very GPUs wakes it instead of a cold start; a new
+            replica on any of them otherwise ends it first.
     """
 
     def __init__(
@@ -101,7 +112,7 @@ class Replicas:
         self.incarnations, self.clock, self.caches = incarnations, clock, caches
         self.on_gpu: dict[GpuId, ReplicaRec] = {}
         self.standbys: dict[int, str] = {}
-        self.sleepers: dict[GpuId, tuple[str, str]] = {}
+        self.sleepers: dict[GpuId, Sleeper] = {}
 
     def start_replica(self, op: StartReplica) -> None:
         """A task's replica on ``op.gpu``: the idle one of its service there, woken
@@ -111,12 +122,12 @@ class Replicas:
         replica, service = rec.replica, rec.service
         warm = not op.cold and replica is not None and service == op.service
         if not warm and replica is not None:
-            self.replica_gone(op.gpu, replica, service)
+            self.replica_gone(op.gpu, replica, service, gpus=rec.replica_gpus)
         apply_gpu_op(self.board, op)
         gpu = gpu_name(op.gpu)
         if warm:
             assert replica is not None
-            rec.replica = replica
+            self._name_replica(op.gpus or (op.gpu,), replica)
             if self.router.port is not None:
                 handle = self.actors.handle(replica)
                 self.router.start_replica(
@@ -124,7 +135,7 @@ class Replicas:
                 )
             # A warm reuse is not logged: in a lull it happens at every request.
             return
-        self._new_replica(op.gpu, op.service, op.task)
+        self._new_replica(op.gpus or (op.gpu,), op.service, op.task)
 
     def warm_replica(self, op: WarmReplica) -> None:
         """Pre-warm a replica of ``op.service`` on ``op.gpu`` (FREE: the ledger checks
@@ -137,42 +148,60 @@ class Replicas:
             InvalidDecisionError: the GPU is not FREE (nothing was started).
         """
         apply_gpu_op(self.board, op)
-        self._new_replica(op.gpu, op.service, task="", warm_until=op.until)
+        self._new_replica(op.gpus or (op.gpu,), op.service, task="", warm_until=op.until)
+
+    def _name_replica(self, gpus: tuple[GpuId, ...], name: str) -> None:
+        """Every GPU of a replica names its actor (a k-GPU replica on each of its k)."""
+        for g in gpus:
+            self.board.get(g).replica = name
+
+    def sleeping(self) -> Mapping[tuple[GpuId, ...] | GpuId, str]:
+        """The snapshot's ``sleeping``: each sleeping server's GPUs -> its service
+        (ATS-I wakes a server on its own GPUs first)."""
+        if not self.sleepers:
+            return _NO_SLEEPERS
+        return MappingProxyType({s.gpus: s.service for s in self.sleepers.values()})
 
     def _new_replica(
-        self, gpu_id: GpuId, service: str, task: str, warm_until: float | None = None
+        self,
+        gpus: tuple[GpuId, ...],
+        service: str,
+        task: str,
+        warm_until: float | None = None,
     ) -> str:
-        """Start a new replica of ``service`` on ``gpu_id`` (already RUNNING on the
-        ledger) for request ``task`` ("": pre-warmed with ``warm_until``, none) and
-        tell the router; returns the actor's name, whose record is LOADING (or
-        PREWARMING). The node's standby becomes it when there is one
-        (``--standby-replicas``), else a new actor.
+        """Start a new replica of ``service`` on ``gpus`` (lead first; already RUNNING
+        on the ledger) for request ``task`` ("": pre-warmed with ``warm_until``, none)
+        and tell the router; returns the actor's name, whose record is LOADING (or
+        PREWARMING). A sleeping server of the service on these GPUs is woken; else the
+        node's standby becomes it when there is one (``--standby-replicas``), else a
+        new actor.
 
         A new actor's log row is durable before the actor exists: a controller that
         dies in between finds a row naming a replica that is not there (the GPU comes
         back FREE), never a live replica no row names. A standby is promoted before
         its row: one that dies in between finds a live promoted standby that no row
         names, which recovery kills (as it kills every standby no row names)."""
-        rec = self.board.get(gpu_id)
+        gpu_id = gpus[0]
         gpu = gpu_name(gpu_id)
         spec = self.catalog.specs[service]
         log_path = str(self.state.logs / f"service-{service}.log")
         extra: dict[str, Any] = {} if task else {"prewarm": True}
-        asleep = self.sleepers.pop(gpu_id, None)
-        if asleep is not None and asleep[1] != service:
-            # Another service's server asleep there: its leftover GPU memory would
-            # be in the way of this one's. It ends (its weights leave host memory).
-            self.actors.kill(asleep[0])
-            self.log.note(LogKind.REPLICA, gpu=gpu, service=asleep[1], op="evict", asleep=True)
+        if len(gpus) > 1:
+            extra["gpus"] = [gpu_name(g) for g in gpus]
+        asleep = self.sleepers.get(gpu_id)
+        if asleep is not None and (asleep.service, asleep.gpus) == (service, gpus):
+            del self.sleepers[gpu_id]
+        else:
             asleep = None
+            self._end_sleepers(gpus)
         promoted = None
         if asleep is None and not spec.is_command:  # a standby imports a handler's world
             promoted = self._promote_standby(gpu_id, spec.to_json(), spec.concurrency, log_path)
         if asleep is not None:
-            # Its own server, asleep on this GPU: the router's load wakes it (its
+            # Its own server, asleep on these GPUs: the router's load wakes it (its
             # ``wake`` call: a host start), or restarts it cold should the wake fail.
-            name = asleep[0]
-            rec.replica = name
+            name = asleep.name
+            self._name_replica(gpus, name)
             self.log.note(LogKind.REPLICA, gpu=gpu, service=service, op="start", cold=True,
                           wake=True, **extra)  # fmt: skip
             self.flush()
@@ -180,17 +209,18 @@ class Replicas:
         elif promoted is not None:
             name, handle = promoted
             self.crash.hit("standby.promoted")
-            rec.replica = name
+            self._name_replica(gpus, name)
             self.log.note(LogKind.REPLICA, gpu=gpu, service=service, op="start", cold=True,
                       standby=True, **extra)  # fmt: skip
             self.flush()
         else:
             name = replica_name(service, gpu, self.incarnations.next(f"replica:{service}"))
-            rec.replica = name
+            self._name_replica(gpus, name)
             self.log.note(LogKind.REPLICA, gpu=gpu, service=service, op="start", cold=True, **extra)
             self.flush()
             self.crash.hit("cold.recorded")
-            handle = self.actors.create_replica(name, spec.to_json(), gpu, log_path)
+            more = tuple(gpu_name(g) for g in gpus[1:])
+            handle = self.actors.create_replica(name, spec.to_json(), gpu, log_path, more)
         phase = ReplicaPhase.LOADING if warm_until is None else ReplicaPhase.PREWARMING
         self.on_gpu[gpu_id] = ReplicaRec(name, service, phase, self.clock(), warm_until)
         self.router.start_replica(gpu, service, name, handle, cold=True, task=task)
@@ -319,7 +349,12 @@ class Replicas:
         return MappingProxyType(out)
 
     def replica_gone(
-        self, gpu: GpuId, replica: str | None, service: str | None, sleep: bool = False
+        self,
+        gpu: GpuId,
+        replica: str | None,
+        service: str | None,
+        sleep: bool = False,
+        gpus: tuple[GpuId, ...] = (),
     ) -> None:
         """The replica ``replica`` that was on ``gpu`` is evicted: export its model
         into its node's cache (with ``--host-cache-gb``; a bounded wait), kill its
@@ -329,7 +364,8 @@ class Replicas:
         declares ``sleep`` and ``wake`` is asked to sleep instead (bounded by its
         ``sleep.timeout_s``): once it answered, its actor gives the GPU back and stays,
         a sleeper (:attr:`sleepers`); a sleep that fails or times out is logged and
-        the replica evicted as any other.
+        the replica evicted as any other. ``gpus``: all the replica's GPUs (lead
+        first) when it spans several.
 
         The export changes no row and no process's life: a controller that dies
         during it finds the replica alive and its row as before the eviction (the
@@ -343,7 +379,7 @@ class Replicas:
             answer = self.actors.sleep_replica(replica, spec.sleep.timeout_s + SLEEP_MARGIN_S)
             self.router.stop_replica(gpu_name(gpu))
             if answer.get("ok"):
-                self.sleepers[gpu] = (replica, spec.name)
+                self.sleepers[gpu] = Sleeper(replica, spec.name, gpus or (gpu,))
                 self.log.note(LogKind.REPLICA, gpu=gpu_name(gpu), service=service, op="evict",
                               asleep=True, seconds=round(float(answer["seconds"]), 3))  # fmt: skip
                 return
@@ -366,3 +402,26 @@ class Replicas:
         for gpu in [g for g in self.sleepers if g[0] == node]:
             del self.sleepers[gpu]
         self.caches.node_left(node)
+
+    def reserved_gb(self, gpu: str) -> float:
+        """GPU memory a sleeping server still holds on ``gpu`` ("node.index"): its
+        service's ``sleep_gpu_gb``; 0 when none sleeps there. A training worker
+        started there learns it (``WorkerConfig.gpu_reserved_gb``)."""
+        gpu_id = parse_gpu(gpu)
+        for s in self.sleepers.values():
+            spec = self.catalog.specs.get(s.service)
+            if gpu_id in s.gpus and spec is not None:
+                return float(spec.sleep_gpu_gb)
+        return 0.0
+
+    def _end_sleepers(self, gpus: tuple[GpuId, ...]) -> None:
+        """End every sleeping server on any of ``gpus`` (a new replica takes them: a
+        sleeper's leftover GPU memory would be in its way); their weights leave host
+        memory."""
+        taken = set(gpus)
+        for lead, s in list(self.sleepers.items()):
+            if taken & set(s.gpus):
+                del self.sleepers[lead]
+                self.actors.kill(s.name)
+                self.log.note(LogKind.REPLICA, gpu=gpu_name(lead), service=s.service,
+                              op="evict", asleep=True)  # fmt: skip

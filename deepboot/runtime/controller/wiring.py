@@ -160,6 +160,8 @@ class Controller:
             state, settings, self.loop.training.job_mode, self.board, actors,
             incarnations=incarnations, clock=clock,
             log=self.log, flush=self.flush, crash=self.crash,
+            # A worker on a GPU where a command server sleeps leaves its memory be.
+            reserved_gb=lambda gpu: self.replicas.reserved_gb(gpu),
         )  # fmt: skip
         self.polling = Polling(
             self.jobs, self.generations, self.board, actors, settings,
