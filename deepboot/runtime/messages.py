@@ -47,9 +47,11 @@ class Idle:
 @dataclass(frozen=True, slots=True)
 class Ready:
     """The replica on ``gpu`` loaded its model; ``seconds``: from its creation;
-    ``load_seconds``: its handler's build; ``start``: "cold" (a full load) or "host"
-    (restored from its node's model cache); ``inflight``: the queued requests it took
-    at once (a pre-warmed replica that took none is idle, and reported so next)."""
+    ``load_seconds``: its handler's build; ``start``: "cold" (a full load), "host"
+    (restored from its node's model cache) or "wake" (a command server woken);
+    ``inflight``: the queued requests it took at once (a pre-warmed replica that took
+    none is idle, and reported so next); ``wake_failed``: why a sleeping server's wake
+    failed, when it did (it was then started cold)."""
 
     gpu: str
     replica: str
@@ -57,6 +59,7 @@ class Ready:
     load_seconds: float
     start: str = "cold"
     inflight: int = 0
+    wake_failed: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +116,12 @@ class Answered:
 
 Message = Arrival | Withdraw | Idle | Ready | Died | Backoff | Received | Served | Answered
 
+QUIET = (Received, Served, Answered)
+"""Messages that only count (the load, the run times, the SLO tally): they wait for
+the controller's next turn (its poll, at most ``--poll`` away, or another message's)
+instead of waking it. Three per request woke the controller's thread for a turn each,
+which took the GIL from the router's thread at every request (the endpoint's cost)."""
+
 
 class Inbox:
     """Messages from the router's thread to the controller's (thread-safe)."""
@@ -123,7 +132,8 @@ class Inbox:
 
     def put(self, msg: Message) -> None:
         self._items.append(msg)
-        self.wake.set()
+        if not isinstance(msg, QUIET):
+            self.wake.set()
 
     def drain(self) -> list[Message]:
         out = []

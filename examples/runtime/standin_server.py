@@ -30,7 +30,9 @@ mode, at a size and a pace you state:
   asleep ``/health`` answers 200 (as vLLM's does) and a completion 503 (no weights
   on the GPU); while waking, both 503.
 - ``GET /stats``: ``full_loads`` (this process: always 1 once loaded), ``wakes``,
-  ``sleeps``, ``requests`` (completion requests received), ``pid``, and more.
+  ``sleeps``, ``requests`` (completion requests received), ``aborted`` (streams
+  whose client went away before their end: the rest is never produced), ``pid``,
+  and more.
   ``GET /v1/models`` lists the one model.
 - Faults on demand: ``--hang-sleep`` (the sleep route never answers: deepboot's
   sleep timeout), ``--fail-wake`` (the wake route answers 500).
@@ -198,7 +200,7 @@ class Server:
         self.loaded = False
         self.waking = False
         self.sleeping = False
-        self.counts = {"full_loads": 0, "wakes": 0, "sleeps": 0, "requests": 0}
+        self.counts = {"full_loads": 0, "wakes": 0, "sleeps": 0, "requests": 0, "aborted": 0}
         self.load_seconds: float | None = None
         self.transition = asyncio.Lock()  # one sleep or wake at a time
         self.stop = threading.Event()
@@ -420,7 +422,14 @@ class Server:
                 "token_index": i,
                 "created_ns": time.monotonic_ns(),
             }
-            await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            try:
+                await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            except (ConnectionResetError, asyncio.CancelledError):
+                # The client went away (through deepboot: its client did): the rest is
+                # never produced, as vLLM aborts a request whose connection closed.
+                self.counts["aborted"] += 1
+                print(f"standin[{os.getpid()}]: stream {rid} aborted at token {i}", flush=True)
+                raise
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response

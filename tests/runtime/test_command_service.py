@@ -4,7 +4,8 @@ writes it, refuses a request without the token, and passes an OpenAI-style reque
 through; a replica whose GPU is lent sleeps (its process kept), and a request that
 needs the GPU back is answered after a wake, not a second full load, and the worker lent
 that GPU meanwhile is told the memory the sleeping server keeps; a sleep that never
-answers is evicted within its timeout and its GPU lent anyway; a replica of two GPUs
+answers is evicted within its timeout and its GPU lent anyway, and a wake that fails
+starts the server again cold (both recorded in the event log); a replica of two GPUs
 takes both back from a job at once, which shrinks by two (AFE)."""
 
 from __future__ import annotations
@@ -144,6 +145,16 @@ def test_proxy_streams_sleeps_when_lent_and_wakes_on_reclaim(tmp_path: Path) -> 
                 chunks.append(json.loads(line[len("data: ") :]))
         assert [c["token_index"] for c in chunks] == list(range(TOKENS))
         assert first_seen_ns < chunks[-1]["created_ns"], "the answer was buffered whole"
+        # A client that goes away mid-stream: the server's request is cancelled too
+        # (its connection closed), not produced to its end for no one.
+        long = {**completion, "max_tokens": 50, "stream": True}
+        with urllib.request.urlopen(_request(state, "/v1/chat/v1/completions", long)) as r:
+            assert r.readline().startswith(b"data: ")  # the first token, then hang up
+        wait_for(
+            "the server to abort the stream",
+            lambda: _call(_request(state, "/v1/chat/stats"))[1]["aborted"] == 1,
+            30,
+        )
         # A plain request, its query and JSON answer passed through.
         code, body = _call(_request(state, "/v1/chat/v1/completions", completion))
         assert code == 200 and body["object"] == "text_completion", body
@@ -187,7 +198,7 @@ def test_proxy_streams_sleeps_when_lent_and_wakes_on_reclaim(tmp_path: Path) -> 
         wait_for("g to finish", lambda: job(state, "g")["state"] == "finished", 300)
 
 
-def test_a_sleep_that_never_answers_is_evicted_and_its_gpu_lent(tmp_path: Path) -> None:
+def test_a_failed_sleep_evicts_and_a_failed_wake_starts_cold(tmp_path: Path) -> None:
     with local_cluster(tmp_path / "state", *FLAGS) as state:
         cli(state, "serve", str(_service(tmp_path, "stuck", "--hang-sleep", sleep_timeout_s=2)))
         code, _ = _call(_request(state, "/v1/stuck/v1/completions", {"prompt": "hi"}))
@@ -205,6 +216,20 @@ def test_a_sleep_that_never_answers_is_evicted_and_its_gpu_lent(tmp_path: Path) 
         assert ops[ops.index("sleep-failed") + 1] == "evict", ops
         open_gate(state, "g", gate)
         wait_for("g to finish", lambda: job(state, "g")["state"] == "finished", 300)
+
+        # A wake that fails: the server starts again, cold, and the event log says why.
+        cli(state, "serve", str(_service(tmp_path, "flaky", "--fail-wake")))
+        assert _call(_request(state, "/v1/flaky/v1/completions", {"prompt": "hi"}))[0] == 200
+        gate2 = tmp_path / "gate2"
+        cli(state, "submit", str(gated_job(tmp_path, "g2", gate2, max_workers=2)))
+        wait_for("g2 on the lent GPU", lambda: len(job(state, "g2")["lent_gpus"]) == 1, 300)
+        assert any(d["op"] == "evict" and d.get("asleep") for d in _replica_ops(state, "flaky"))
+        assert _call(_request(state, "/v1/flaky/v1/completions", {"prompt": "hi"}))[0] == 200
+        ready = [d for d in _replica_ops(state, "flaky") if d["op"] == "ready"]
+        assert ready[-1]["start"] == "cold" and "500" in ready[-1]["wake_failed"], ready
+        assert _loads(tmp_path, "flaky") == 2
+        open_gate(state, "g2", gate2)
+        wait_for("g2 to finish", lambda: job(state, "g2")["state"] == "finished", 300)
 
 
 def test_a_two_gpu_replica_reclaims_two_gpus_of_one_node_and_the_job_shrinks_by_two(

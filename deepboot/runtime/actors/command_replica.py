@@ -130,7 +130,8 @@ class CommandReplica:
 
         Returns:
             ``seconds`` (from the GPUs held to ready), ``start`` ("cold", "wake", or ""
-            when it was ready already) and ``address`` ("127.0.0.1:port").
+            when it was ready already), ``address`` ("127.0.0.1:port") and
+            ``wake_failed`` (why its wake failed, when it did: then it started cold).
 
         Raises:
             RuntimeError: the server exited, or did not answer its ready path with 200
@@ -143,13 +144,14 @@ class CommandReplica:
                 return {"seconds": 0.0, "start": "", "address": self.address()}
         self._hold_gpus()
         started = time.perf_counter()
-        start = "cold"
+        start, wake_failed = "cold", ""
         if self._sleeping and self._server is not None and self.spec.wake is not None:
             ok, why = self._call(self.spec.wake)
             if ok and self._wait_ready(started + limit):
                 start = "wake"
             else:
-                self.say(f"wake failed ({why}); restarting the server: a cold start\n")
+                wake_failed = why or f"not ready within {limit:g} s after its wake"
+                self.say(f"wake failed ({wake_failed}); restarting the server: a cold start\n")
                 self._end_server()
         if start == "cold":
             self._start_server()
@@ -166,7 +168,12 @@ class CommandReplica:
         if self.spec.health_path:
             epoch = self._epoch
             threading.Thread(target=self._health_loop, args=(epoch,), daemon=True).start()
-        return {"seconds": seconds, "start": start, "address": self.address()}
+        return {
+            "seconds": seconds,
+            "start": start,
+            "address": self.address(),
+            "wake_failed": wake_failed,
+        }
 
     def address(self) -> str:
         return f"127.0.0.1:{self._port}"

@@ -166,6 +166,7 @@ class Intake:
                 seconds=round(msg.seconds, 3),
                 load_seconds=round(msg.load_seconds, 3),
                 start=msg.start,
+                **({"wake_failed": msg.wake_failed[-500:]} if msg.wake_failed else {}),
             )
         # The standby this replica may have used is replaced now, not while it loaded
         # (no-op without --standby-replicas or with one there).

@@ -178,7 +178,8 @@ class Dispatcher:
                 q.cold_s = seconds
             # After the pump: what it took at once tells a pre-warmed replica that
             # requests joined it from one that is idle (the Idle that follows).
-            ready = Ready(rep.gpu, rep.name, waited, seconds, start or "cold", rep.inflight)
+            ready = Ready(rep.gpu, rep.name, waited, seconds, start or "cold", rep.inflight,
+                          loaded.wake_failed)  # fmt: skip
             self.inbox.put(ready)
         self._maybe_idle(rep)
 

@@ -25,6 +25,7 @@ class Loaded:
     seconds: float
     start: str
     address: str = ""  # a command replica's server
+    wake_failed: str = ""  # a command replica whose wake failed (then started cold)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,10 @@ async def load(handle: Any, name: str, limit: float, command: bool = False) -> L
         return LoadFailed(f"{type(exc).__name__}: {exc}", broken=is_task_error(exc))
     if isinstance(loaded, dict):
         return Loaded(
-            float(loaded["seconds"]), str(loaded["start"]), str(loaded.get("address", ""))
+            float(loaded["seconds"]),
+            str(loaded["start"]),
+            str(loaded.get("address", "")),
+            str(loaded.get("wake_failed", "")),
         )
     # A replica an older deepboot started (detached: it outlives upgrades).
     return Loaded(float(loaded), "cold")
