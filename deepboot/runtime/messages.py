@@ -89,17 +89,20 @@ class Backoff:
 class Received:
     """A request of ``service`` was accepted (every one, whether a replica serves it
     warm or it waits for a new one): the services' load, as the lending reserve
-    reads it."""
+    reads it. ``at``: when (Unix time; None: when the controller reads it)."""
 
     service: str
+    at: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
 class Served:
-    """A replica of ``service`` answered a request after ``seconds`` in its handler."""
+    """A replica of ``service`` answered a request after ``seconds`` in its handler;
+    ``at``: when (Unix time; None: when the controller reads it)."""
 
     service: str
     seconds: float
+    at: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,11 +110,13 @@ class Answered:
     """A request of ``service`` was answered; ``within``: it reached a replica within
     the service's ``slo_wait_s`` (:mod:`deepboot.runtime.slotally` says which count where).
     One per answer, as the router's SLO counters count it. ``wait``: seconds from
-    its arrival to its hand-off (to its answer when never handed); not compared."""
+    its arrival to its hand-off (to its answer when never handed); not compared.
+    ``at``: when (Unix time; None: when the controller reads it)."""
 
     service: str
     within: bool
     wait: float | None = field(default=None, compare=False)
+    at: float | None = field(default=None, compare=False)
 
 
 Message = Arrival | Withdraw | Idle | Ready | Died | Backoff | Received | Served | Answered

@@ -116,18 +116,25 @@ class Intake:
         if self.log.pending:
             self.flush()
 
+    # The counting messages are read up to a poll late (``rt.QUIET``): each is
+    # counted at the time the router stamped on it.
+
+    def _when(self, at: float | None) -> float:
+        return self.clock() if at is None else min(at, self.clock())
+
     def _on_received(self, msg: rt.Received) -> None:
-        self.requests.demand.arrived(msg.service, self.clock())
+        at = self._when(msg.at)
+        self.requests.demand.arrived(msg.service, at)
         if self.requests.arrivals is not None:
-            self.requests.arrivals.arrived(msg.service, self.clock())
+            self.requests.arrivals.arrived(msg.service, at)
 
     def _on_served(self, msg: rt.Served) -> None:
-        self.requests.demand.ran(msg.service, self.clock(), msg.seconds)
+        self.requests.demand.ran(msg.service, self._when(msg.at), msg.seconds)
         if self.requests.arrivals is not None:
             self.requests.arrivals.ran(msg.service, msg.seconds)
 
     def _on_answered(self, msg: rt.Answered) -> None:
-        self.catalog.slo.record(msg.service, msg.within, self.clock(), msg.wait)
+        self.catalog.slo.record(msg.service, msg.within, self._when(msg.at), msg.wait)
 
     def _on_arrival(self, msg: rt.Arrival) -> None:
         if msg.task in self.requests.arrived or msg.service not in self.catalog.specs:

@@ -288,7 +288,7 @@ class Dispatcher:
         assert p.handed is not None
         self.count(p.service, status, p.handed - p.arrived, now - p.arrived, handed=True)
         if status < 500 and status != 499:
-            self.inbox.put(Served(p.service, now - began))
+            self.inbox.put(Served(p.service, now - began, time.time()))
             if p.service in self.services:
                 self._reset_backoff(self.services[p.service])
         if not p.future.done():  # nothing waits on it: the handler answered itself
@@ -397,7 +397,7 @@ class Dispatcher:
             self.answer(p, 200, answer)
             if rep.prewarmed:
                 self.metrics.prewarmed.labels(p.service).inc()
-            self.inbox.put(Served(p.service, time.monotonic() - began))
+            self.inbox.put(Served(p.service, time.monotonic() - began, time.time()))
             self._reset_backoff(q)
         finally:
             rep.inflight -= 1
@@ -471,4 +471,4 @@ class Dispatcher:
             m.wait.labels(service).observe(wait)
         if status == 200:
             m.latency.labels(service).observe(spent)
-        self.inbox.put(Answered(service, within, wait))
+        self.inbox.put(Answered(service, within, wait, time.time()))

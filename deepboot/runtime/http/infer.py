@@ -49,7 +49,7 @@ class InferHandler:
             return full
         body = await self.read_body(request, q, rid)
         p = self.pending(q, rid, body)
-        self.inbox.put(Received(service))  # every request counts in the load
+        self.inbox.put(Received(service, time.time()))  # every request counts in the load
         self.dispatcher.enqueue(p)  # from here on, answering the request releases its id
         answer = await self._answer(q, p)
         return web.json_response(answer.body, status=answer.status, headers=answer.headers)

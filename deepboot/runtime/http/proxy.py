@@ -135,7 +135,7 @@ class ProxyHandler:
         loop = asyncio.get_running_loop()
         p = self.infer.pending(q, rid, None)
         p.proxy, p.handoff = proxy, loop.create_future()
-        self.inbox.put(Received(service))  # every request counts in the load
+        self.inbox.put(Received(service, time.time()))  # every request counts in the load
         self.dispatcher.enqueue(p)  # from here on, answering the request releases its id
         while True:
             turn = await self._turn(p)
