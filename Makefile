@@ -13,7 +13,7 @@ DEMO_CLUSTER         := 4x4
 DEMO_INFERENCE_NODES := 2
 DEMO_OUT             := out/demo
 
-.PHONY: demo demo-runtime test test-slow test-determinism test-runtime test-browser runtime-install lint clean-venv
+.PHONY: demo demo-runtime test test-slow test-determinism test-runtime test-gpu gpu-check test-browser runtime-install lint clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,18 @@ test-slow: $(VENV)/.installed-test
 test-runtime: $(VENV)/.installed-runtime
 	$(BIN)/python -m pytest -q -m "runtime and not slow and not browser" -p no:cacheprovider \
 		-n 2 --dist worksteal
+
+# The GPU paths (tests/gpu): a worker's cuda:<i>, NCCL groups re-formed at resizes, a
+# replica's model on cuda restored from host memory, a worker beside a sleeping
+# server. Each test skips, saying why, without the CUDA devices it needs; on a GPU
+# machine bench/gpu_check.sh runs them and writes a report (docs/runtime.md "GPU paths").
+test-gpu: $(VENV)/.installed-runtime
+	$(BIN)/python -m pytest -q -rs -m gpu -p no:cacheprovider -o junit_family=xunit1 tests/gpu $(GPU_PYTEST_ARGS)
+
+# On a GPU machine, from a clean checkout: its packages (a torch that sees the GPUs),
+# make test-gpu, the reclaim benchmark on the GPUs, and out/gpu-check/report.md.
+gpu-check:
+	bash bench/gpu_check.sh
 
 # The live dashboard in headless Chromium on a real local cluster (Debian's chromium
 # and chromium-driver; selenium, the `browser` extra). Skipped without a browser,

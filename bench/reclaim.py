@@ -450,6 +450,12 @@ def main(argv: list[str] | None = None) -> int:
         help="every mode with 'deepboot up --standby-replicas': a replica starts in a "
         "process started ahead of need (imports done), not a new one",
     )
+    ap.add_argument(
+        "--cuda-devices",
+        metavar="LIST",
+        help="deepboot up's --cuda-devices: the cluster's 4 GPUs on these CUDA devices "
+        "(bench/gpu_check.sh passes 0,1,2,3 on a machine with 4 or more)",
+    )
     args = ap.parse_args(argv)
     if args.reclaims < 1:
         ap.error("--reclaims must be >= 1")
@@ -470,6 +476,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.standby:
         for m in modes:
             m.flags = (*m.flags, "--standby-replicas")
+    if args.cuda_devices:
+        for m in modes:
+            m.flags = (*m.flags, "--cuda-devices", args.cuda_devices)
     if args.only:
         modes = [m for m in modes if m.name == args.only]
         if not modes:

@@ -199,6 +199,15 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     up.add_argument("--address", metavar="HOST:PORT", help="attach to this Ray cluster")
     up.add_argument("--ray-token", metavar="FILE", help="the attached cluster's Ray token file")
     up.add_argument(
+        "--cuda-devices",
+        metavar="LIST",
+        help="a local cluster's GPUs on this machine's CUDA devices: one per GPU, node 0's "
+        "first, comma-separated (e.g. 0,1,2,3); nodes may share a device (0,0: a training "
+        "and an inference node of one GPU each on a one-GPU machine). Default: one device "
+        "each when the machine has enough (CUDA_VISIBLE_DEVICES chooses which), else every "
+        "GPU logical (torch on the CPU)",
+    )
+    up.add_argument(
         "--policy",
         default=None,
         metavar="NAME",
@@ -387,6 +396,11 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
     if not 0 <= args.http_port <= 65535:
         raise ConfigError(f"--http-port must be in [0, 65535], got {args.http_port}")
     cluster = None
+    if args.address and args.cuda_devices is not None:
+        raise ConfigError(
+            "--cuda-devices maps a local cluster's GPUs; an attached cluster's node "
+            "sees its machine's devices (set CUDA_VISIBLE_DEVICES for its 'ray start')"
+        )
     if not args.address:
         _positive("training-nodes", args.training_nodes)
         _positive("gpus-per-node", args.gpus_per_node)
@@ -422,6 +436,7 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
             cluster,
             args.address,
             Path(args.ray_token) if args.ray_token else None,
+            args.cuda_devices,
         )
     state.ensure_http_token()  # and STATE_DIR/http-header, for curl
     gpus = sum(n for _, _, n in record.nodes)
@@ -436,6 +451,8 @@ def cmd_up(args: argparse.Namespace, out: Console, err: Console) -> int:
         f"{gpus} GPUs, {settings.describe()}, {'AFE' if settings.afe else 'restart'} "
         f"resizes; state in {state.root} ({time.monotonic() - started:.0f} s)"
     )
+    if record.gpus_line:
+        out.print(record.gpus_line)
     if state.http_file.exists():
         info = json.loads(state.http_file.read_text())
         out.print(

@@ -210,9 +210,9 @@ class ServiceSpec:
             for the model, if any.
         command: Runtime: a command service's server, as an argv (instead of
             ``handler``); its words may name ``{port}`` (the port deepboot chose,
-            on loopback), ``{gpus}`` (the replica's GPU indices, comma-separated:
-            also its ``CUDA_VISIBLE_DEVICES``) and ``{model}``. ``python`` means the
-            replica's interpreter. Empty for a handler service.
+            on loopback), ``{gpus}`` (the replica's GPUs as CUDA devices,
+            comma-separated: also its ``CUDA_VISIBLE_DEVICES``) and ``{model}``.
+            ``python`` means the replica's interpreter. Empty for a handler service.
         workdir: The command's working directory (the service file's directory).
         env: Extra environment variables of the command (read-only).
         ready_path: The server's path polled until it answers 200 (within the load

@@ -32,6 +32,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from deepboot.elastic.devices import CUDA_ENV, visible_devices
 from deepboot.elastic.protocol import (
     Generation,
     Measurement,
@@ -64,7 +65,8 @@ def torchrun_env(
 
     A node's members are its local ranks, in rank order; the nodes are groups in the
     order their first member appears. ``CUDA_VISIBLE_DEVICES`` lists the node's
-    GPUs of this job in local-rank order, so the usual
+    GPUs of this job in local-rank order (as the node's processes see its devices:
+    :func:`~deepboot.elastic.devices.visible_devices`), so the usual
     ``torch.cuda.set_device(LOCAL_RANK)`` picks the GPU the scheduler gave this rank.
 
     Left out or changed against torchrun's, and why (``tests/test_command_env.py``
@@ -103,7 +105,9 @@ def torchrun_env(
         "TORCHELASTIC_USE_AGENT_STORE": "False",
         "TORCHELASTIC_SIGNALS_TO_HANDLE": SIGNALS_TO_HANDLE,
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-        "CUDA_VISIBLE_DEVICES": ",".join(m.split(".")[1] for m in local),
+        "CUDA_VISIBLE_DEVICES": visible_devices(
+            [int(m.split(".")[1]) for m in local], os.environ.get(CUDA_ENV)
+        ),
     }
 
 

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from deepboot.elastic.devices import torch_device
 from deepboot.elastic.protocol import (
     Generation,
     Measurement,
@@ -170,14 +171,10 @@ class ElasticContext:
 
     @property
     def device(self) -> Any:
-        """Where the model belongs: this worker's CUDA device when the machine has GPUs
-        (the index of the deepboot GPU it holds), else the CPU. Move the model there
-        before :meth:`register`."""
-        torch = _torch()
-        index = self.worker.rsplit(".", 1)[-1] if "." in self.worker else ""
-        if index.isdigit() and torch.cuda.is_available() and int(index) < torch.cuda.device_count():
-            return torch.device("cuda", int(index))
-        return torch.device("cpu")
+        """Where the model belongs: the CUDA device of the deepboot GPU this worker holds
+        (``cuda:<index>``, :mod:`deepboot.elastic.devices`), or the CPU where that GPU
+        is logical. Move the model there before :meth:`register`."""
+        return torch_device(self.worker)
 
     @property
     def rank(self) -> int:

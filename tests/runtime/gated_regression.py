@@ -33,6 +33,10 @@ def train(ctx: ElasticContext) -> None:
     g = torch.Generator().manual_seed(1)
     x = torch.randn(4096, dim, generator=g)
     y = torch.tanh(x @ torch.randn(dim, 1, generator=g)) + 0.01 * torch.randn(4096, 1, generator=g)
+    x, y = x.to(ctx.device), y.to(ctx.device)
+    backend = "nccl" if ctx.device.type == "cuda" else "gloo"
+    print(f"worker {ctx.worker} on {ctx.device} ({backend}), rank {ctx.rank} of {ctx.world_size}")
+    held = _fill(ctx, float(args.get("fill_fraction", 0.0)))  # noqa: F841 (kept to the end)
     threshold = float(args["loss_threshold"])
     gate = str(args["gate"])
     # Simulated GPU time, proportional to the local batch as on a real GPU, so that
@@ -61,3 +65,15 @@ def train(ctx: ElasticContext) -> None:
         if mean is not None and until is not None and ctx.steps >= until and mean < threshold:
             print(f"finished: loss {mean:.6f} < {threshold} at step {ctx.steps}")
             return
+
+
+def _fill(ctx: ElasticContext, fraction: float) -> object:
+    """On a CUDA device, take ``fraction`` of the memory free there now and keep it
+    (the GPU tests: a worker that fills a GPU beside a sleeping server)."""
+    if fraction <= 0 or ctx.device.type != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info(ctx.device)
+    block = torch.empty(int(free * fraction), dtype=torch.uint8, device=ctx.device)
+    print(f"worker {ctx.worker} holds {block.numel() / 1e9:.2f} GB of {ctx.device} "
+          f"({free / 1e9:.2f} GB were free of {total / 1e9:.2f} GB)")  # fmt: skip
+    return block

@@ -49,8 +49,14 @@ def service_file(
 
 
 def gated_job(
-    directory: Path, name: str, gate: Path, max_workers: int, hang: Path | None = None
+    directory: Path,
+    name: str,
+    gate: Path,
+    max_workers: int,
+    hang: Path | None = None,
+    **args: Any,
 ) -> Path:
+    """The gated job ``name`` on file; ``args``: more of its ``[args]`` (JSON values)."""
     path = directory / f"{name}.toml"
     path.write_text(
         "\n".join(
@@ -75,6 +81,7 @@ def gated_job(
                 f'gate = "{gate}"',
                 "sample_delay = 0.005",
                 *([f'hang = "{hang}"'] if hang else []),
+                *(f"{k} = {json.dumps(v)}" for k, v in args.items()),
             ]
         )
         + "\n"

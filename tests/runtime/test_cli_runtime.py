@@ -44,6 +44,9 @@ def test_up_refuses_oracle_policies_before_starting_anything(
         (["status"], "no deepboot state"),
         (["down"], "no cluster is up"),
         (["cancel", "x"], "no deepboot state"),
+        (["up", "--cuda-devices", "0,1,2"], "--cuda-devices names 3 device(s)"),
+        (["up", "--cuda-devices", "0,0,1,1"], "a node's GPUs must be distinct devices"),
+        (["up", "--address", "127.0.0.1:1", "--cuda-devices", "0"], "an attached cluster"),
     ],
     ids=[
         "unknown-policy",
@@ -54,6 +57,9 @@ def test_up_refuses_oracle_policies_before_starting_anything(
         "status",
         "down",
         "cancel",
+        "cuda-devices-count",
+        "cuda-devices-within-a-node",
+        "cuda-devices-attached",
     ],  # fmt: skip
 )
 def test_runtime_command_errors_are_one_line(

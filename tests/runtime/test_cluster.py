@@ -45,6 +45,9 @@ from tests.runtime.cluster_helpers import (  # noqa: E402
 
 pytestmark = pytest.mark.runtime
 
+CUDA_DEVICES = "4,5,6,7"
+"""The module cluster's ``--cuda-devices``: node 0 sees "4,5", node 1 "6,7"."""
+
 GATED_LOSS = 0.05
 """The loss threshold of the jobs a test ends with a gate once what it checks has
 happened (about 150 steps of batch 32, which they have trained by then): the gate, not
@@ -55,7 +58,10 @@ a threshold near the noise floor, says when they finish."""
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     state = tmp_path_factory.mktemp("deepboot") / "state"
     # Its own: the first tests check the Ray processes a local `deepboot up` starts.
-    with local_cluster(state, "--training-nodes", "2", "--gpus-per-node", "2", own=True):
+    # --cuda-devices: each node's processes see their own slice of "devices" (CUDA
+    # ignores the variable on a machine without GPUs, as torch does here).
+    flags = ("--training-nodes", "2", "--gpus-per-node", "2", "--cuda-devices", CUDA_DEVICES)
+    with local_cluster(state, *flags, own=True):
         ray_dir = ClusterRecord.load(StateDir.at(state)).temp_dir
         yield state
     # 'down' leaves no endpoint for a client to trust, and removes Ray's directory.
@@ -149,24 +155,31 @@ def test_workers_keep_nccl_gloo_and_their_sockets_on_loopback(
     cluster: Path, tmp_path: Path
 ) -> None:
     """Ray's processes, the controller and the workers Ray starts on every node have
-    NCCL's and gloo's sockets pinned to loopback; with a job's torch workers running,
-    nothing of the cluster listens beyond loopback."""
+    NCCL's and gloo's sockets pinned to loopback, and each node's its own CUDA
+    devices; with a job's torch workers running, nothing of the cluster listens beyond
+    loopback."""
     from deepboot.runtime.cluster.raycluster import run_on_ray
 
     record = ClusterRecord.load(StateDir.at(cluster))
+    seen_vars = (*_PINNED, "CUDA_VISIBLE_DEVICES")
     # What a Ray worker process sees, on each node (a task pinned there by its label).
     nodes = [n for n, _, _ in record.nodes]
     out = run_on_ray(
         record,
         "import json, os\n"
         "@ray.remote(num_cpus=0)\n"
-        f"def env():\n    return {{k: os.environ.get(k) for k in {_PINNED!r}}}\n"
+        f"def env():\n    return {{k: os.environ.get(k) for k in {seen_vars!r}}}\n"
         "refs = [env.options(resources={f'deepboot_node_{n}': 1}).remote() "
         f"for n in {nodes!r}]\n"
         "print('ENV=' + json.dumps(ray.get(refs)))",
     )
     [line] = [ln for ln in out.splitlines() if ln.startswith("ENV=")]
-    assert json.loads(line[4:]) == [dict.fromkeys(_PINNED, "lo")] * len(nodes)
+    seen = json.loads(line[4:])
+    assert [{k: e[k] for k in _PINNED} for e in seen] == [dict.fromkeys(_PINNED, "lo")] * len(nodes)
+    # Each node's processes keep its raylet's slice of the devices (Ray, the nodes
+    # carrying no Ray GPUs, leaves it): GPU i of a node is its i-th device.
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in seen] == ["4,5", "6,7"], seen
+    assert record.cuda_devices == ((0, "4,5"), (1, "6,7")), record
     spec = write_job(tmp_path, "loopback-h", threshold=1e-9, delay=0.05, min_workers=2)
     cli(cluster, "submit", str(spec))
     wait_for(

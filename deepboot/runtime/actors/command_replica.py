@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from deepboot.core.service import HttpCall, ServiceSpec
+from deepboot.elastic.devices import CUDA_ENV, visible_devices
 from deepboot.elastic.supervise import Supervised
 
 PLACEMENT_WAIT_S = 600.0
@@ -236,10 +237,14 @@ class CommandReplica:
 
     def _start_server(self) -> None:
         port = free_port()
-        indices = ",".join(g.split(".", 1)[1] for g in self.gpus)
+        # This node's GPUs of the replica, as the devices the node's processes see
+        # (a local cluster's node has its own slice of the machine's).
+        indices = visible_devices(
+            [int(g.split(".", 1)[1]) for g in self.gpus], os.environ.get(CUDA_ENV)
+        )
         env = dict(os.environ)
         env.update(self.spec.env)
-        env["CUDA_VISIBLE_DEVICES"] = indices
+        env[CUDA_ENV] = indices
         env["PYTHONUNBUFFERED"] = "1"
         argv = self.spec.argv(port, indices)
         # The process dies with the thread that started it (PR_SET_PDEATHSIG): a

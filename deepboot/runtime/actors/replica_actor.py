@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from deepboot.core.service import ServiceSpec
+from deepboot.elastic.devices import torch_device
 from deepboot.elastic.worker import load_entry
 from deepboot.runtime.actors.modelcache import cache_name
 from deepboot.runtime.cluster.raycluster import NAMESPACE
@@ -203,7 +204,8 @@ class ServiceReplica:
                 import torch
 
                 torch.set_num_threads(1)  # one core's worth per logical GPU
-                device = "cuda" if torch.cuda.is_available() else "cpu"
+                # This replica's GPU as a CUDA device ("cuda:<index>"), or the CPU.
+                device = str(torch_device(self.gpu))
             except ImportError:  # a service without torch
                 device = "cpu"
             factory: Callable[..., Any] = load_entry(self.spec.handler)

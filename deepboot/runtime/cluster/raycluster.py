@@ -32,6 +32,7 @@ from pathlib import Path
 
 from deepboot.core.cluster import ClusterSpec, Node, Pool
 from deepboot.core.errors import ConfigError, DeepbootError
+from deepboot.elastic.devices import CUDA_ENV, machine_devices, plan_node_devices
 from deepboot.runtime.actors.rayresources import cluster_from_ray_nodes, node_resources
 from deepboot.runtime.cluster import privatedir, processes
 from deepboot.runtime.store.statedir import StateDir
@@ -64,6 +65,10 @@ class ClusterRecord:
         cache_bytes: A local cluster's model cache per inference node
             (``--host-cache-gb``, bytes): its object store is that much larger
             (:func:`object_store_bytes`).
+        cuda_devices: A local cluster's ``CUDA_VISIBLE_DEVICES`` per node, by node
+            id (:func:`~deepboot.elastic.devices.plan_node_devices`); empty: the
+            variable left as it was (no CUDA device, or attached).
+        gpus_line: How its GPUs map to CUDA devices, in words (``up`` prints it).
     """
 
     mode: str
@@ -72,6 +77,8 @@ class ClusterRecord:
     nodes: tuple[tuple[int, str, int], ...]
     token_file: str
     cache_bytes: int = 0
+    cuda_devices: tuple[tuple[int, str], ...] = ()
+    gpus_line: str = ""
 
     @property
     def cluster(self) -> ClusterSpec:
@@ -98,7 +105,19 @@ class ClusterRecord:
             nodes=tuple(tuple(n) for n in raw["nodes"]),
             token_file=raw["token_file"],
             cache_bytes=int(raw.get("cache_bytes", 0)),  # absent: before the cache
+            # Absent: before the mapping (left the variable as it was).
+            cuda_devices=tuple((int(n), str(v)) for n, v in raw.get("cuda_devices", ())),
+            gpus_line=str(raw.get("gpus_line", "")),
         )
+
+    def node_env(self, node_id: int) -> dict[str, str]:
+        """The environment of node ``node_id``'s raylet, and so of every process of
+        that node: :func:`ray_env`, with the node's ``CUDA_VISIBLE_DEVICES``."""
+        env = ray_env(self)
+        for n, devices in self.cuda_devices:
+            if n == node_id:
+                env[CUDA_ENV] = devices
+        return env
 
 
 def ray_env(record: ClusterRecord | None, token_file: Path | None = None) -> dict[str, str]:
@@ -115,6 +134,9 @@ def ray_env(record: ClusterRecord | None, token_file: Path | None = None) -> dic
     """
     env = dict(os.environ)
     env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # The nodes carry no Ray GPUs: a process keeps its raylet's CUDA_VISIBLE_DEVICES
+    # (Ray's default today, pinned here should it change; deepboot.elastic.devices).
+    env["RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO"] = "0"
     tok = str(token_file) if token_file else (record.token_file if record else "")
     if tok:
         env["RAY_AUTH_MODE"] = "token"
@@ -210,30 +232,37 @@ def start_local_node(record: ClusterRecord, node: Node) -> None:
             f"--object-store-memory={object_store_bytes(node, record.cache_bytes)}",
             *_COMMON,
         ],
-        ray_env(record),
+        record.node_env(node.node_id),
         worker=True,
     )
 
 
-def up_local(state: StateDir, cluster: ClusterSpec, cache_bytes: int = 0) -> ClusterRecord:
+def up_local(
+    state: StateDir, cluster: ClusterSpec, cache_bytes: int = 0, cuda_devices: str | None = None
+) -> ClusterRecord:
     """Start one loopback-only Ray node per node of ``cluster`` on this machine (each
-    inference node's object store sized for a model cache of ``cache_bytes``).
+    inference node's object store sized for a model cache of ``cache_bytes``), each
+    with its own slice of the machine's CUDA devices (``cuda_devices``, ``up
+    --cuda-devices``: :func:`~deepboot.elastic.devices.plan_node_devices`).
 
     Ray's directory is ``<temp_dir>/ray`` in a new private directory ``temp_dir``
     (see :func:`~deepboot.runtime.cluster.privatedir.make_private_dir`), recorded in
     the cluster record; a failed start stops what it started and removes it.
 
     Raises:
-        ConfigError: a cluster is already recorded in ``state``.
+        ConfigError: a cluster is already recorded in ``state``, or ``cuda_devices``
+            does not fit the cluster.
         DeepbootError: Ray failed to start (what it printed is in the message), or
             its directory exists and is not this user's.
     """
     if state.cluster_file.exists():
         raise ConfigError(f"a cluster is already up in {state.root} (run 'deepboot down' first)")
+    per_node, gpus_line = plan_node_devices(
+        [n.gpus for n in cluster.nodes], machine_devices(), cuda_devices
+    )
     token = state.ensure_token()
     temp_dir = privatedir.make_private_dir(_new_temp_dir_name())
     ray_dir = privatedir.ray_dir_of(temp_dir)
-    env = ray_env(None, token)
     head, *rest = cluster.nodes
     port = _free_port()
     address = f"127.0.0.1:{port}"
@@ -244,6 +273,10 @@ def up_local(state: StateDir, cluster: ClusterSpec, cache_bytes: int = 0) -> Clu
         nodes=tuple((n.node_id, n.pool.value, n.gpus) for n in cluster.nodes),
         token_file=str(token),
         cache_bytes=cache_bytes,
+        cuda_devices=()
+        if per_node is None
+        else tuple((n.node_id, d) for n, d in zip(cluster.nodes, per_node, strict=True)),
+        gpus_line=gpus_line,
     )
     try:
         _ray_start(
@@ -258,7 +291,7 @@ def up_local(state: StateDir, cluster: ClusterSpec, cache_bytes: int = 0) -> Clu
                 f"--object-store-memory={object_store_bytes(head, cache_bytes)}",
                 *_COMMON,
             ],
-            env,
+            record.node_env(head.node_id),
             worker=False,
         )
         # Record before the other nodes start, so that 'down' can clean up a partial start.

@@ -55,6 +55,7 @@ def up(
     cluster: ClusterSpec | None = None,
     address: str | None = None,
     token_file: Path | None = None,
+    cuda_devices: str | None = None,
 ) -> ClusterRecord:
     """Start (or attach to) a cluster and start its controller.
 
@@ -64,13 +65,14 @@ def up(
         cluster: The local cluster to start (ignored with ``address``).
         address: Attach to this Ray cluster instead of starting one.
         token_file: Ray token of the attached cluster, if it uses one.
+        cuda_devices: A local cluster's CUDA devices (``up --cuda-devices``).
     """
     check_policy(settings.policy, settings.params)
     state.ensure()
     # Two 'up' at once run one after the other: the second finds the first's cluster
     # (and its controller) up. The controller's own lock guards the rest.
     with holding(state.up_lock, "'deepboot up'", wait_s=UP_LOCK_WAIT_S):
-        return _up(state, settings, cluster, address, token_file)
+        return _up(state, settings, cluster, address, token_file, cuda_devices)
 
 
 def _up(
@@ -79,6 +81,7 @@ def _up(
     cluster: ClusterSpec | None,
     address: str | None,
     token_file: Path | None,
+    cuda_devices: str | None,
 ) -> ClusterRecord:
     if state.cluster_file.exists():
         # Up already: bring back a controller that died (SIGKILL, OOM, reboot of the
@@ -95,7 +98,7 @@ def _up(
         assert cluster is not None
         # The inference nodes' object stores hold the model caches (--host-cache-gb).
         cache = bound_bytes(settings.shared.host_cache_gb)
-        record = raycluster.up_local(state, cluster, cache_bytes=cache)
+        record = raycluster.up_local(state, cluster, cache_bytes=cache, cuda_devices=cuda_devices)
     settings.save(settings_file(state))
     try:
         wait_for_endpoint(state, start_controller(state, record))
