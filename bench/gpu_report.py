@@ -36,8 +36,15 @@ FIGURES = {
     "torchrun_restart_pause_s": ("torchrun script's restart resize under NCCL", "s"),
     "server_awake_gb": ("sleeping-server test: the server awake", "GB"),
     "server_asleep_gb": ("sleeping-server test: kept asleep (sleep_gpu_gb)", "GB"),
+    "wake_out_of_memory_first_try": (
+        "sleeping-server test: wakes out of memory at the first try (then retried)",
+        "",
+    ),
 }
 """Every figure a GPU test records, in the report's order: what it is, its unit."""
+
+STOPPED = "(the check)"
+"""The one outcome of a check that stopped before its tests (``--failed-before``)."""
 
 
 @dataclass
@@ -103,15 +110,19 @@ def render(outcomes: list[Outcome], machine: str, commit: str, when: str, reclai
     counts = {k: sum(o.outcome == k for o in outcomes) for k in ("passed", "failed", "error",
                                                                   "skipped")}  # fmt: skip
     ran = counts["passed"] + counts["failed"] + counts["error"]
-    lines = [
-        f"GPU check of {commit}, {when}, on {machine}.",
-        "",
+    lines = [f"GPU check of {commit}, {when}, on {machine}.", ""]
+    if [o.test for o in outcomes] == [STOPPED]:
+        lines.append(f"**The check stopped before the GPU tests**: {outcomes[0].why}.")
+        return "\n".join(lines) + "\n"
+    lines.append(
         f"{counts['passed']} passed, {counts['failed'] + counts['error']} failed, "
-        f"{counts['skipped']} skipped of {len(outcomes)} GPU tests.",
-    ]
+        f"{counts['skipped']} skipped of {len(outcomes)} GPU tests."
+    )
     if ran == 0:
         lines += ["", "**No GPU test ran here**: the GPU paths are still unverified by this "
                   "check (each skip says why)."]  # fmt: skip
+    elif counts["passed"] == 0:
+        lines += ["", "**No GPU test passed here.**"]
     lines += ["", "| test | outcome | seconds | why |", "|---|---|---:|---|"]
     for o in outcomes:
         lines.append(f"| `{o.test}` | {o.outcome} | {o.seconds:.1f} | {o.why} |")
@@ -135,12 +146,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="directory for report.md/.json")
     ap.add_argument("--machine", default="", help="the machine, in words (default: its GPUs)")
     ap.add_argument("--reclaim", type=Path, help="the reclaim benchmark's output, or why not")
+    ap.add_argument(
+        "--expect-gpus",
+        action="store_true",
+        help="the machine has GPUs (nvidia-smi lists them): a check where no GPU test ran "
+        "failed (a CPU build of torch, a driver too old for it)",
+    )
+    ap.add_argument(
+        "--failed-before",
+        default="",
+        metavar="WHY",
+        help="the check stopped before the tests (an install that failed): report why",
+    )
     args = ap.parse_args(argv)
-    try:
-        outcomes = read_junit(args.junit)
-    except ValueError as exc:
-        print(f"gpu_report: {exc}", file=sys.stderr)
-        return 2
+    if args.failed_before:
+        outcomes = [Outcome(STOPPED, "error", args.failed_before)]
+    else:
+        try:
+            outcomes = read_junit(args.junit)
+        except ValueError as exc:
+            print(f"gpu_report: {exc}", file=sys.stderr)
+            return 2
     machine = args.machine or "an unnamed machine"
     reclaim = args.reclaim.read_text() if args.reclaim and args.reclaim.exists() else ""
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -153,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "report.json").write_text(json.dumps(doc, indent=2) + "\n")
     print(text)
     failed = any(o.outcome in ("failed", "error") for o in outcomes)
+    if args.expect_gpus and not any(o.outcome == "passed" for o in outcomes):
+        print("gpu_report: this machine has GPUs, and no GPU test passed", file=sys.stderr)
+        failed = True
     return 1 if failed else 0
 
 

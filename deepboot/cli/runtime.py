@@ -202,10 +202,11 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         "--cuda-devices",
         metavar="LIST",
         help="a local cluster's GPUs on this machine's CUDA devices: one per GPU, node 0's "
-        "first, comma-separated (e.g. 0,1,2,3); nodes may share a device (0,0: a training "
-        "and an inference node of one GPU each on a one-GPU machine). Default: one device "
-        "each when the machine has enough (CUDA_VISIBLE_DEVICES chooses which), else every "
-        "GPU logical (torch on the CPU)",
+        "first, comma-separated positions in the devices CUDA_VISIBLE_DEVICES shows (e.g. "
+        "0,1,2,3). Nodes may share a device for one-worker jobs and replicas (0,0: a "
+        "training and an inference node of one GPU each on a one-GPU machine; NCCL refuses "
+        "two ranks of a job on one device). Default: one device each when the machine has "
+        "enough, else every GPU logical (torch on the CPU)",
     )
     up.add_argument(
         "--policy",

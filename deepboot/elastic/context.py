@@ -533,7 +533,10 @@ class ElasticContext:
 
     def _unpack(self, blob: bytes) -> None:
         torch = _torch()
-        data = torch.load(io.BytesIO(blob), weights_only=False)
+        # Onto the CPU first: the blob's tensors name the sender's device (rank 0's
+        # cuda:<i>, which this process may not have, or may be another's GPU);
+        # load_state_dict then copies them onto this worker's own.
+        data = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
         self._model.load_state_dict(data["model"])
         self._optimizer.load_state_dict(data["optimizer"])
         self._step, self._epoch, self._offset = data["step"], data["epoch"], data["offset"]

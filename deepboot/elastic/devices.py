@@ -22,6 +22,8 @@ Nothing here imports torch at module level: the simulator never needs it.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -72,16 +74,31 @@ def _split(value: str) -> list[str]:
 def machine_devices(env: Mapping[str, str] | None = None) -> list[str]:
     """This machine's CUDA devices as a process started with ``env`` sees them: the
     entries of its ``CUDA_VISIBLE_DEVICES`` when set, else ``0 .. n-1`` for the ``n``
-    devices torch counts (none without torch or without CUDA)."""
+    devices torch counts, or, where torch sees none (a CPU build beside a model
+    server that has its own CUDA), the GPUs ``nvidia-smi -L`` lists."""
     env = os.environ if env is None else env
     if CUDA_ENV in env:
         return _split(env[CUDA_ENV])
+    count = 0
     try:
         import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     except ImportError:
-        return []
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return [str(i) for i in range(count)]
+        pass
+    return [str(i) for i in range(count or _nvidia_smi_count())]
+
+
+def _nvidia_smi_count() -> int:
+    """How many GPUs ``nvidia-smi -L`` lists (0 without it, or if it fails)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return 0
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
 
 
 def plan_node_devices(
@@ -94,9 +111,12 @@ def plan_node_devices(
         gpus_per_node: The GPUs of each node, in node order.
         machine: This machine's devices (:func:`machine_devices`).
         cuda_devices: ``deepboot up --cuda-devices``: one device per logical GPU of the
-            cluster, node 0's first, comma-separated; a device may repeat across nodes
-            (two nodes' GPUs on one real one, as a test on a one-GPU machine does), not
-            within a node. None: this machine's devices in order, one each.
+            cluster, node 0's first, comma-separated, each a position in ``machine``
+            (``CUDA_VISIBLE_DEVICES``'s order, where it is set; taken as they are on a
+            machine without CUDA devices). A device may repeat across nodes (two
+            nodes' GPUs on one real one, for one-worker jobs and replicas: NCCL
+            refuses two ranks of one group on a device), not within a node. None:
+            this machine's devices in order, one each.
 
     Returns:
         ``(per_node, line)``: ``per_node[n]`` is node n's ``CUDA_VISIBLE_DEVICES``
@@ -106,8 +126,8 @@ def plan_node_devices(
         the CPU could not form one group).
 
     Raises:
-        ConfigError: ``cuda_devices`` does not name one device per logical GPU, or
-            repeats one within a node.
+        ConfigError: ``cuda_devices`` does not name one device per logical GPU, names
+            one this machine does not have, or repeats one within a node.
     """
     total = sum(gpus_per_node)
     if cuda_devices is not None:
@@ -117,6 +137,14 @@ def plan_node_devices(
                 f"--cuda-devices names {len(wanted)} device(s) ({cuda_devices!r}); the "
                 f"cluster has {total} GPUs: name one device per GPU, node 0's first"
             )
+        if machine:
+            bad = [w for w in wanted if not (w.isdigit() and int(w) < len(machine))]
+            if bad:
+                raise ConfigError(
+                    f"--cuda-devices names {','.join(bad)}: this machine's devices are "
+                    f"0..{len(machine) - 1} ({','.join(machine)})"
+                )
+            wanted = [machine[int(w)] for w in wanted]
         per_node, at = [], 0
         for node, gpus in enumerate(gpus_per_node):
             mine = wanted[at : at + gpus]

@@ -81,3 +81,20 @@ def test_an_unreadable_junit_file_is_named(
     bad.write_text("not xml")
     assert gpu_report.main(["--junit", str(bad), "--out", str(tmp_path / "o")]) == 2
     assert f"{bad}: not a readable JUnit XML file" in capsys.readouterr().err
+
+
+def test_a_check_that_stopped_or_ran_nothing_on_a_gpu_machine_fails(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    why = "cannot import: torch (ModuleNotFoundError)"
+    code = gpu_report.main(["--junit", "/dev/null", "--out", str(out), "--failed-before", why])
+    assert code == 1
+    assert f"**The check stopped before the GPU tests**: {why}." in (out / "report.md").read_text()
+    # Every test skipped on a machine whose nvidia-smi lists GPUs: a failure.
+    junit = tmp_path / "junit.xml"
+    junit.write_text(
+        '<testsuites><testsuite name="pytest"><testcase name="test_one" time="0.1">'
+        '<skipped message="needs 1 CUDA device(s): torch 2.13.0+cpu (a CPU build) sees no '
+        'CUDA device"/></testcase></testsuite></testsuites>'
+    )
+    assert gpu_report.main(["--junit", str(junit), "--out", str(out)]) == 0
+    assert gpu_report.main(["--junit", str(junit), "--out", str(out), "--expect-gpus"]) == 1

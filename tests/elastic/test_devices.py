@@ -74,6 +74,19 @@ def test_cuda_devices_may_share_a_device_across_nodes_not_within_one() -> None:
         plan_node_devices([2, 2], ["0"], "0,1,2")
 
 
+def test_cuda_devices_are_positions_in_the_machines_devices() -> None:
+    # Under CUDA_VISIBLE_DEVICES=3,5 (a shared machine), device 0 is the machine's 3.
+    per_node, _ = plan_node_devices([1, 1], ["3", "5"], "0,0")
+    assert per_node == ("3", "3")
+    per_node, line = plan_node_devices([1, 1], ["3", "5"], "1,0")
+    assert per_node == ("5", "3") and line.endswith("5,3 (--cuda-devices)")
+    with pytest.raises(ConfigError, match="names 2: this machine's devices are 0..1"):
+        plan_node_devices([1, 1], ["3", "5"], "0,2")
+    # A machine without CUDA devices: taken as they are (the runtime tests' check
+    # that each node's processes see their own slice).
+    assert plan_node_devices([2], [], "4,5")[0] == ("4,5",)
+
+
 def test_a_command_jobs_rank_gets_its_nodes_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     members = ["0.0", "1.0", "1.1"]
     kw = {"run_id": "r", "restart_count": 0, "max_restarts": 0}

@@ -46,7 +46,16 @@ from tests.runtime.cluster_helpers import (  # noqa: E402
 pytestmark = pytest.mark.runtime
 
 CUDA_DEVICES = "4,5,6,7"
-"""The module cluster's ``--cuda-devices``: node 0 sees "4,5", node 1 "6,7"."""
+"""The module cluster's ``--cuda-devices`` on a machine without CUDA devices (taken
+as they are there): node 0 sees "4,5", node 1 "6,7". On a GPU machine, ``up``'s own
+mapping of the machine's devices."""
+
+
+def _cuda_flags() -> tuple[str, ...]:
+    from deepboot.elastic.devices import machine_devices
+
+    return () if machine_devices() else ("--cuda-devices", CUDA_DEVICES)
+
 
 GATED_LOSS = 0.05
 """The loss threshold of the jobs a test ends with a gate once what it checks has
@@ -60,7 +69,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     # Its own: the first tests check the Ray processes a local `deepboot up` starts.
     # --cuda-devices: each node's processes see their own slice of "devices" (CUDA
     # ignores the variable on a machine without GPUs, as torch does here).
-    flags = ("--training-nodes", "2", "--gpus-per-node", "2", "--cuda-devices", CUDA_DEVICES)
+    flags = ("--training-nodes", "2", "--gpus-per-node", "2", *_cuda_flags())
     with local_cluster(state, *flags, own=True):
         ray_dir = ClusterRecord.load(StateDir.at(state)).temp_dir
         yield state
@@ -178,8 +187,10 @@ def test_workers_keep_nccl_gloo_and_their_sockets_on_loopback(
     assert [{k: e[k] for k in _PINNED} for e in seen] == [dict.fromkeys(_PINNED, "lo")] * len(nodes)
     # Each node's processes keep its raylet's slice of the devices (Ray, the nodes
     # carrying no Ray GPUs, leaves it): GPU i of a node is its i-th device.
-    assert [e["CUDA_VISIBLE_DEVICES"] for e in seen] == ["4,5", "6,7"], seen
-    assert record.cuda_devices == ((0, "4,5"), (1, "6,7")), record
+    mapped = dict(record.cuda_devices)
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in seen] == [mapped.get(n) for n in nodes], seen
+    if _cuda_flags():
+        assert record.cuda_devices == ((0, "4,5"), (1, "6,7")), record
     spec = write_job(tmp_path, "loopback-h", threshold=1e-9, delay=0.05, min_workers=2)
     cli(cluster, "submit", str(spec))
     wait_for(

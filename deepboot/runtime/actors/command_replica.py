@@ -47,6 +47,10 @@ PLACEMENT_WAIT_S = 600.0
 READY_POLL_S = 0.1
 """How often the ready path is asked while the server starts or wakes."""
 
+WAKE_RETRY_S = 2.0
+"""The pause before a failed wake is tried once more (then, failed again, the server
+starts cold)."""
+
 PROBE_TIMEOUT_S = 5.0
 """Longest wait for one answer of the ready or health path."""
 
@@ -148,6 +152,14 @@ class CommandReplica:
         start, wake_failed = "cold", ""
         if self._sleeping and self._server is not None and self.spec.wake is not None:
             ok, why = self._call(self.spec.wake)
+            if not ok and self._server.poll() is None:
+                # Once more, after a pause: Ray gives the GPU back when the process that
+                # held it disconnects, which may be before that process's GPU memory
+                # is back with the driver (its socket closes first as it exits); a
+                # wake that asked for it then may have run out of memory.
+                self.say(f"wake failed ({why}); trying again in {WAKE_RETRY_S:g} s\n")
+                time.sleep(WAKE_RETRY_S)
+                ok, why = self._call(self.spec.wake)
             if ok and self._wait_ready(started + limit):
                 start = "wake"
             else:
