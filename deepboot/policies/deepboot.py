@@ -21,6 +21,13 @@ Faithful to the reference artifact's ``dp.py`` (czq693497091/DeepBoot):
   free GPUs that holds the rest of the job, else the node with the most free GPUs and
   continue (:attr:`~deepboot.policies.packing.Packing.BEST_FIT`).
 
+Beyond the artifact, off by default: ``objective = "power-mean"`` makes value_j(k) Pollux's
+per-job term of its p-power mean of speedups instead of the speedup itself (see
+:func:`power_mean_values`): the paper's sum gives GPUs to the jobs that scale almost
+linearly and queues the many small ones (1.09x Pollux's average JCT on ``middle.csv``
+with no inference, 1.02x with this objective: docs/benchmarks.md, "Why DeepBoot's
+allocator trails Pollux's").
+
 Deviations from the artifact (all noted in the report):
 
 * N_k, the node count the speedup of k GPUs is taken at, is the fewest nodes of the
@@ -42,6 +49,7 @@ a scan of the V nodes. ``bench/ats_t_scale.py`` times it all.
 
 from __future__ import annotations
 
+import enum
 import heapq
 import math
 from collections.abc import Mapping, Sequence
@@ -54,6 +62,7 @@ import numpy.typing as npt
 from deepboot.core.modes import JobMode
 from deepboot.core.placement import Allocation, Placement, freeze_allocation
 from deepboot.core.state import ClusterState, JobView
+from deepboot.perf import detmath
 from deepboot.perf.speedup import SpeedupProvider, adaptive_speedup
 from deepboot.policies.allocation import (
     capacity_profile,
@@ -72,6 +81,20 @@ FloatArray: TypeAlias = npt.NDArray[np.float64]
 IntArray: TypeAlias = npt.NDArray[np.int64]
 
 
+class Objective(enum.Enum):
+    """What ATS-T's knapsack maximizes."""
+
+    SUM = "sum"
+    """The paper's: the sum of the jobs' (penalised) speedups."""
+    POWER_MEAN = "power-mean"
+    """Pollux's: their ``p``-power mean, separable, so the knapsack maximizes it
+    exactly (:func:`power_mean_values`)."""
+
+
+SPEEDUP_FLOOR = 1e-3
+"""The floor added to a scaled speedup in the power mean (Pollux's)."""
+
+
 @dataclass(frozen=True, slots=True)
 class DeepBootConfig:
     """Parameters of :class:`DeepBootPolicy` (reference values as defaults).
@@ -85,12 +108,18 @@ class DeepBootConfig:
         hysteresis: Extra discount of a changed GPU count, in [0, 1): its value is
             multiplied by ``1 - hysteresis`` on top of the penalty. Reference: 0.
         packing: How a job whose count changed is placed (reference: best fit).
+        objective: What the knapsack maximizes: the paper's ``sum`` of speedups
+            (reference), or Pollux's ``power-mean`` of them (:class:`Objective`).
+        p: The power mean's exponent, in [-10, 0] (0: the geometric mean; Pollux's
+            -1 favours the jobs furthest behind). Only with ``power-mean``.
     """
 
     restart_delay: float = 10.0
     hysteresis: float = 0.0
     per_job_delta: bool = True
     packing: Packing = Packing.BEST_FIT
+    objective: Objective = Objective.SUM
+    p: float = -1.0
 
     def __post_init__(self) -> None:
         require(
@@ -102,6 +131,11 @@ class DeepBootConfig:
             0.0 <= self.hysteresis < 1.0,
             "hysteresis",
             f"must be in [0, 1); got {self.hysteresis}",
+        )
+        require(
+            math.isfinite(self.p) and -10.0 <= self.p <= 0.0,
+            "p",
+            f"must be in [-10, 0] (decreasing returns in a job's speedup); got {self.p}",
         )
 
 
@@ -160,6 +194,55 @@ def job_values(
     return lo, np.where(ks[:-1] == cur, s, s * change)
 
 
+def power_mean_values(x: FloatArray, p: float) -> FloatArray:
+    """Knapsack values whose sum is maximal where the ``p``-power mean of the scaled
+    speedups ``x`` is (Pollux's fitness, with its floor :data:`SPEEDUP_FLOOR`).
+
+    For p < 0 the mean is maximal where ``sum((x_j + floor)^p)`` is minimal, and for
+    p = 0 (the geometric mean) where ``sum(log(max(x_j, floor)))`` is maximal: both are
+    sums of one term per job, so a job's value for a count is its term's gain over "0
+    GPUs" (whose value stays 0, as the knapsack takes it). With p = -1 a job left at 0
+    costs ``1/floor``: the knapsack queues a job only when no GPU is left to give it.
+    ``detmath`` and plain division, not NumPy's ``log`` and ``**``, whose kernels
+    depend on the CPU: the same counts on every machine.
+    """
+    floor = SPEEDUP_FLOOR
+    if p == 0:
+        return np.asarray(
+            detmath.log(np.maximum(x, floor)) - detmath.log(np.asarray([floor]))[0],
+            dtype=np.float64,
+        )
+    if p == -1:
+        return np.asarray(1.0 / floor - 1.0 / (x + floor), dtype=np.float64)
+    base = float(detmath.pow(np.asarray([floor]), p)[0])
+    return np.asarray(base - detmath.pow(x + floor, p), dtype=np.float64)
+
+
+def ats_t_items(
+    state: ClusterState,
+    config: DeepBootConfig = DeepBootConfig(),
+    speedup: SpeedupProvider = adaptive_speedup,
+) -> tuple[list[JobView], list[int], list[FloatArray], int]:
+    """ATS-T's knapsack before it is solved: the jobs in the reference order, each
+    one's smallest count and the values of its counts from there (under
+    ``config.objective``), and the GPUs available in all."""
+    jobs = reference_order(state.jobs)
+    capacity = free_map(state)
+    total = sum(capacity.values())
+    if not jobs or total == 0:
+        return jobs, [], [], total
+    fair = fair_replicas(total, len(jobs))
+    profile = capacity_profile(capacity.values())
+    items = [
+        job_values(job, state.now, total, fair, profile, capacity, config, speedup) for job in jobs
+    ]
+    values = [v for _, v in items]
+    if config.objective is Objective.POWER_MEAN:
+        scale = len(capacity) / total
+        values = [power_mean_values(v * scale, config.p) for v in values]
+    return jobs, [lo for lo, _ in items], values, total
+
+
 def ats_t_counts(
     state: ClusterState,
     config: DeepBootConfig = DeepBootConfig(),
@@ -169,23 +252,16 @@ def ats_t_counts(
 
     Args:
         state: The snapshot; never mutated.
-        config: Penalty parameters.
+        config: Penalty parameters and the objective.
         speedup: Raw speedup function per job.
 
     Returns:
         Job name -> GPUs, summing to at most the total capacity of ``state``.
     """
-    jobs = reference_order(state.jobs)
-    capacity = free_map(state)
-    total = sum(capacity.values())
-    if not jobs or total == 0:
+    jobs, lows, values, total = ats_t_items(state, config, speedup)
+    if not values:
         return {j.name: 0 for j in jobs}
-    fair = fair_replicas(total, len(jobs))
-    profile = capacity_profile(capacity.values())
-    items = [
-        job_values(job, state.now, total, fair, profile, capacity, config, speedup) for job in jobs
-    ]
-    counts = group_knapsack([v for _, v in items], [lo for lo, _ in items], total)
+    counts = group_knapsack(values, lows, total)
     return {job.name: k for job, k in zip(jobs, counts, strict=True)}
 
 

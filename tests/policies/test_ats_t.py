@@ -14,9 +14,12 @@ from deepboot.core import ConfigError, JobMode, Placement
 from deepboot.policies import DeepBootPolicy, registry
 from deepboot.policies.allocation import capacity_profile, group_knapsack, nodes_for
 from deepboot.policies.deepboot import (
+    SPEEDUP_FLOOR,
     DeepBootConfig,
+    Objective,
     ats_t_counts,
     best_fit_place,
+    power_mean_values,
     restart_penalty,
 )
 from deepboot.policies.packing import Packing, keep_or_pack
@@ -249,11 +252,97 @@ def test_registered_with_its_config_and_mode() -> None:
         ({"hysteresis": 1.0}, "hysteresis"),
         ({"hysteresis": -0.1}, "hysteresis"),
         ({"packing": "anywhere"}, "packing"),
+        ({"objective": "max"}, "objective"),
+        ({"p": 0.5}, "p"),
+        ({"p": "nan"}, "p"),
     ],
-    ids=["zero-delay", "infinite-delay", "full-hysteresis", "negative-hysteresis", "bad-packing"],
+    ids=[
+        "zero-delay",
+        "infinite-delay",
+        "full-hysteresis",
+        "negative-hysteresis",
+        "bad-packing",
+        "bad-objective",
+        "positive-p",
+        "nan-p",
+    ],  # fmt: skip
 )
 def test_bad_parameters_raise_config_error_naming_them(
     params: dict[str, object], field: str
 ) -> None:
     with pytest.raises(ConfigError, match=field):
         registry.create("deepboot", **params)
+
+
+# -- the power-mean objective (issue 49: why DeepBoot's allocator trails Pollux's) --------
+
+
+def _power_mean(x: list[float], p: float) -> float:
+    """Pollux's power mean of scaled speedups ``x`` with its floor, computed directly."""
+    if p == 0:
+        return float(np.exp(np.mean(np.log(np.maximum(x, SPEEDUP_FLOOR)))))
+    return float(np.mean((np.asarray(x) + SPEEDUP_FLOOR) ** p) ** (1 / p))
+
+
+speedup_groups = st.lists(
+    st.tuples(
+        # Increasing scaled speedups of 1.. GPUs (as a job's are), and its smallest count.
+        st.lists(st.floats(0.0, 4.0), min_size=1, max_size=4).map(lambda v: sorted(v)),
+        st.integers(1, 2),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(speedup_groups, st.integers(0, 7), st.sampled_from([-1.0, -2.0, -0.5, 0.0]))
+def test_the_power_mean_knapsack_maximizes_the_power_mean_exactly(
+    groups_: list[tuple[list[float], int]], capacity: int, p: float
+) -> None:
+    """Against brute force over every count vector: the knapsack over
+    :func:`power_mean_values` reaches the largest power mean of all feasible choices."""
+    speedups = [np.asarray(v) for v, _ in groups_]
+    low = [lo for _, lo in groups_]
+    values = [power_mean_values(v, p) for v in speedups]
+    counts = group_knapsack(values, low, capacity)
+    assert sum(counts) <= capacity
+
+    def mean_of(choice: tuple[int, ...]) -> float:
+        return _power_mean([v[k - lo] if k else 0.0 for v, lo, k in
+                            zip(speedups, low, choice, strict=True)], p)  # fmt: skip
+
+    options = [[0, *range(lo, lo + len(v))] for v, lo in zip(speedups, low, strict=True)]
+    best = max(mean_of(c) for c in itertools.product(*options) if sum(c) <= capacity)
+    assert mean_of(tuple(counts)) == pytest.approx(best, rel=1e-9, abs=1e-12)
+
+
+def test_power_mean_values_keep_zero_for_no_speedup_and_give_diminishing_returns() -> None:
+    x = np.array([0.0, 0.5, 1.0, 2.0, 4.0])
+    for p in (-1.0, -2.0, -0.5, 0.0):
+        v = power_mean_values(x, p)
+        assert v[0] == 0.0
+        assert np.all(np.diff(v) > 0)  # more speedup is worth more
+        gain = np.diff(v) / np.diff(x)
+        assert np.all(np.diff(gain) < 0)  # ... less and less
+
+
+def test_the_power_mean_gives_a_gpu_to_a_queued_job_the_sum_leaves_waiting() -> None:
+    # Two settled jobs hold the 4 GPUs; a third arrived 5 s ago. Under the sum its
+    # restart penalty (age 5 s: 5 / 15) makes a GPU worth a third of what it is to
+    # the others, so it waits (the admission barrier); under the power mean a job at
+    # 0 GPUs costs 1 / floor, so it runs.
+    a = make_job("a", submit_time=-OLD, max_replicas=4, placement=(0, 0))
+    b = make_job("b", submit_time=-OLD + 1, max_replicas=4, placement=(0, 0))
+    c = make_job("c", submit_time=3595.0, max_replicas=4)
+    state = make_state([a, b, c], nodes=1)
+    paper = DeepBootPolicy().gpu_counts(state)
+    fair = DeepBootPolicy(DeepBootConfig(objective=Objective.POWER_MEAN)).gpu_counts(state)
+    assert paper == {"a": 2, "b": 2, "c": 0}, paper
+    assert fair["c"] >= 1 and sum(fair.values()) == 4, fair
+
+
+def test_the_objective_is_a_parameter() -> None:
+    policy = registry.create("deepboot", objective="power-mean", p="-2")
+    assert policy.config == DeepBootConfig(objective=Objective.POWER_MEAN, p=-2.0)  # type: ignore[attr-defined]
+    assert DeepBootConfig().objective is Objective.SUM  # the paper's, by default
