@@ -17,6 +17,7 @@ job the global cap, the DP's worst case.
     .venv/bin/python bench/ats_t_scale.py            # the full table (~1-2 min on 2 cores)
     .venv/bin/python bench/ats_t_scale.py --quick    # small sizes only
     .venv/bin/python bench/ats_t_scale.py --size 4096x2000   # one size (repeatable)
+    .venv/bin/python bench/ats_t_scale.py --objective power-mean   # Pollux's objective
 
 Not a test: nothing fails on a wall-clock figure.
 """
@@ -49,7 +50,7 @@ from deepboot.core import (  # noqa: E402
 )
 from deepboot.perf.speedup import adaptive_speedup  # noqa: E402
 from deepboot.policies.allocation import group_knapsack  # noqa: E402
-from deepboot.policies.deepboot import DeepBootConfig, DeepBootPolicy  # noqa: E402
+from deepboot.policies.deepboot import DeepBootConfig, DeepBootPolicy, Objective  # noqa: E402
 
 LIMITS = BatchLimits(init_batch_size=128, max_batch_size=4096, min_local_bsz=32, max_local_bsz=1024)
 CAPS = (1, 2, 4, 8, 16, 32, 64)
@@ -127,6 +128,13 @@ def main() -> None:
     parser.add_argument(
         "--size", action="append", metavar="GPUSxJOBS", help="only this size (repeatable)"
     )
+    parser.add_argument(
+        "--objective",
+        choices=[o.value for o in Objective],
+        default=Objective.SUM.value,
+        help="ATS-T's objective: the paper's sum of speedups (default), or Pollux's "
+        "power mean (deepboot:objective=power-mean)",
+    )
     args = parser.parse_args()
     sizes = (
         [(64, 100), (512, 500)]
@@ -141,9 +149,9 @@ def main() -> None:
     )
     if args.size:
         sizes = [(int(g), int(j)) for g, j in (size.lower().split("x") for size in args.size)]
-    policy = DeepBootPolicy(DeepBootConfig())
+    policy = DeepBootPolicy(DeepBootConfig(objective=Objective(args.objective)))
     rng = np.random.default_rng(args.seed)
-    table = Table(title="ATS-T decision time (seconds)")
+    table = Table(title=f"ATS-T decision time (seconds), objective {args.objective}")
     cols = ("GPUs", "jobs", "K", "cold", "warm", "knapsack", "cold CPU", "warm CPU", "GPUs given")
     for col in cols:
         table.add_column(col, justify="right")
