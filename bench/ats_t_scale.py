@@ -18,6 +18,7 @@ job the global cap, the DP's worst case.
     .venv/bin/python bench/ats_t_scale.py --quick    # small sizes only
     .venv/bin/python bench/ats_t_scale.py --size 4096x2000   # one size (repeatable)
     .venv/bin/python bench/ats_t_scale.py --objective power-mean   # Pollux's objective
+    .venv/bin/python bench/ats_t_scale.py --policy pollux --size 64x100   # Pollux's search
 
 Not a test: nothing fails on a wall-clock figure.
 """
@@ -50,7 +51,9 @@ from deepboot.core import (  # noqa: E402
 )
 from deepboot.perf.speedup import adaptive_speedup  # noqa: E402
 from deepboot.policies.allocation import group_knapsack  # noqa: E402
+from deepboot.policies.base import TrainingPolicy  # noqa: E402
 from deepboot.policies.deepboot import DeepBootConfig, DeepBootPolicy, Objective  # noqa: E402
+from deepboot.policies.pollux import PolluxPolicy  # noqa: E402
 
 LIMITS = BatchLimits(init_batch_size=128, max_batch_size=4096, min_local_bsz=32, max_local_bsz=1024)
 CAPS = (1, 2, 4, 8, 16, 32, 64)
@@ -135,6 +138,13 @@ def main() -> None:
         help="ATS-T's objective: the paper's sum of speedups (default), or Pollux's "
         "power mean (deepboot:objective=power-mean)",
     )
+    parser.add_argument(
+        "--policy",
+        choices=("deepboot", "pollux"),
+        default="deepboot",
+        help="whose decision to time: ATS-T (default), or Pollux's search (its reference "
+        "settings; the knapsack column is ATS-T's DP alone either way)",
+    )
     args = parser.parse_args()
     sizes = (
         [(64, 100), (512, 500)]
@@ -149,9 +159,14 @@ def main() -> None:
     )
     if args.size:
         sizes = [(int(g), int(j)) for g, j in (size.lower().split("x") for size in args.size)]
-    policy = DeepBootPolicy(DeepBootConfig(objective=Objective(args.objective)))
+    policy: TrainingPolicy = (
+        PolluxPolicy()
+        if args.policy == "pollux"
+        else DeepBootPolicy(DeepBootConfig(objective=Objective(args.objective)))
+    )
     rng = np.random.default_rng(args.seed)
-    table = Table(title=f"ATS-T decision time (seconds), objective {args.objective}")
+    what = "Pollux's search" if args.policy == "pollux" else f"ATS-T, objective {args.objective}"
+    table = Table(title=f"Decision time (seconds): {what}")
     cols = ("GPUs", "jobs", "K", "cold", "warm", "knapsack", "cold CPU", "warm CPU", "GPUs given")
     for col in cols:
         table.add_column(col, justify="right")
