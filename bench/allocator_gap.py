@@ -114,13 +114,10 @@ class AdmitDeepBoot(DeepBootPolicy):
         return {job.name: k for job, k in zip(jobs, counts, strict=True)}
 
 
-@dataclass
-class Recorder:
-    """Wraps a policy; records per-round statistics of the allocations it returns."""
+class _Wrapping:
+    """A policy that wraps ``inner``: its name and job mode are ``inner``'s."""
 
     inner: TrainingPolicy
-    rounds: list[dict[str, float]] = field(default_factory=list)
-    per_job: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -129,6 +126,15 @@ class Recorder:
     @property
     def job_mode(self) -> JobMode:
         return self.inner.job_mode
+
+
+@dataclass
+class Recorder(_Wrapping):
+    """Wraps a policy; records per-round statistics of the allocations it returns."""
+
+    inner: TrainingPolicy
+    rounds: list[dict[str, float]] = field(default_factory=list)
+    per_job: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def allocate(self, state: ClusterState, rng: np.random.Generator) -> Allocation:
         alloc = self.inner.allocate(state, rng)
@@ -192,7 +198,7 @@ class Recorder:
 
 
 @dataclass
-class SameState:
+class SameState(_Wrapping):
     """Runs ``inner`` and, on every round's very state, also asks each of ``others``
     for its GPU counts (``gpu_counts``): GPUs per application and jobs left at 0 under
     each, on identical inputs (a counterfactual that the run does not follow)."""
@@ -202,14 +208,6 @@ class SameState:
     gpus: dict[str, dict[str, float]] = field(default_factory=dict)
     zero: dict[str, float] = field(default_factory=dict)
     rounds: int = 0
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def job_mode(self) -> JobMode:
-        return self.inner.job_mode
 
     def allocate(self, state: ClusterState, rng: np.random.Generator) -> Allocation:
         if state.jobs:
@@ -492,8 +490,7 @@ def main(argv: list[str] | None = None) -> int:
         same_state(args.workload, args.profiles, args.first_rep)
         return 0
     if args.load:
-        runs = [r for path in args.load for r in json.loads(Path(path).read_text())]
-        tables(runs, args.jobs)
+        tables([r for path in args.load for r in json.loads(Path(path).read_text())], args.jobs)
         return 0
     names = [v for v in args.variants.split(",") if v]
     for v in names:

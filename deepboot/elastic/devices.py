@@ -21,6 +21,7 @@ Nothing here imports torch at module level: the simulator never needs it.
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import subprocess
@@ -74,31 +75,30 @@ def _split(value: str) -> list[str]:
 def machine_devices(env: Mapping[str, str] | None = None) -> list[str]:
     """This machine's CUDA devices as a process started with ``env`` sees them: the
     entries of its ``CUDA_VISIBLE_DEVICES`` when set, else ``0 .. n-1`` for the ``n``
-    devices torch counts, or, where torch sees none (a CPU build beside a model
-    server that has its own CUDA), the GPUs ``nvidia-smi -L`` lists."""
+    GPUs ``nvidia-smi -L`` lists, or, without ``nvidia-smi`` but with NVIDIA device
+    files, the devices torch counts. A machine with neither (no NVIDIA driver) has
+    none, and torch is not imported (``deepboot up`` starts faster)."""
     env = os.environ if env is None else env
     if CUDA_ENV in env:
         return _split(env[CUDA_ENV])
-    count = 0
+    return [str(i) for i in range(_device_count())]
+
+
+def _device_count() -> int:
+    exe = shutil.which("nvidia-smi")
+    if exe is not None:
+        try:
+            out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
+            return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
+        except (OSError, subprocess.SubprocessError):
+            pass
+    if not glob.glob("/dev/nvidia[0-9]*"):
+        return 0
     try:
         import torch
-
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     except ImportError:
-        pass
-    return [str(i) for i in range(count or _nvidia_smi_count())]
-
-
-def _nvidia_smi_count() -> int:
-    """How many GPUs ``nvidia-smi -L`` lists (0 without it, or if it fails)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
         return 0
-    try:
-        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def plan_node_devices(

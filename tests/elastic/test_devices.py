@@ -39,7 +39,7 @@ def test_a_child_sees_its_gpus_through_the_inherited_list() -> None:
 def test_the_machine_devices_come_from_cuda_visible_devices_when_set() -> None:
     assert machine_devices({"CUDA_VISIBLE_DEVICES": "2,3"}) == ["2", "3"]
     assert machine_devices({"CUDA_VISIBLE_DEVICES": ""}) == []
-    # Unset: torch's count (none on a machine without CUDA, as here in CI).
+    # Unset: nvidia-smi's count, which torch's agrees with (none here in CI).
     torch = pytest.importorskip("torch")
     expected = torch.cuda.device_count() if torch.cuda.is_available() else 0
     assert machine_devices({}) == [str(i) for i in range(expected)]
