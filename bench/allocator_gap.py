@@ -29,6 +29,8 @@ Variants (``--variants``, comma-separated; default: all):
   ``deepboot-hm-p0.5``, ``deepboot-hm-p2``: p = 0, -0.5, -2.
 * ``deepboot-admit``: DeepBoot's sum plus a large bonus for holding >= 1 GPU.
 * ``deepboot-hm-d30``: and Pollux's delta (30 s).
+* ``deepboot-hm-d30-core``: and the knapsack solved by the exact core reduction
+  (``deepboot:solver=core``: the same optimal value, ties may go otherwise).
 * ``deepboot-mostfree``: DeepBoot with most-free packing.
 
 Usage::
@@ -80,6 +82,7 @@ from deepboot.policies.deepboot import (
     DeepBootConfig,
     DeepBootPolicy,
     Objective,
+    Solver,
     ats_t_items,
 )
 from deepboot.policies.packing import Packing
@@ -260,6 +263,9 @@ VARIANTS: dict[str, Callable[[], TrainingPolicy]] = {
     "deepboot-d30": lambda: DeepBootPolicy(DeepBootConfig(restart_delay=30.0)),
     "deepboot-hm": lambda: DeepBootPolicy(POWER_MEAN),
     "deepboot-hm-d30": lambda: DeepBootPolicy(replace(POWER_MEAN, restart_delay=30.0)),
+    "deepboot-hm-d30-core": lambda: DeepBootPolicy(
+        replace(POWER_MEAN, restart_delay=30.0, solver=Solver.CORE)
+    ),
     "deepboot-mostfree": lambda: DeepBootPolicy(DeepBootConfig(packing=Packing.MOST_FREE)),
     "deepboot-admit": lambda: AdmitDeepBoot(DeepBootConfig()),
     "deepboot-gm": lambda: DeepBootPolicy(replace(POWER_MEAN, p=0.0)),

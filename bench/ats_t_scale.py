@@ -19,6 +19,7 @@ job the global cap, the DP's worst case.
     .venv/bin/python bench/ats_t_scale.py --size 4096x2000   # one size (repeatable)
     .venv/bin/python bench/ats_t_scale.py --objective power-mean   # Pollux's objective
     .venv/bin/python bench/ats_t_scale.py --policy pollux --size 64x100   # Pollux's search
+    .venv/bin/python bench/ats_t_scale.py --objective power-mean --solver core  # recommended
 
 Not a test: nothing fails on a wall-clock figure.
 """
@@ -52,7 +53,12 @@ from deepboot.core import (  # noqa: E402
 from deepboot.perf.speedup import adaptive_speedup  # noqa: E402
 from deepboot.policies.allocation import group_knapsack  # noqa: E402
 from deepboot.policies.base import TrainingPolicy  # noqa: E402
-from deepboot.policies.deepboot import DeepBootConfig, DeepBootPolicy, Objective  # noqa: E402
+from deepboot.policies.deepboot import (  # noqa: E402
+    DeepBootConfig,
+    DeepBootPolicy,
+    Objective,
+    Solver,
+)
 from deepboot.policies.pollux import PolluxPolicy  # noqa: E402
 
 LIMITS = BatchLimits(init_batch_size=128, max_batch_size=4096, min_local_bsz=32, max_local_bsz=1024)
@@ -139,6 +145,13 @@ def main() -> None:
         "power mean (deepboot:objective=power-mean)",
     )
     parser.add_argument(
+        "--solver",
+        choices=[o.value for o in Solver],
+        default=Solver.DP.value,
+        help="how ATS-T's knapsack is solved: the reference DP (default), or the exact "
+        "core reduction (deepboot:solver=core)",
+    )
+    parser.add_argument(
         "--policy",
         choices=("deepboot", "pollux"),
         default="deepboot",
@@ -162,10 +175,16 @@ def main() -> None:
     policy: TrainingPolicy = (
         PolluxPolicy()
         if args.policy == "pollux"
-        else DeepBootPolicy(DeepBootConfig(objective=Objective(args.objective)))
+        else DeepBootPolicy(
+            DeepBootConfig(objective=Objective(args.objective), solver=Solver(args.solver))
+        )
     )
     rng = np.random.default_rng(args.seed)
-    what = "Pollux's search" if args.policy == "pollux" else f"ATS-T, objective {args.objective}"
+    what = (
+        "Pollux's search"
+        if args.policy == "pollux"
+        else f"ATS-T, objective {args.objective}, solver {args.solver}"
+    )
     table = Table(title=f"Decision time (seconds): {what}")
     cols = ("GPUs", "jobs", "K", "cold", "warm", "knapsack", "cold CPU", "warm CPU", "GPUs given")
     for col in cols:

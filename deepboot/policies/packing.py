@@ -7,6 +7,7 @@ that the calling policy owns for the duration of one ``allocate`` call.
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from deepboot.core.placement import Placement
@@ -39,7 +40,8 @@ def take(free: dict[int, int], placement: Placement) -> None:
 
 def fits(free: Mapping[int, int], placement: Placement) -> bool:
     """Whether every node of ``placement`` has that many GPUs free."""
-    return all(free.get(node, 0) >= count for node, count in placement.counts().items())
+    # Counter, not counts(): the order of the nodes does not matter here.
+    return all(free.get(node, 0) >= count for node, count in Counter(placement.node_ids).items())
 
 
 def pack(num_gpus: int, free: dict[int, int], rule: Packing) -> Placement | None:

@@ -130,3 +130,27 @@ def test_fixed_mode_without_target_uses_the_initial_batch() -> None:
     np.testing.assert_allclose(
         fn(np.array([1]), np.array([4])), expected(np.array([1]), np.array([4]))
     )
+
+
+def test_speedup_rows_are_each_functions_call_bit_for_bit() -> None:
+    """One read of many jobs' speedups (ATS-T's items): a memo that holds the pairs,
+    one that holds some, one that holds none, a fixed batch, and no model at all."""
+    from deepboot.perf.speedup import speedup_rows
+
+    full = SpeedupModel(make_model(perf=make_perf(gamma=1.5)))
+    part = SpeedupModel(make_model(perf=make_perf(alpha_n=0.3)))
+    cold = SpeedupModel(make_model(perf=make_perf(beta_c=0.02)))
+    fixed = FixedBatchSpeedup(make_model(), 40)
+    k = np.array([[1, 2, 3, 4, 8, 6], [2, 3, 4, 5, 6, 16], [1, 1, 2, 2, 3, 5]] * 2)
+    n = np.minimum((k + 3) // 4, k)
+    fns = [full, part, cold, fixed, linear_speedup, full]
+    full(n[0], k[0])
+    part(n[1, :2], k[1, :2])
+    want = [np.asarray(SpeedupModel(f.model)(n[j], k[j])) if isinstance(f, SpeedupModel)
+            else np.asarray(f(n[j], k[j])) for j, f in enumerate(fns)]  # fmt: skip
+    got = speedup_rows(fns, n, k)
+    assert got.shape == k.shape
+    for j in range(len(fns)):
+        assert got[j].tobytes() == want[j].tobytes()
+    none = np.zeros((0, 3), dtype=np.int64)
+    assert speedup_rows([], none, none).shape == (0, 3)

@@ -4,25 +4,35 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deepboot.core import ConfigError, JobMode, Placement
+from deepboot.core import ClusterState, ConfigError, JobMode, Placement
 from deepboot.policies import DeepBootPolicy, registry
-from deepboot.policies.allocation import capacity_profile, group_knapsack, nodes_for
+from deepboot.policies.allocation import (
+    capacity_profile,
+    fair_replicas,
+    group_knapsack,
+    nodes_for,
+    reference_order,
+)
 from deepboot.policies.deepboot import (
     SPEEDUP_FLOOR,
     DeepBootConfig,
     Objective,
+    Solver,
     ats_t_counts,
+    ats_t_matrix,
     best_fit_place,
+    job_values,
     power_mean_values,
     restart_penalty,
 )
-from deepboot.policies.packing import Packing, keep_or_pack
+from deepboot.policies.packing import Packing, free_map, keep_or_pack
 
 from .builders import GRAD, PERF, POOR_PERF, make_job, make_state
 
@@ -346,3 +356,104 @@ def test_the_objective_is_a_parameter() -> None:
     policy = registry.create("deepboot", objective="power-mean", p="-2")
     assert policy.config == DeepBootConfig(objective=Objective.POWER_MEAN, p=-2.0)  # type: ignore[attr-defined]
     assert DeepBootConfig().objective is Objective.SUM  # the paper's, by default
+
+
+# -- ATS-T at scale (issue 49): one matrix of items, and the core solver ------------------
+
+
+def _random_state(seed: int, nodes: int = 12, jobs: int = 40) -> ClusterState:
+    """Jobs of their own fitted parameters, half of them running, some unfitted, some
+    with a smallest count, on nodes of 4 GPUs (a few GPUs taken by inference)."""
+    rng = np.random.default_rng(seed)
+    free = [4] * nodes
+    views = []
+    for i in range(jobs):
+        placement: list[int] = []
+        if rng.random() < 0.5:
+            want = int(rng.integers(1, 6))
+            for node in rng.permutation(nodes):
+                take = min(free[int(node)], want - len(placement))
+                free[int(node)] -= take
+                placement += [int(node)] * take
+        # The cifar10-like parameters, each scaled: every job its own model.
+        f = rng.uniform(0.3, 3.0, size=6)
+        perf = replace(
+            PERF,
+            alpha_c=PERF.alpha_c * f[0],
+            beta_c=PERF.beta_c * f[1],
+            alpha_n=PERF.alpha_n * f[2],
+            beta_n=PERF.beta_n * f[3],
+            alpha_r=PERF.alpha_r * f[4],
+            gamma=1.0 + f[5] / 1.5,
+        )
+        views.append(
+            make_job(
+                f"j{i}",
+                submit_time=float(rng.uniform(0, 3500)),
+                attained_service=float(rng.uniform(0, 1e4)),
+                num_restarts=int(rng.integers(0, 5)),
+                placement=placement,
+                min_replicas=int(rng.choice([0, 0, 0, 2])),
+                max_replicas=int(rng.choice([1, 2, 4, 8, 16, 64])),
+                perf=perf if rng.random() < 0.8 else None,
+            )
+        )
+    state = make_state(views, nodes=nodes, gpus=4)
+    inference = {n: c - (1 if n % 5 == 0 else 0) for n, c in state.capacity.items()}
+    return replace(state, capacity=inference)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("objective", list(Objective))
+def test_the_item_matrix_is_job_values_row_for_row_bit_for_bit(
+    seed: int, objective: Objective
+) -> None:
+    """:func:`ats_t_matrix` against the per-job specification, :func:`job_values` (and
+    :func:`power_mean_values` under the power mean): the same bytes in every row, memos
+    cold (first decision) and warm (the same decision again)."""
+    state = _random_state(seed)
+    config = DeepBootConfig(objective=objective, hysteresis=0.1 * (seed % 2))
+    capacity = free_map(state)
+    all_gpus = sum(capacity.values())
+    fair = fair_replicas(all_gpus, len(state.jobs))
+    profile = capacity_profile(capacity.values())
+    for _ in range(2):
+        items = ats_t_matrix(state, config)
+        assert [j.name for j in items.jobs] == [j.name for j in reference_order(state.jobs)]
+        for job, lo, row in zip(items.jobs, items.low, items.rows(), strict=True):
+            low, want = job_values(job, state.now, all_gpus, fair, profile, capacity, config)
+            if objective is Objective.POWER_MEAN:
+                want = power_mean_values(want * (len(capacity) / all_gpus), config.p)
+            assert int(lo) == low
+            assert row.tobytes() == np.asarray(want, dtype=np.float64).tobytes(), job.name
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("objective", list(Objective))
+def test_the_core_solver_gives_the_dps_optimum_on_policy_snapshots(
+    seed: int, objective: Objective
+) -> None:
+    state = _random_state(seed, nodes=6, jobs=30)
+    dp = DeepBootConfig(objective=objective)
+    core = replace(dp, solver=Solver.CORE)
+    items = ats_t_matrix(state, dp)
+
+    def worth(counts: dict[str, int]) -> float:
+        row = {j.name: i for i, j in enumerate(items.jobs)}
+        return sum(
+            float(items.values[row[n], k - items.low[row[n]]]) for n, k in counts.items() if k
+        )
+
+    ours, ref = ats_t_counts(state, core), ats_t_counts(state, dp)
+    assert sum(ours.values()) <= items.total
+    assert worth(ours) == pytest.approx(worth(ref), rel=1e-12)
+    placed = DeepBootPolicy(core).allocate(state, RNG)
+    assert {n: p.num_replicas for n, p in placed.items()} == {n: k for n, k in ours.items() if k}
+
+
+def test_the_core_solver_is_a_policy_parameter() -> None:
+    policy = registry.create("deepboot", objective="power-mean", solver="core")
+    assert isinstance(policy, DeepBootPolicy)
+    assert policy.config.solver is Solver.CORE
+    with pytest.raises(ConfigError, match="solver"):
+        registry.create("deepboot", solver="greedy")
