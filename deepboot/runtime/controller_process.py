@@ -23,6 +23,7 @@ import threading
 from typing import Any
 
 from deepboot.runtime.actors.handles import RayActors
+from deepboot.runtime.actors.rayplacement import RayAsks
 from deepboot.runtime.cluster.raycluster import ClusterRecord, ray_env
 from deepboot.runtime.controller.controller_settings import ControllerSettings, settings_file
 from deepboot.runtime.controller.wiring import Controller
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         logging_level=logging.WARNING,
         log_to_driver=False,
     )
-    ctl = Controller(state, settings, record.cluster, RayActors())
+    ctl = Controller(state, settings, record.cluster, RayActors(RayAsks.of(record)))
     try:
         ctl.run(router=lambda: open_router(ctl))
     finally:

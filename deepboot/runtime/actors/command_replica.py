@@ -3,9 +3,9 @@
 loopback port it chose, and that the router proxies requests to
 (:mod:`deepboot.runtime.http.proxy`).
 
-Its GPUs: the actor itself holds none (it runs on its node by the node's resource);
-it asks Ray for its GPUs' resources by a placement group of its own (one bundle,
-every GPU's resource: they are on one node), as a promoted standby does
+Its GPUs: the actor itself holds none (it runs on its node); it asks Ray for its
+GPUs by a placement group of its own (one bundle, every GPU's resource: they are on
+one node; :mod:`deepboot.runtime.actors.rayplacement`), as a promoted standby does
 (:mod:`deepboot.runtime.actors.replica_actor`). So Ray starts the server only once
 the GPUs' previous holders are gone, and the actor can give the GPUs back without
 dying: a *sleep* (the service's ``sleep`` call, vLLM's ``POST /sleep?level=1``: the
@@ -40,6 +40,7 @@ from typing import Any
 from deepboot.core.service import HttpCall, ServiceSpec
 from deepboot.elastic.devices import CUDA_ENV, visible_devices
 from deepboot.elastic.supervise import Supervised
+from deepboot.runtime.actors.rayplacement import Ask, placement_group_for
 
 PLACEMENT_WAIT_S = 600.0
 """Longest wait for the replica's GPUs (the router's load timeout ends it sooner)."""
@@ -95,16 +96,15 @@ class CommandReplica:
         spec: The service (``ServiceSpec.to_json()``; ``command`` set).
         gpus: The GPU ids "node.index" it runs on (all of one node); the first names it.
         log_path: The service's log.
-        resources: The Ray resource of each of its GPUs (its placement group's).
+        ask: Its GPUs asked of Ray together (its placement group's one bundle:
+            :meth:`~deepboot.runtime.actors.rayplacement.Placement.gpus`).
     """
 
-    def __init__(
-        self, spec: dict[str, Any], gpus: list[str], log_path: str, resources: list[str]
-    ) -> None:
+    def __init__(self, spec: dict[str, Any], gpus: list[str], log_path: str, ask: Ask) -> None:
         from deepboot.runtime.logbounds import SharedLog
 
         self.spec = ServiceSpec.from_json(spec)
-        self.gpus, self.resources = list(gpus), list(resources)
+        self.gpus, self.ask = list(gpus), ask
         self._log = SharedLog(Path(log_path))
         self._prefix = f"[{self.spec.name} {','.join(self.gpus)}] "
         self._lock = threading.Lock()
@@ -355,14 +355,11 @@ class CommandReplica:
         wait until it has them (the previous holders gone), at most
         :data:`PLACEMENT_WAIT_S`."""
         import ray
-        from ray.util.placement_group import placement_group
 
         with self._lock:
             if self._placement is not None:
                 return
-            self._placement = placement_group(
-                [dict.fromkeys(self.resources, 1.0)], strategy="STRICT_PACK"
-            )
+            self._placement = placement_group_for(self.ask)
             group = self._placement
         started = time.perf_counter()
         ray.get(group.ready(), timeout=PLACEMENT_WAIT_S)

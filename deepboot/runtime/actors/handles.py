@@ -7,8 +7,10 @@ generations, polls and recovery in-process with a fake one
 (``tests/runtime/fake_actors.py``).
 
 Each worker is a detached, named actor (it outlives the controller) in the
-``deepboot`` namespace, holding exactly one GPU resource (``deepboot_gpu_<n>_<i>``),
-so the worker runs on the GPU the scheduler chose. Names:
+``deepboot`` namespace, holding exactly one GPU's resource (``deepboot_gpu_<n>_<i>``;
+on a cluster attached by labels ``deepboot_gpu_<i>`` on the node's Ray node id: how,
+:mod:`deepboot.runtime.actors.rayplacement` alone decides), so the worker runs on the
+GPU the scheduler chose. Names:
 ``w|<job>|<node.index>|<incarnation>``; the incarnation grows with every actor the
 job starts, so a new worker never collides with a dying one.
 """
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from deepboot.elastic.protocol import Generation, WorkerConfig, WorkerReport
-from deepboot.runtime.actors.rayresources import gpu_resource, live_node_ids, node_resource
+from deepboot.runtime.actors.rayplacement import RayAsks
 from deepboot.runtime.cluster.raycluster import NAMESPACE
 from deepboot.runtime.controller.jobrecords import parse_gpu
 
@@ -56,31 +58,30 @@ class ActorName:
             return None
 
 
-def _on_gpu(name: str, gpu: str, concurrency: int) -> dict[str, Any]:
-    """Ray options of a detached, named actor holding exactly ``gpu``'s resource (Ray
-    starts it once the GPU's previous holder is gone), never restarted by Ray."""
-    node, index = parse_gpu(gpu)
+def _on_gpu(placement: RayAsks, name: str, gpu: str, concurrency: int) -> dict[str, Any]:
+    """Ray options of a detached, named actor holding exactly ``gpu`` (Ray starts it
+    once the GPU's previous holder is gone), never restarted by Ray."""
     return {
         "name": name,
         "namespace": NAMESPACE,
         "lifetime": "detached",
         "num_cpus": 0,
-        "resources": {gpu_resource(node, index): 1},
+        **placement.gpu(*parse_gpu(gpu)).actor_options(),
         "max_restarts": 0,
         "max_concurrency": concurrency,
     }
 
 
-def _on_node(name: str, node: int, concurrency: int) -> dict[str, Any]:
-    """Ray options of a detached, named actor on deepboot node ``node`` (one unit of
-    the node's resource, no GPU's: a standby, a command replica that holds its GPUs
-    by a placement group of its own), never restarted by Ray."""
+def _on_node(placement: RayAsks, name: str, node: int, concurrency: int) -> dict[str, Any]:
+    """Ray options of a detached, named actor on deepboot node ``node``, holding no GPU
+    (a standby, a command replica that holds its GPUs by a placement group of its own),
+    never restarted by Ray."""
     return {
         "name": name,
         "namespace": NAMESPACE,
         "lifetime": "detached",
         "num_cpus": 0,
-        "resources": {node_resource(node): 1},
+        **placement.node(node).actor_options(),
         "max_restarts": 0,
         "max_concurrency": concurrency,
     }
@@ -188,13 +189,15 @@ class Actors(Protocol):
 
 
 class RayActors:
-    """Worker actors on a connected Ray cluster (``ray.init`` done by the caller)."""
+    """Worker actors on a connected Ray cluster (``ray.init`` done by the caller),
+    placed as ``placement`` says (``RayAsks.of`` the cluster's record)."""
 
-    def __init__(self, report_timeout: float = 0.5) -> None:
+    def __init__(self, placement: RayAsks, report_timeout: float = 0.5) -> None:
         import ray
 
         from deepboot.elastic.worker import ElasticWorker
 
+        self._placement = placement
         self._ray = ray
         self._cls = ray.remote(ElasticWorker)
         self._command_cls: Any = None
@@ -220,7 +223,8 @@ class RayActors:
 
                 self._command_cls = self._ray.remote(CommandWorker)
             cls = self._command_cls
-        handle = cls.options(**_on_gpu(name, gpu, concurrency=4)).remote(config, gpu, first)
+        options = _on_gpu(self._placement, name, gpu, concurrency=4)
+        handle = cls.options(**options).remote(config, gpu, first)
         self._handles[name] = handle
 
     def create_replica(
@@ -243,7 +247,8 @@ class RayActors:
             raise ValueError(f"replica {name}: a handler service's replica has one GPU")
         if self._replica_cls is None:
             self._replica_cls = self._ray.remote(ServiceReplica)
-        options = _on_gpu(name, gpu, concurrency=int(spec.get("concurrency", 1)) + 1)
+        concurrency = int(spec.get("concurrency", 1)) + 1
+        options = _on_gpu(self._placement, name, gpu, concurrency=concurrency)
         handle = self._replica_cls.options(**options).remote(spec, gpu, log_path)
         self._handles[name] = handle
         return handle
@@ -252,18 +257,16 @@ class RayActors:
         self, name: str, spec: dict[str, Any], gpus: list[str], log_path: str
     ) -> Any:
         """A command service's replica (:mod:`deepboot.runtime.actors.command_replica`):
-        on its node by the node's resource; it holds its GPUs by a placement group of
-        its own, so that it can give them back asleep."""
+        on its node; it holds its GPUs by a placement group of its own (their ask, one
+        bundle), so that it can give them back asleep."""
         from deepboot.runtime.actors.command_replica import COMMAND_CONCURRENCY, CommandReplica
 
         if self._command_replica_cls is None:
             self._command_replica_cls = self._ray.remote(CommandReplica)
         node = parse_gpu(gpus[0])[0]
-        resources = [gpu_resource(*parse_gpu(g)) for g in gpus]
-        options = _on_node(name, node, COMMAND_CONCURRENCY)
-        handle = self._command_replica_cls.options(**options).remote(
-            spec, gpus, log_path, resources
-        )
+        ask = self._placement.gpus([parse_gpu(g) for g in gpus])
+        options = _on_node(self._placement, name, node, COMMAND_CONCURRENCY)
+        handle = self._command_replica_cls.options(**options).remote(spec, gpus, log_path, ask)
         self._handles[name] = handle
         self._graceful[name] = float(spec.get("stop_grace_s", 10.0))
         return handle
@@ -276,16 +279,15 @@ class RayActors:
         return dict(answer)
 
     def create_standby(self, name: str, node: int, log_path: str) -> None:
-        """Start standby ``name`` on node ``node``: detached, named, one unit of the
-        node's resource (no GPU's), never restarted by Ray; the pid call asked now
+        """Start standby ``name`` on node ``node``: detached, named, on the node (no
+        GPU), never restarted by Ray; the pid call asked now
         answers once its imports are done (:meth:`standby_ready`)."""
         from deepboot.runtime.actors.replica_actor import STANDBY_CONCURRENCY, ServiceReplica
 
         if self._replica_cls is None:
             self._replica_cls = self._ray.remote(ServiceReplica)
-        handle = self._replica_cls.options(**_on_node(name, node, STANDBY_CONCURRENCY)).remote(
-            None, f"node {node}", log_path
-        )
+        options = _on_node(self._placement, name, node, STANDBY_CONCURRENCY)
+        handle = self._replica_cls.options(**options).remote(None, f"node {node}", log_path)
         self._handles[name] = handle
         self._standby_pids[name] = handle.pid.remote()
 
@@ -299,12 +301,11 @@ class RayActors:
     def promote(
         self, name: str, spec: dict[str, Any], gpu: str, log_path: str, timeout: float
     ) -> Any:
-        """The standby takes the service and asks for ``gpu``'s resource (it does not
-        wait for it: its load does); a wait of at most ``timeout`` for its answer."""
+        """The standby takes the service and asks for ``gpu`` (it does not wait for it:
+        its load does); a wait of at most ``timeout`` for its answer."""
         self._standby_pids.pop(name, None)
-        node, index = parse_gpu(gpu)
         handle = self._handle(name)
-        ref = handle.become.remote(spec, gpu, log_path, gpu_resource(node, index))
+        ref = handle.become.remote(spec, gpu, log_path, self._placement.gpu(*parse_gpu(gpu)))
         self._ray.get(ref, timeout=timeout)
         return handle
 
@@ -407,14 +408,14 @@ class RayActors:
         """The deepboot nodes Ray lists alive (the GCS's view: a node is dead once it
         missed its health checks); None when the GCS does not answer."""
         try:
-            return live_node_ids(self._ray.nodes())  # type: ignore[no-untyped-call]
+            return self._placement.live_nodes(self._ray.nodes())  # type: ignore[no-untyped-call]
         except Exception as exc:  # noqa: BLE001 (the GCS unreachable now: ask again later)
             log.warning("could not list the Ray nodes: %s", exc)
             return None
 
     def ensure_cache(self, node: int, capacity_gb: float, timeout: float) -> dict[str, Any] | None:
         """Create node ``node``'s cache actor unless it runs (detached, named
-        ``c|<node>``, on that node by its resource, never restarted by Ray: a cache
+        ``c|<node>``, on that node, never restarted by Ray: a cache
         that died comes back empty at the next call), set its bound, and return its
         view; None when it did not answer within ``timeout`` (its node is gone, say)."""
         from deepboot.runtime.actors.modelcache import ModelCache, cache_name
@@ -429,7 +430,7 @@ class RayActors:
                 lifetime="detached",
                 get_if_exists=True,
                 num_cpus=0,
-                resources={node_resource(node): 1},
+                **self._placement.node(node).actor_options(),
                 max_restarts=0,
             ).remote(node, capacity_gb)
             view: Any = ray.get(handle.configure.remote(capacity_gb), timeout=timeout)

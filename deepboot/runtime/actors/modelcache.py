@@ -4,8 +4,9 @@ host memory, and the next replica of that model on that node restores from them 
 is :mod:`deepboot.world.hostcache`; this module is its runtime side (issue 23).
 
 Mechanism, and why: one detached Ray actor per inference node, named ``c|<node>``,
-pinned to its node by the node's resource (``deepboot_node_<n>``), holding each model's
-exported weights as an object in Ray's object store that it ``ray.put`` itself.
+pinned to its node (the node's resource ``deepboot_node_<n>``, or its Ray node id on a
+cluster attached by labels: :mod:`deepboot.runtime.actors.rayplacement`), holding each
+model's exported weights as an object in Ray's object store that it ``ray.put`` itself.
 
 - The object store is shared memory on the node: a replica on the same node reads a
   cached model back with ``ray.get`` and gets its numpy arrays *zero-copy* (read-only

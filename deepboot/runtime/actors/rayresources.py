@@ -12,7 +12,10 @@ them (Ray's resources double as labels here):
   the workers run torch on the CPU.
 
 :func:`node_resources` gives a node's resources (``ray start --resources``);
-:func:`cluster_from_ray_nodes` reads the cluster back from live Ray nodes'.
+:func:`cluster_from_ray_nodes` reads the cluster back from live Ray nodes'. Nodes
+may instead say what they are by Ray node labels
+(:mod:`deepboot.runtime.actors.raylabels`); an attach reads the labels when any node
+carries them, else these resources.
 """
 
 from __future__ import annotations
@@ -87,6 +90,12 @@ def cluster_from_ray_nodes(nodes: Iterable[Mapping[str, object]]) -> ClusterSpec
             "deepboot_pool_<pool>, deepboot_gpu_<n>_<i>); see docs/runtime.md"
         )
     return ClusterSpec(tuple(sorted(out, key=lambda node: node.node_id)))
+
+
+def carries_resources(node: Mapping[str, object]) -> bool:
+    """Whether a ``ray.nodes()`` entry carries a ``deepboot_node_<n>`` resource."""
+    res = node.get("Resources", {})
+    return isinstance(res, Mapping) and any(_NODE_RESOURCE.match(k) for k in res)
 
 
 def live_node_ids(nodes: Iterable[Mapping[str, object]]) -> frozenset[int]:

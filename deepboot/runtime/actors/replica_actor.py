@@ -1,8 +1,10 @@
 """An inference replica: one Ray actor on the one inference-pool GPU ATS-I chose.
 
 The controller creates it (detached, named ``r|<service>|<node.index>|<incarnation>``,
-holding that GPU's resource ``deepboot_gpu_<n>_<i>``, so Ray starts it only once the
-GPU's previous holder, a lent training worker or another service's replica, is gone).
+holding that GPU's resource (``deepboot_gpu_<n>_<i>``, or as
+:mod:`deepboot.runtime.actors.rayplacement` says on a cluster attached by labels), so Ray
+starts it only once the GPU's previous holder, a lent training worker or another
+service's replica, is gone).
 The router calls :meth:`ServiceReplica.load` once (the start, timed), then
 :meth:`ServiceReplica.infer` for each request; up to ``concurrency`` calls run at once
 (a threaded actor).
@@ -58,6 +60,7 @@ from deepboot.core.service import ServiceSpec
 from deepboot.elastic.devices import torch_device
 from deepboot.elastic.worker import load_entry
 from deepboot.runtime.actors.modelcache import cache_name
+from deepboot.runtime.actors.rayplacement import Ask, placement_group_for
 from deepboot.runtime.cluster.raycluster import NAMESPACE
 from deepboot.runtime.controller.jobrecords import parse_gpu
 
@@ -157,21 +160,20 @@ class ServiceReplica:
 
         sys.stdout = sys.stderr = SharedLog(Path(log_path))  # lives with the actor
 
-    def become(self, spec: dict[str, Any], gpu: str, log_path: str, resource: str) -> int:
-        """Promote this standby to a replica of ``spec`` on ``gpu``, whose Ray resource
-        is ``resource``: ask for it by a placement group of this actor's (placed once
-        the GPU's previous holder is gone; removed by Ray when this actor dies), and
-        return at once; :meth:`load` waits for the group. Returns the process id.
+    def become(self, spec: dict[str, Any], gpu: str, log_path: str, ask: Ask) -> int:
+        """Promote this standby to a replica of ``spec`` on ``gpu``, asked of Ray as
+        ``ask`` (:meth:`~deepboot.runtime.actors.rayplacement.Placement.gpu`): by a
+        placement group of this actor's (placed once the GPU's previous holder is
+        gone; removed by Ray when this actor dies), and return at once; :meth:`load`
+        waits for the group. Returns the process id.
 
         Raises:
             RuntimeError: it is a replica already (promoted, or started as one).
         """
-        from ray.util.placement_group import placement_group
-
         with self._lock:
             if hasattr(self, "spec"):
                 raise RuntimeError(f"already a replica of {self.spec.name} on {self.gpu}")
-            self._placement = placement_group([{resource: 1.0}], strategy="STRICT_PACK")
+            self._placement = placement_group_for(ask)
             self._serve(spec, gpu, log_path)
         return os.getpid()
 

@@ -9,10 +9,11 @@ directory (its sockets, logs, spilled objects) lies in a new private directory,
 ``/tmp/deepboot-ray-<12 random hex digits>``, that ``up`` creates mode 0700 before Ray
 starts: a name another user could guess, they could create first, and Ray opens the
 directories it creates to every user. ``attach``
-records an existing cluster whose nodes carry those resources (see
-docs/runtime.md for the ``ray start`` flags). ``down`` stops what ``up`` started and
-nothing else: the processes whose command line names this cluster's Ray directory or
-address, and their children.
+records an existing cluster whose nodes carry deepboot's Ray node labels
+(:mod:`deepboot.runtime.actors.raylabels`: a KubeRay cluster, ``examples/kuberay/``)
+or, without labels, those resources (see docs/runtime.md for the ``ray start`` flags).
+``down`` stops what ``up`` started and nothing else: the processes whose command
+line names this cluster's Ray directory or address, and their children.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ import secrets
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from deepboot.core.cluster import ClusterSpec, Node, Pool
 from deepboot.core.errors import ConfigError, DeepbootError
 from deepboot.elastic.devices import CUDA_ENV, machine_devices, plan_node_devices
+from deepboot.runtime.actors.raylabels import NodeForm, labelled_cluster, node_form
 from deepboot.runtime.actors.rayresources import cluster_from_ray_nodes, node_resources
 from deepboot.runtime.cluster import privatedir, processes
 from deepboot.runtime.store.statedir import StateDir
@@ -69,6 +71,11 @@ class ClusterRecord:
             id (:func:`~deepboot.elastic.devices.plan_node_devices`); empty: the
             variable left as it was (no CUDA device, or attached).
         gpus_line: How its GPUs map to CUDA devices, in words (``up`` prints it).
+        ray_node_ids: An attached labelled cluster's Ray node id per deepboot node
+            id (its nodes are numbered at attach: they carry no deepboot id); empty
+            otherwise.
+        gpu_types: The ``deepboot.io/gpu-type`` label per deepboot node id, of the
+            labelled nodes that carry it.
     """
 
     mode: str
@@ -79,6 +86,8 @@ class ClusterRecord:
     cache_bytes: int = 0
     cuda_devices: tuple[tuple[int, str], ...] = ()
     gpus_line: str = ""
+    ray_node_ids: tuple[tuple[int, str], ...] = ()
+    gpu_types: tuple[tuple[int, str], ...] = ()
 
     @property
     def cluster(self) -> ClusterSpec:
@@ -108,6 +117,9 @@ class ClusterRecord:
             # Absent: before the mapping (left the variable as it was).
             cuda_devices=tuple((int(n), str(v)) for n, v in raw.get("cuda_devices", ())),
             gpus_line=str(raw.get("gpus_line", "")),
+            # Absent: before the labels (or not a labelled cluster).
+            ray_node_ids=tuple((int(n), str(r)) for n, r in raw.get("ray_node_ids", ())),
+            gpu_types=tuple((int(n), str(t)) for n, t in raw.get("gpu_types", ())),
         )
 
     def node_env(self, node_id: int) -> dict[str, str]:
@@ -306,23 +318,54 @@ def up_local(
 
 
 def attach(state: StateDir, address: str, token_file: Path | None) -> ClusterRecord:
-    """Record an existing Ray cluster (``down`` will leave its Ray processes alone)."""
+    """Record the existing Ray cluster at ``address`` (``down`` will leave its Ray
+    processes alone) and return the record.
+
+    Its deepboot nodes are read from ``ray.nodes()``: from deepboot's Ray node labels
+    when any live node carries one (:func:`~deepboot.runtime.actors.raylabels.
+    labelled_cluster`: the pool from ``deepboot.io/pool``, the GPUs from Ray's ``GPU``
+    resource, the nodes numbered here), else from the custom resources typed by hand
+    (:func:`~deepboot.runtime.actors.rayresources.cluster_from_ray_nodes`).
+
+    Raises:
+        ConfigError: a cluster is already recorded in ``state``; no node is deepboot's;
+            a node's labels or resources are malformed (the message names the node
+            and the label or resource).
+        DeepbootError: the cluster cannot be reached.
+    """
     if state.cluster_file.exists():
         raise ConfigError(f"a cluster is already up in {state.root} (run 'deepboot down' first)")
     tok = str(token_file.resolve()) if token_file else ""
     probe = ClusterRecord("attached", address, "", (), tok)
     out = run_on_ray(probe, "import json\nprint('NODES=' + json.dumps(ray.nodes()))")
     line = next((ln for ln in out.splitlines() if ln.startswith("NODES=")), "NODES=[]")
-    cluster = cluster_from_ray_nodes(json.loads(line[len("NODES=") :]))
-    record = ClusterRecord(
+    record = record_attached(address, tok, json.loads(line[len("NODES=") :]))
+    record.save(state)
+    return record
+
+
+def record_attached(
+    address: str, token_file: str, nodes: Sequence[Mapping[str, object]]
+) -> ClusterRecord:
+    """The record of an attached cluster whose Ray nodes are ``nodes`` (``ray.nodes()``'s
+    entries, never mutated): labels when present, else the custom resources (see
+    :func:`attach`, whose errors it raises)."""
+    if node_form(nodes) is NodeForm.LABELS:
+        cluster, labelled = labelled_cluster(nodes)
+        ray_ids = tuple((i, n.ray_node_id) for i, n in enumerate(labelled))
+        types = tuple((i, n.gpu_type) for i, n in enumerate(labelled) if n.gpu_type)
+        log.info("attached by labels: %d nodes", len(labelled))
+    else:
+        cluster, ray_ids, types = cluster_from_ray_nodes(nodes), (), ()
+    return ClusterRecord(
         mode="attached",
         address=address,
         temp_dir="",
         nodes=tuple((n.node_id, n.pool.value, n.gpus) for n in cluster.nodes),
-        token_file=tok,
+        token_file=token_file,
+        ray_node_ids=ray_ids,
+        gpu_types=types,
     )
-    record.save(state)
-    return record
 
 
 def run_on_ray(record: ClusterRecord, body: str) -> str:
