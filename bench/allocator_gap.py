@@ -31,6 +31,8 @@ Variants (``--variants``, comma-separated; default: all):
 * ``deepboot-hm-d30``: and Pollux's delta (30 s).
 * ``deepboot-hm-d30-core``: and the knapsack solved by the exact core reduction
   (``deepboot:solver=core``: the same optimal value, ties may go otherwise).
+* ``deepboot-hm-d30-h05-core``: and ``hysteresis=0.05`` (a changed count must be
+  worth 5% more than the penalty alone says: fewer restarts).
 * ``deepboot-mostfree``: DeepBoot with most-free packing.
 
 Usage::
@@ -266,6 +268,9 @@ VARIANTS: dict[str, Callable[[], TrainingPolicy]] = {
     "deepboot-hm-d30-core": lambda: DeepBootPolicy(
         replace(POWER_MEAN, restart_delay=30.0, solver=Solver.CORE)
     ),
+    "deepboot-hm-d30-h05-core": lambda: DeepBootPolicy(
+        replace(POWER_MEAN, restart_delay=30.0, hysteresis=0.05, solver=Solver.CORE)
+    ),
     "deepboot-mostfree": lambda: DeepBootPolicy(DeepBootConfig(packing=Packing.MOST_FREE)),
     "deepboot-admit": lambda: AdmitDeepBoot(DeepBootConfig()),
     "deepboot-gm": lambda: DeepBootPolicy(replace(POWER_MEAN, p=0.0)),
@@ -274,12 +279,13 @@ VARIANTS: dict[str, Callable[[], TrainingPolicy]] = {
 }
 
 
-def run_one(args: tuple[str, int, str, str, str]) -> dict[str, Any]:
-    """One simulation: (variant, replication, workload CSV, profiles, lending flags)
-    -> its records. Without flags: no inference (frontier.py's ``limit`` settings);
-    with flags (a ``--run`` text's flags, e.g. ``slo,slo-target=0.99``): the
-    workload's inference on 8 inference nodes, in frontier.py's ``1s`` setting."""
-    variant, rep, csv, profiles, flags = args
+def run_one(args: tuple[str, int, str, str, str, float]) -> dict[str, Any]:
+    """One simulation: (variant, replication, workload CSV, profiles, lending flags,
+    round interval) -> its records. Without flags: no inference (frontier.py's
+    ``limit`` settings); with flags (a ``--run`` text's flags, e.g.
+    ``slo,slo-target=0.99``): the workload's inference on 8 inference nodes, in
+    frontier.py's ``1s`` setting."""
+    variant, rep, csv, profiles, flags, interval = args
     started = time.perf_counter()
     apps = load_apps(profiles)
     limits = {n: a.limits for n, a in apps.items()}
@@ -295,13 +301,13 @@ def run_one(args: tuple[str, int, str, str, str]) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as tmp:
             services = read_services_file(str(services_file(Path(tmp), w, "1s")))
         workload = load_workload(csv, apps.keys(), limits, services)
-        config = sim_config(parse_run(f"x=deepboot:{flags}"), 60.0, rep, 8)
+        config = sim_config(parse_run(f"x=deepboot:{flags}"), interval, rep, 8)
         cluster = ClusterSpec.parse("16x4", 8)
     else:
         workload = load_workload(csv, apps.keys(), limits)
         workload = dataclasses.replace(workload, inference=())
         # The exact settings of frontier.py's limit runs (no inference: flat 30 s restarts).
-        config = sim_config(parse_run("x=pollux:no-inference"), 60.0, rep, 8)
+        config = sim_config(parse_run("x=pollux:no-inference"), interval, rep, 8)
         cluster = ClusterSpec.parse("16x4", 0)
     workload = jitter_submissions(workload, np.random.default_rng(rep), 30.0)
     rec = Recorder(VARIANTS[variant]())
@@ -483,6 +489,9 @@ def main(argv: list[str] | None = None) -> int:
         help="keep the inference: these run flags (e.g. 'slo,slo-target=0.99,"
         "host-cache-gb=1,host-cache-preload'), frontier.py's 1s setting",
     )
+    ap.add_argument(
+        "--interval", type=float, default=60.0, help="seconds between rounds (default 60)"
+    )
     ap.add_argument("--load", nargs="*", help="print from saved --json files instead")
     ap.add_argument("--jobs", action="store_true", help="also the per-job-class tables")
     ap.add_argument(
@@ -503,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         if v not in VARIANTS:
             ap.error(f"unknown variant {v!r}; known: {', '.join(VARIANTS)}")
     tasks = [
-        (v, rep, args.workload, args.profiles, args.lending)
+        (v, rep, args.workload, args.profiles, args.lending, args.interval)
         for rep in range(args.first_rep, args.first_rep + args.reps)
         for v in names
     ]

@@ -30,7 +30,7 @@ from deepboot.core.service import DEFAULT_SLO_WAIT_S
 from deepboot.perf.apps import load_apps
 from deepboot.report.figures import UsagePanel, WaitCurve
 from deepboot.report.schema import conform_summary
-from deepboot.world.presets import Preset, apply_preset, preset
+from deepboot.world.presets import Preset, apply_preset, preset, preset_params
 from deepboot.world.settings import MAX_PROTECT_FACTOR
 
 if TYPE_CHECKING:
@@ -40,9 +40,10 @@ if TYPE_CHECKING:
 
 RUN_SYNTAX = """\
 run syntax:  --run NAME=POLICY[:FLAG,FLAG...]   (NAME= is optional)
-  POLICY            a training policy, or a preset: guarded = pollux:slo,
-                    host-cache-gb=1,interval=30 (see 'deepboot policies'); flags
-                    after a preset win over its own
+  POLICY            a training policy, or a preset: guarded = deepboot:
+                    objective=power-mean,restart_delay=30,hysteresis=0.05,
+                    solver=core,slo,host-cache-gb=1,interval=30 (see 'deepboot
+                    policies'); flags and parameters after a preset win over its own
   lending           lend idle inference GPUs to training (ATS-I reclaims them)
   no-lending        training-pool-only baseline: training sees only the training
                     pool, inference runs only on the inference pool
@@ -184,7 +185,9 @@ def parse_run(text: str) -> RunSpec:
         name = "-".join([policy, *(f.replace("=", "-") for f in flags)])
     found = preset(policy)
     if found is not None:
-        flags = [*_preset_flags(found, flags), *flags]
+        own = {flag.partition("=")[0].strip() for flag in flags}
+        given = [f"{k}={v}" for k, v in preset_params(found.name, own).items()]
+        flags = [*given, *_preset_flags(found, flags), *flags]
         policy = found.policy
     if not _NAME_RE.fullmatch(name):
         raise ConfigError(

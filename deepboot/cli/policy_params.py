@@ -342,10 +342,12 @@ def add_interval_and_seed(
 
 POLICY_HELP = (
     "a training policy or a preset (both listed by 'deepboot policies'). A preset is a "
-    "policy with the flags it runs best with: guarded = pollux --slo --host-cache-gb 1 "
-    "--interval 30, the best configuration measured (simulator: 0.98x the all-GPU JCT on "
-    "small.csv, 1.08x on middle.csv, 99.8%% of requests within a 1 s wait; the paper's "
-    "deepboot keeps 45%% on small.csv); flags given beside it win over its own"
+    "policy with the parameters and flags it runs best with: guarded = deepboot "
+    "(objective=power-mean, restart_delay=30, hysteresis=0.05, solver=core) --slo "
+    "--host-cache-gb 1 --interval 30, the best configuration measured (simulator: 0.99x "
+    "the all-GPU JCT on small.csv, 1.07x on middle.csv, 99.8%% of requests within a 1 s "
+    "wait; the paper's deepboot keeps 45%% on small.csv); flags and --param given beside "
+    "it win over its own"
 )
 """``--policy``'s help where a preset is allowed (simulate, up); argparse %-escapes."""
 
@@ -353,8 +355,9 @@ POLICY_HELP = (
 def resolve_policy(args: argparse.Namespace, default: str | None = None) -> str:
     """Turn ``args.policy`` (or ``default`` when it is None) into a training policy.
 
-    A preset's name (:mod:`deepboot.world.presets`) becomes its training policy, and
-    the flags it sets that the user left out take its values; then the flags still
+    A preset's name (:mod:`deepboot.world.presets`) becomes its training policy, its
+    policy parameters go before the user's ``--param`` (of a key the user does not
+    give), and the flags it sets that the user left out take its values; then the flags still
     unset take the commands' own defaults (``--interval`` 60 s, ``--host-cache-gb``
     0). Sets ``args.policy`` to the training policy and ``args.preset`` to the
     preset's name ("" for a plain policy).
@@ -362,7 +365,7 @@ def resolve_policy(args: argparse.Namespace, default: str | None = None) -> str:
     Returns:
         The name to show for the run: the preset's, or the policy's.
     """
-    from deepboot.world.presets import apply_preset, preset
+    from deepboot.world.presets import apply_preset, preset, preset_params
 
     name = args.policy if args.policy is not None else default
     if name is None:
@@ -370,6 +373,10 @@ def resolve_policy(args: argparse.Namespace, default: str | None = None) -> str:
     policy, filled = apply_preset(name, vars(args))
     for dest, value in filled.items():
         setattr(args, dest, value)
+    given = getattr(args, "param", None)
+    if given is not None:
+        own = split_pairs(given)
+        args.param = [f"{k}={v}" for k, v in preset_params(name, own).items()] + list(given)
     found = preset(name)
     args.policy = policy
     args.preset = found.name if found else ""

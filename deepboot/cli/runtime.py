@@ -27,14 +27,16 @@ if TYPE_CHECKING:
     from deepboot.runtime.store.jobstore import JobStore
 
 _UP_EPILOG = """\
-Without --policy, up runs the preset guarded (see 'deepboot policies'): Pollux's
-allocator, the SLO guard, a 1 GB host-memory model cache per inference node and 30 s
-rounds, the best configuration measured (simulator, 16x4 GPUs with 8 inference nodes:
-0.98x the all-GPU average JCT on small.csv and 1.08x on middle.csv, 99.8% of requests
-within a 1 s wait; the paper's deepboot keeps 45% on small.csv). Flags given beside it
-win over its own (--interval 5, --host-cache-gb 8); --reserve or --no-lending replace
-its guard. The host cache gains only for handlers that export and restore their
-weights (docs/runtime.md); raise --host-cache-gb to your models' sizes.
+Without --policy, up runs the preset guarded (see 'deepboot policies'): ATS-T with
+Pollux's objective (deepboot, objective=power-mean, restart_delay=30, hysteresis=0.05,
+solver=core), the SLO guard, a 1 GB host-memory model cache per inference node and
+30 s rounds, the best configuration measured (simulator, 16x4 GPUs with 8 inference
+nodes: 0.99x the all-GPU average JCT on small.csv and 1.07x on middle.csv, 99.8% of
+requests within a 1 s wait; the paper's deepboot keeps 45% on small.csv). Flags and
+--param given beside it win over its own (--interval 5, --host-cache-gb 8);
+--reserve or --no-lending replace its guard. The host cache gains only for handlers
+that export and restore their weights (docs/runtime.md); raise --host-cache-gb to your
+models' sizes.
 
 examples:
   # a laptop: 2 training and 2 inference nodes of 2 logical GPUs (torch on the CPU)

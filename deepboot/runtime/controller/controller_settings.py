@@ -104,9 +104,11 @@ class ControllerSettings:
     def describe(self) -> str:
         """The configuration in one line, as ``status`` names it: the preset when
         there is one, then the policy and the flags that shape the run
-        (``guarded = pollux, --slo, --host-cache-gb 1, --interval 30``)."""
+        (``guarded = deepboot, --param objective=power-mean, ..., --slo,
+        --host-cache-gb 1, --interval 30``: :meth:`Preset.parts
+        <deepboot.world.presets.Preset.parts>`' order)."""
         shared = self.shared
-        parts = [self.policy]
+        parts = [self.policy, *(f"--param {k}={v}" for k, v in self.params.items())]
         if not shared.lending:
             parts.append("--no-lending")
         for flag, on in (("--slo", shared.slo), ("--reserve", shared.reserve)):
@@ -117,7 +119,6 @@ class ControllerSettings:
         parts.append(f"--interval {self.interval:g}")
         if not self.afe:
             parts.append("--no-afe")
-        parts += [f"--param {k}={v}" for k, v in self.params.items()]
         what = ", ".join(parts)
         return f"{self.preset} = {what}" if self.preset else what
 
