@@ -29,7 +29,7 @@ from deepboot.perf.fit import fit_perf_params
 from deepboot.perf.goodput import GoodputModel, select_batch
 from deepboot.runtime.client.jobspec import JobSpec
 from deepboot.runtime.store.jobstore import JobRow, JobState
-from deepboot.world.gpus import GpuBoard
+from deepboot.world.gpus import BoardGpu, GpuBoard
 from deepboot.world.sizing import replica_cap, target_batch
 
 JOB_TRANSITIONS: Mapping[JobState, frozenset[JobState]] = MappingProxyType(
@@ -268,6 +268,10 @@ class JobRec:
     )
     retry_at: float | None = None
     progress_pending: tuple[float, str] | None = None
+    # The last view and what it was built from (:meth:`view`).
+    _view: tuple[tuple[object, ...], JobView] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def name(self) -> str:
@@ -357,9 +361,25 @@ class JobRec:
 
         A command job's batch is its script's own (fixed); until it reports its own
         throughput, its prior stands for it (:func:`_prior`; none: the
-        policies' linear speedup)."""
+        policies' linear speedup).
+
+        The same view again while nothing it is built from changed (it is a function
+        of the key below: the row, the job's GPUs on the ledger, whose nodes never
+        move, the mode, whether it is mid-resize, and the online model's fields)."""
+        gpus = board.held(self.name)
+        model = self.model
+        key = (self.row, gpus, mode, self.transition is None, model.perf, model.grad,
+               tuple(model.resize_costs))  # fmt: skip
+        cached = self._view
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        view = self._build_view(gpus, mode)
+        self._view = (key, view)
+        return view
+
+    def _build_view(self, gpus: tuple[BoardGpu, ...], mode: JobMode) -> JobView:
         spec = self.row.spec
-        held = sorted(g.node_id for g in board.held(self.name))
+        held = sorted(g.node_id for g in gpus)
         placement = Placement.of(held) if held else EMPTY
         lo, hi = self.bounds(mode)
         if self.transition is not None and held:

@@ -70,7 +70,7 @@ from deepboot.runtime.controller.service_catalog import ServiceCatalog
 from deepboot.runtime.controller.shared import Incarnations, Requests, RouterLink
 from deepboot.runtime.controller.warmup import warm_kernels
 from deepboot.runtime.controller.watchdog import TurnWatchdog
-from deepboot.runtime.store.jobstore import GpuRow, JobStore, LogKind
+from deepboot.runtime.store.jobstore import GpuRow, JobRow, JobStore, LogKind
 from deepboot.runtime.store.statedir import StateDir
 from deepboot.scheduler.events import Event, EventKind
 from deepboot.world.demand import DemandLedger
@@ -137,6 +137,15 @@ class Controller:
             DemandLedger(slo.forecast.bin_s, slo.forecast.history_bins) if slo.enabled else None
         )
         self._demand_at = -float("inf")  # the last write of the demand view (status)
+        # What the last committed flush wrote (each flush writes only what changed
+        # since), and what the Prometheus gauges were last set from.
+        self._written_jobs: dict[str, JobRow] = {}
+        self._written_gpus: list[GpuRow] = []
+        self._world_gauged: tuple[object, ...] = ()
+        # Each GPU's row, and the (version, replica) it was built at (-1: not yet).
+        unbuilt = GpuRow("", 0, 0, "", "", "", "", "", 0, None)
+        self._gpu_row_keys: list[tuple[int, str | None]] = [(-1, None)] * len(self.board.gpus)
+        self._gpu_row_cache: list[GpuRow] = [unbuilt] * len(self.board.gpus)
         self.catalog = ServiceCatalog(
             self.store, self.log, self.router, clock, settings.shared.slo_target
         )
@@ -209,28 +218,18 @@ class Controller:
         counters, the SLO tally, the heartbeat and the decision latencies. Then drop
         the ended jobs, whose last row is written."""
         store = self.store
+        gpus = self._gpu_rows()
         with store.transaction() as db:
             self.log.write(store, db)
+            # Only what changed since the last flush committed: the rows are the same
+            # after it (rows are frozen, replaced on every change; this controller is
+            # the only writer of these columns and of the GPUs' table).
+            written = self._written_jobs
             for j in self.jobs.values():
-                store.save_job(db, j.row)
-            store.save_gpus(
-                db,
-                [
-                    GpuRow(
-                        gpu_name(r.gpu_id),
-                        r.node_id,
-                        r.index,
-                        r.pool.value,
-                        r.state.value,
-                        r.job or "",
-                        r.service or "",
-                        r.replica or "",
-                        r.hits,
-                        r.protect_until,
-                    )  # fmt: skip
-                    for r in self.board.gpus
-                ],
-            )
+                if written.get(j.name) is not j.row:
+                    store.save_job(db, j.row)
+            if gpus != self._written_gpus:
+                store.save_gpus(db, gpus)
             self.catalog.write_changes(db)
             self.caches.write(store, db)
             store.set_meta(db, "counters", json.dumps(self.metrics.counts()))
@@ -246,14 +245,43 @@ class Controller:
                 store.set_meta(db, "decision_ms_median", repr(median))
                 store.set_meta(db, "decision_ms_max", repr(max(latencies)))
             store.set_meta(db, "controller_pid", str(os.getpid()))
-        self.metrics.set_world(
-            ((r.pool, r.state, r.job, r.service) for r in self.board.gpus),
-            (j.row.state.value for j in self.jobs.values()),
-            slos,
-        )
+        self._written_gpus = gpus
+        # The gauges are a function of the GPUs' rows, the jobs' states and the SLOs:
+        # set again only when one of them changed.
+        world = (gpus, tuple(j.row.state.value for j in self.jobs.values()), slos)
+        if world != self._world_gauged:
+            self.metrics.set_world(
+                ((r.pool, r.state, r.job, r.service) for r in self.board.gpus), world[1], slos
+            )
+            self._world_gauged = world
         # An ended job's last row is written: stop rewriting it every iteration.
         for name in [n for n, j in self.jobs.items() if j.row.state.ended]:
             del self.jobs[name]
+        self._written_jobs = {n: j.row for n, j in self.jobs.items()}
+
+    def _gpu_rows(self) -> list[GpuRow]:
+        """Every GPU's row as the ledger holds it now. A GPU's row is built again only
+        when its ``version`` (bumped by every change the ledger makes) or its replica's
+        name (set by :mod:`~deepboot.runtime.controller.replicas` beside the ledger)
+        moved since the last call."""
+        rows, seen = self._gpu_row_cache, self._gpu_row_keys
+        for i, r in enumerate(self.board.gpus):
+            key = seen[i]
+            if key[0] != r.version or key[1] != r.replica:
+                seen[i] = (r.version, r.replica)
+                rows[i] = GpuRow(
+                    gpu_name(r.gpu_id),
+                    r.node_id,
+                    r.index,
+                    r.pool.value,
+                    r.state.value,
+                    r.job or "",
+                    r.service or "",
+                    r.replica or "",
+                    r.hits,
+                    r.protect_until,
+                )  # fmt: skip
+        return list(rows)
 
     def _write_demand(self, store: JobStore, db: sqlite3.Connection) -> None:
         """With ``--slo``: each service's forecast, burstiness and the replicas they
