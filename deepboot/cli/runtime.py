@@ -48,7 +48,8 @@ examples:
   # fast timings for a demo or a test
   deepboot up --training-nodes 2 --gpus-per-node 2 --interval 5 --poll 0.5
 
-  # attach to an existing Ray cluster whose nodes carry deepboot's resources
+  # attach to an existing Ray cluster: nodes labelled deepboot.io/pool (KubeRay,
+  # examples/kuberay/), or carrying deepboot's resources (docs/runtime.md)
   deepboot up --address 10.0.0.1:6379 --ray-token /etc/deepboot/ray-token
 
   # serve requests on every interface
@@ -198,7 +199,12 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     up.add_argument("--training-nodes", type=int, default=2, metavar="N")
     up.add_argument("--inference-nodes", type=int, default=0, metavar="N")
     up.add_argument("--gpus-per-node", type=int, default=2, metavar="G")
-    up.add_argument("--address", metavar="HOST:PORT", help="attach to this Ray cluster")
+    up.add_argument(
+        "--address",
+        metavar="HOST:PORT",
+        help="attach to this Ray cluster: its nodes' deepboot.io/pool labels, else their "
+        "deepboot_node_<n> resources, say what they are",
+    )
     up.add_argument("--ray-token", metavar="FILE", help="the attached cluster's Ray token file")
     up.add_argument(
         "--cuda-devices",
