@@ -58,7 +58,7 @@ class ActorName:
             return None
 
 
-def _on_gpu(placement: RayAsks, name: str, gpu: str, concurrency: int) -> dict[str, Any]:
+def _on_gpu(asks: RayAsks, name: str, gpu: str, concurrency: int) -> dict[str, Any]:
     """Ray options of a detached, named actor holding exactly ``gpu`` (Ray starts it
     once the GPU's previous holder is gone), never restarted by Ray."""
     return {
@@ -66,13 +66,13 @@ def _on_gpu(placement: RayAsks, name: str, gpu: str, concurrency: int) -> dict[s
         "namespace": NAMESPACE,
         "lifetime": "detached",
         "num_cpus": 0,
-        **placement.gpu(*parse_gpu(gpu)).actor_options(),
+        **asks.gpu(*parse_gpu(gpu)).actor_options(),
         "max_restarts": 0,
         "max_concurrency": concurrency,
     }
 
 
-def _on_node(placement: RayAsks, name: str, node: int, concurrency: int) -> dict[str, Any]:
+def _on_node(asks: RayAsks, name: str, node: int, concurrency: int) -> dict[str, Any]:
     """Ray options of a detached, named actor on deepboot node ``node``, holding no GPU
     (a standby, a command replica that holds its GPUs by a placement group of its own),
     never restarted by Ray."""
@@ -81,7 +81,7 @@ def _on_node(placement: RayAsks, name: str, node: int, concurrency: int) -> dict
         "namespace": NAMESPACE,
         "lifetime": "detached",
         "num_cpus": 0,
-        **placement.node(node).actor_options(),
+        **asks.node(node).actor_options(),
         "max_restarts": 0,
         "max_concurrency": concurrency,
     }
@@ -190,14 +190,14 @@ class Actors(Protocol):
 
 class RayActors:
     """Worker actors on a connected Ray cluster (``ray.init`` done by the caller),
-    placed as ``placement`` says (``RayAsks.of`` the cluster's record)."""
+    placed as ``asks`` says (``RayAsks.of`` the cluster's record)."""
 
-    def __init__(self, placement: RayAsks, report_timeout: float = 0.5) -> None:
+    def __init__(self, asks: RayAsks, report_timeout: float = 0.5) -> None:
         import ray
 
         from deepboot.elastic.worker import ElasticWorker
 
-        self._placement = placement
+        self._asks = asks
         self._ray = ray
         self._cls = ray.remote(ElasticWorker)
         self._command_cls: Any = None
@@ -223,7 +223,7 @@ class RayActors:
 
                 self._command_cls = self._ray.remote(CommandWorker)
             cls = self._command_cls
-        options = _on_gpu(self._placement, name, gpu, concurrency=4)
+        options = _on_gpu(self._asks, name, gpu, concurrency=4)
         handle = cls.options(**options).remote(config, gpu, first)
         self._handles[name] = handle
 
@@ -248,7 +248,7 @@ class RayActors:
         if self._replica_cls is None:
             self._replica_cls = self._ray.remote(ServiceReplica)
         concurrency = int(spec.get("concurrency", 1)) + 1
-        options = _on_gpu(self._placement, name, gpu, concurrency=concurrency)
+        options = _on_gpu(self._asks, name, gpu, concurrency=concurrency)
         handle = self._replica_cls.options(**options).remote(spec, gpu, log_path)
         self._handles[name] = handle
         return handle
@@ -264,8 +264,8 @@ class RayActors:
         if self._command_replica_cls is None:
             self._command_replica_cls = self._ray.remote(CommandReplica)
         node = parse_gpu(gpus[0])[0]
-        ask = self._placement.gpus([parse_gpu(g) for g in gpus])
-        options = _on_node(self._placement, name, node, COMMAND_CONCURRENCY)
+        ask = self._asks.gpus([parse_gpu(g) for g in gpus])
+        options = _on_node(self._asks, name, node, COMMAND_CONCURRENCY)
         handle = self._command_replica_cls.options(**options).remote(spec, gpus, log_path, ask)
         self._handles[name] = handle
         self._graceful[name] = float(spec.get("stop_grace_s", 10.0))
@@ -286,7 +286,7 @@ class RayActors:
 
         if self._replica_cls is None:
             self._replica_cls = self._ray.remote(ServiceReplica)
-        options = _on_node(self._placement, name, node, STANDBY_CONCURRENCY)
+        options = _on_node(self._asks, name, node, STANDBY_CONCURRENCY)
         handle = self._replica_cls.options(**options).remote(None, f"node {node}", log_path)
         self._handles[name] = handle
         self._standby_pids[name] = handle.pid.remote()
@@ -305,7 +305,7 @@ class RayActors:
         its load does); a wait of at most ``timeout`` for its answer."""
         self._standby_pids.pop(name, None)
         handle = self._handle(name)
-        ref = handle.become.remote(spec, gpu, log_path, self._placement.gpu(*parse_gpu(gpu)))
+        ref = handle.become.remote(spec, gpu, log_path, self._asks.gpu(*parse_gpu(gpu)))
         self._ray.get(ref, timeout=timeout)
         return handle
 
@@ -408,7 +408,7 @@ class RayActors:
         """The deepboot nodes Ray lists alive (the GCS's view: a node is dead once it
         missed its health checks); None when the GCS does not answer."""
         try:
-            return self._placement.live_nodes(self._ray.nodes())  # type: ignore[no-untyped-call]
+            return self._asks.live_nodes(self._ray.nodes())  # type: ignore[no-untyped-call]
         except Exception as exc:  # noqa: BLE001 (the GCS unreachable now: ask again later)
             log.warning("could not list the Ray nodes: %s", exc)
             return None
@@ -430,7 +430,7 @@ class RayActors:
                 lifetime="detached",
                 get_if_exists=True,
                 num_cpus=0,
-                **self._placement.node(node).actor_options(),
+                **self._asks.node(node).actor_options(),
                 max_restarts=0,
             ).remote(node, capacity_gb)
             view: Any = ray.get(handle.configure.remote(capacity_gb), timeout=timeout)
