@@ -143,6 +143,7 @@ def simulate(
     oracle: bool = False,
     host_cache_gb: float = 0.0,
     host_cache_preload: bool = False,
+    event_lending: bool = False,
 ) -> Result:
     """Simulate ``policy`` on ``workload`` and ``cluster``, as ``deepboot simulate``.
 
@@ -169,6 +170,8 @@ def simulate(
             replicas' models (``deepboot simulate --host-cache-gb``; 0: off).
         host_cache_preload: Stage the services' models in those caches before the
             first request (``--host-cache-preload``).
+        event_lending: Hand GPUs freed between rounds to the jobs at the event that
+            frees them (``--event-lending``).
 
     Returns:
         The summary and the per-job and per-task records.
@@ -209,6 +212,7 @@ def simulate(
         oracle=oracle,
         host_cache_gb=host_cache_gb,
         host_cache_preload=host_cache_preload,
+        event_lending=event_lending,
     ).sim_kwargs(inference_nodes=inference_nodes, policy=policy)
     from deepboot.policies import inference
 

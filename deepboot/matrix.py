@@ -75,6 +75,8 @@ run syntax:  --run NAME=POLICY[:FLAG,FLAG...]   (NAME= is optional)
                     before the first request (spread over the nodes)
   no-inference      drop the workload's inference tasks and give training every
                     node (the all-GPU limit)
+  event-lending     hand GPUs freed between rounds to the jobs at that event
+                    (ours), not at the next round
   interval=S        this run's scheduling interval, seconds (default: --interval)
   KEY=VALUE         a parameter of the training policy (as simulate --param)
 A flag left out takes 'deepboot simulate's default: lending, lifecycle x1, ATS-I
@@ -98,6 +100,7 @@ _BOOL_FLAGS: Mapping[str, tuple[str, bool]] = MappingProxyType(
         "warm-pool": ("warm_pool", True),
         "oracle": ("oracle", True),
         "host-cache-preload": ("host_cache_preload", True),
+        "event-lending": ("event_lending", True),
     }
 )
 
@@ -126,6 +129,7 @@ class RunSpec:
         host_cache_gb: GB of each inference node's host-memory model cache (None:
             off).
         host_cache_preload: Stage the services' models in those caches first.
+        event_lending: Hand GPUs freed between rounds out at the event.
         no_inference: Drop inference tasks and use every node for training.
         interval: This run's scheduling interval, seconds (None: the matrix's).
         preset: The preset the policy and some flags came from ("" for none).
@@ -152,6 +156,7 @@ class RunSpec:
     oracle: bool = False
     host_cache_gb: float | None = None
     host_cache_preload: bool = False
+    event_lending: bool = False
     no_inference: bool = False
     interval: float | None = None
     preset: str = ""
@@ -323,6 +328,7 @@ def sim_config(run: RunSpec, interval: float, seed: int, inference_nodes: int) -
         oracle=run.oracle,
         host_cache_gb=run.host_cache_gb or 0.0,
         host_cache_preload=run.host_cache_preload,
+        event_lending=run.event_lending,
     ).sim_kwargs(inference_nodes=0 if run.no_inference else inference_nodes, policy=run.policy)
     own = interval if run.interval is None else run.interval
     return SimConfig(interval=own, seed=seed, **settings)
@@ -367,6 +373,8 @@ def describe_config(run: RunSpec, config: SimConfig) -> str:
         parts.append(f"host cache {config.host_cache.capacity_gb:g} GB per node")
         if config.host_cache.preload:
             parts.append("models preloaded")
+    if config.event_lending:
+        parts.append("freed GPUs lent at the event")
     return ", ".join(parts)
 
 

@@ -94,6 +94,15 @@ def add_shared_cluster_flags(parser: argparse.ArgumentParser) -> None:
         "training-pool-only baseline; inference runs only on the inference pool)",
     )
     parser.add_argument(
+        "--event-lending",
+        action="store_true",
+        help="decide on every event (ours): a GPU freed between rounds (a job "
+        "finished, a replica went to sleep, a reclaim left a spare) goes to the jobs "
+        "at once (queued ones start, running ones grow where the gain over a round "
+        "pays the resize), within what the round would lend; the next round may undo "
+        "it. Off: freed GPUs wait for the next round, as Pollux and DeepBoot",
+    )
+    parser.add_argument(
         "--lifecycle",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -315,6 +324,7 @@ def shared_cluster(args: argparse.Namespace) -> SharedCluster:
         host_gbps=getattr(args, "host_gbps", None),
         host_init_s=getattr(args, "host_init_s", None),
         host_cache_preload=bool(getattr(args, "host_cache_preload", False)),
+        event_lending=bool(getattr(args, "event_lending", False)),
     )
 
 

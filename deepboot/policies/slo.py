@@ -35,6 +35,7 @@ the arrival histories and the measured durations.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
@@ -420,6 +421,15 @@ def _idle(
     return max(replicas_for(offered, config.idle_target, 1) - busy, 0)
 
 
+@functools.lru_cache(maxsize=1024)
+def _forecast_peak(history: ArrivalHistory, horizon_s: float, config: ForecastConfig) -> float:
+    """``forecast(history, horizon_s, config).peak``, remembered: a pure function of
+    frozen, hashable arguments, and the guard asks it again for the same history at
+    every event-time top-up until the next bin completes (the world hands out the
+    same history object meanwhile: ``DemandLedger.histories``)."""
+    return forecast(history, horizon_s, config).peak
+
+
 def _demand(
     name: str,
     spec: ServiceSpec,
@@ -435,7 +445,7 @@ def _demand(
     history = histories.get(name)
     if history is None or not history.counts:
         return None
-    peak = forecast(history, horizon(spec, interval, config, starts), config.forecast).peak
+    peak = _forecast_peak(history, horizon(spec, interval, config, starts), config.forecast)
     load = loads.get(name)
     duration = load.duration_s if load and load.duration_s > 0 else 0.0
     return peak, duration or config.default_duration_s

@@ -35,6 +35,15 @@ the simulator and the runtime alike:
   next tick), then a retry.
 * **JOB_SUBMITTED**: nothing until the next tick.
 
+With ``LoopSettings.event_lending`` a step that may have freed GPUs (a job finished
+or arrived, a replica lost or gone to sleep, a reclaim) ends with the **top-up**
+(:mod:`deepboot.policies.topup`): once the retry pass is over, if a GPU training may
+use is free and a job has room, a TOP_UP continuation hands the free GPUs out at
+once (queued jobs start, running ones grow; none shrinks or moves), within the
+capacity a round would have: the SLO guard's held GPUs (worked out again at the
+event; when the guard is short, no further inference GPU) and the lending reserve
+are kept. The next round may undo it.
+
 The SLO guard of a tick (:mod:`deepboot.scheduler.guard`) makes the ``WarmReplica``
 operations; every step's ``WarmReplica`` operations are checked against the snapshot
 (:func:`validate_warm_replicas`) before the step is returned.
@@ -51,6 +60,7 @@ the :class:`Backend` protocol: ``snapshot(event)`` and ``apply(step)``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -76,6 +86,7 @@ from deepboot.policies.slo import (
     idle_need_multi,
     service_needs,
 )
+from deepboot.policies.topup import TopUpConfig
 from deepboot.scheduler.decision import Decision, new_placement
 from deepboot.scheduler.events import Event, EventKind
 from deepboot.scheduler.guard import Guard, guard, reclaim_ops
@@ -226,6 +237,10 @@ class LoopSettings:
             service's forecast need, and an emptied replica sleeps at once (the
             guard, not a protect time, decides whether it is held or lent).
             Services' ``guaranteed_replicas`` are held and pre-warmed whatever it says.
+        event_lending: Hand out GPUs freed between rounds at the event that frees
+            them (the top-up, module docstring) instead of at the next round.
+        resize_cost: Seconds the top-up takes a resize to cost a job whose view
+            names none (it grows a job only when the gain over an interval pays it).
     """
 
     interval: float = 60.0
@@ -233,6 +248,8 @@ class LoopSettings:
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
     reserve: LendReserveConfig = field(default_factory=LendReserveConfig)
     slo: SloConfig = field(default_factory=SloConfig)
+    event_lending: bool = False
+    resize_cost: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,12 +264,17 @@ class Retry:
             operations were applied), leaving ``held`` out of its capacity; the
             world snapshots it as a tick.
         held: Idle inference GPUs the guard keeps from that round.
+        lend_after: When the pass is over, see whether the top-up has GPUs to give
+            (``LoopSettings.event_lending``).
+        top_up: The top-up is to run; the world snapshots it as TOP_UP.
     """
 
     position: int = 0
     blocked: frozenset[str] = frozenset()
     round: bool = False
     held: frozenset[GpuId] = frozenset()
+    lend_after: bool = False
+    top_up: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +305,23 @@ tick's does (every job as of now, the services' ``loads``)."""
 
 RETRY = Event(EventKind.RETRY)
 """The event of a retry continuation (see :class:`Step`)."""
+
+TOP_UP = Event(EventKind.TOP_UP)
+"""The event of a top-up continuation (see :class:`Retry`)."""
+
+_FREEING = frozenset(
+    {
+        EventKind.JOB_FINISHED,
+        EventKind.JOB_SUBMITTED,
+        EventKind.REPLICA_LOST,
+        EventKind.INFERENCE_DONE,
+        EventKind.PROTECT_EXPIRED,
+        EventKind.REPLICA_WARM,
+        EventKind.INFERENCE_ARRIVAL,
+    }
+)
+"""Events whose step may leave a GPU free for training (a job finished, one arrived
+that may take a free GPU, a replica lost or put to sleep, a reclaim's shrink)."""
 
 
 class ControlLoop:
@@ -326,6 +365,12 @@ class ControlLoop:
                 ``WarmReplica`` included); nothing of the step is meant to be applied.
         """
         out = self._dispatch(event, snap, rng, cursor)
+        if self.settings.event_lending and event.kind in _FREEING and _frees(event.kind, out):
+            nxt = out.retry
+            nxt = (
+                Retry(lend_after=True) if nxt is None else dataclasses.replace(nxt, lend_after=True)
+            )
+            out = dataclasses.replace(out, retry=nxt)
         validate_warm_replicas(out.ops, snap.gpus, snap.services)
         return out
 
@@ -447,6 +492,8 @@ class ControlLoop:
     def _retry(self, snap: Snapshot, rng: np.random.Generator, cursor: Retry) -> Step:
         if cursor.round:
             return self._training(snap, rng, cursor.held)
+        if cursor.top_up:
+            return self._top_up(snap)
         blocked = set(cursor.blocked)
         unplaced: list[Unplaced] = []
         for i in range(cursor.position, len(snap.waiting)):
@@ -460,8 +507,32 @@ class ControlLoop:
                 unplaced.append(Unplaced(task.name, WaitReason.NO_IDLE_GPU, True))
                 continue
             # The placed task leaves the queue: the next one is now at index i.
-            return Step(ops=ops, unplaced=tuple(unplaced), retry=Retry(i, frozenset(blocked)))
+            nxt = Retry(i, frozenset(blocked), lend_after=cursor.lend_after)
+            return Step(ops=ops, unplaced=tuple(unplaced), retry=nxt)
+        if cursor.lend_after and _spare(snap, self.settings.lending):
+            return Step(unplaced=tuple(unplaced), retry=Retry(top_up=True))
         return Step(unplaced=tuple(unplaced))
+
+    def _top_up(self, snap: Snapshot) -> Step:
+        """Hand the GPUs free now to the jobs (the module docstring's top-up)."""
+        held = frozenset[GpuId]()
+        if self.inference is not None:
+            kept = self.guard(snap)
+            held = kept.held
+            if kept.ops:
+                # The guard is short (it would pre-warm or reclaim): lend nothing more.
+                held |= frozenset(
+                    g.gpu_id
+                    for g in snap.gpus
+                    if g.pool is Pool.INFERENCE and g.state in (GpuState.FREE, GpuState.SLEEP)
+                )
+        capacity = self.capacity(snap, self.kept(snap, held))
+        state = ClusterState(snap.now, snap.cluster, snap.jobs, capacity)
+        s = self.settings
+        decision = self.training.top_up(state, TopUpConfig(s.interval, s.resize_cost))
+        if not decision:
+            return Step()
+        return Step(ops=(*assign_gpus(snap.gpus, decision, held), *decision.ops))
 
     def _place(
         self, task: str, service: str, snap: Snapshot, rng: np.random.Generator
@@ -581,8 +652,8 @@ def run_event(
         cursor = step.retry
         t0 = timer() if timer is not None else 0.0
         # A tick's training round deferred behind the SLO guard sees the world as a
-        # tick does (every job as of now).
-        snap = backend.snapshot(event if cursor.round else RETRY)
+        # tick does (every job as of now); a top-up as one too (TOP_UP).
+        snap = backend.snapshot(event if cursor.round else TOP_UP if cursor.top_up else RETRY)
         state = dict(rng.bit_generator.state) if observe is not None else {}
         step = loop.step(RETRY, snap, rng, cursor)
         if timer is not None and step.round:
@@ -670,6 +741,32 @@ def _join(gpu: GpuView, service: str, task: str) -> StartReplica:
 
 def _retry_cursor(snap: Snapshot) -> Retry | None:
     return Retry() if snap.waiting else None
+
+
+def _frees(kind: EventKind, step: Step) -> bool:
+    """Whether ``step`` (of an event of ``kind`` in ``_FREEING``) may leave a GPU
+    free for training: an idle replica put to sleep, a reclaim; a job's end or
+    arrival, a replica lost, always."""
+    if kind is EventKind.INFERENCE_ARRIVAL:
+        return any(isinstance(op, Reclaim) for op in step.ops)
+    if kind in (EventKind.INFERENCE_DONE, EventKind.PROTECT_EXPIRED, EventKind.REPLICA_WARM):
+        return any(isinstance(op, SleepReplica) for op in step.ops)
+    return True
+
+
+def _spare(snap: Snapshot, lending: bool) -> bool:
+    """Whether the top-up may have something to do: a GPU training could use is
+    idle (FREE on the training pool; FREE or SLEEP on the inference pool, with
+    lending) and a job could take more GPUs. Cheap: the top-up itself decides."""
+    if not any(j.placement.num_replicas < j.max_replicas for j in snap.jobs):
+        return False
+    for g in snap.gpus:
+        if g.pool is Pool.TRAINING:
+            if g.state is GpuState.FREE:
+                return True
+        elif lending and g.state in (GpuState.FREE, GpuState.SLEEP):
+            return True
+    return False
 
 
 def _gpu(snap: Snapshot, gpu_id: GpuId | None) -> GpuView:

@@ -27,6 +27,10 @@ class EventKind(enum.Enum):
     TICK: a scheduling round of the training policy.
     RETRY: the queued inference tasks are tried again; never queued by a world, only
         made by :func:`deepboot.scheduler.control.run_event` to continue a retry pass.
+    TOP_UP: the event-time top-up of a step that freed GPUs (``LoopSettings.
+        event_lending``); never queued, made by ``run_event`` like RETRY. A world
+        snapshots it as a tick (the services' loads and arrivals, the loading
+        replicas), with every job as it stands now.
     """
 
     JOB_SUBMITTED = "job_submitted"
@@ -39,6 +43,7 @@ class EventKind(enum.Enum):
     WORKER_LOST = "worker_lost"
     TICK = "tick"
     RETRY = "retry"
+    TOP_UP = "top_up"
 
     @property
     def priority(self) -> int:
@@ -67,6 +72,7 @@ _PRIORITY = MappingProxyType(
         EventKind.JOB_SUBMITTED: 20,
         EventKind.INFERENCE_ARRIVAL: 30,
         EventKind.RETRY: 50,
+        EventKind.TOP_UP: 55,
         EventKind.TICK: 90,
     }
 )

@@ -9,6 +9,7 @@ from deepboot.core.modes import JobMode
 from deepboot.core.placement import EMPTY
 from deepboot.core.state import ClusterState
 from deepboot.policies.base import TrainingPolicy
+from deepboot.policies.topup import TopUpConfig, top_up
 from deepboot.scheduler.decision import (
     Decision,
     Operation,
@@ -70,6 +71,29 @@ class Scheduler:
                 ops.append(Start(view.name, new))
             else:
                 ops.append(Resize(view.name, old, new))
+        decision = Decision(tuple(ops))
+        validate_decision(decision, state)
+        return decision
+
+    def top_up(self, state: ClusterState, config: TopUpConfig) -> Decision:
+        """Hand the GPUs nobody holds to the jobs now, between rounds
+        (:func:`deepboot.policies.topup.top_up`), as validated operations.
+
+        Only ``Start`` and growing ``Resize`` operations: no job shrinks or moves.
+
+        Raises:
+            InvalidDecisionError: the top-up broke an invariant (a bug); nothing has
+                been applied.
+        """
+        grown = top_up(state, self.policy.job_mode, config)
+        ops: list[Operation] = []
+        for view in state.jobs:
+            new = grown.get(view.name)
+            if new is None:
+                continue
+            ops.append(
+                Resize(view.name, view.placement, new) if view.placement else Start(view.name, new)
+            )
         decision = Decision(tuple(ops))
         validate_decision(decision, state)
         return decision

@@ -82,6 +82,8 @@ class SimConfig:
         cold_start_default: Start-up seconds of a model missing from ``cold_start``.
         host_cache: Each inference node's host-memory model cache
             (:mod:`deepboot.world.hostcache`; off by default: every start is cold).
+        event_lending: Hand out GPUs freed between ticks at the event that frees
+            them (``LoopSettings.event_lending``; off: the reference's ticks only).
         model_gb: Weights of each model, GB, for the host cache (a service's own
             ``model_gb`` wins); a model in neither is refused when the cache is on.
         job_bounds: How many GPUs a policy may give a job: "reference" (the
@@ -123,6 +125,7 @@ class SimConfig:
     cold_start: Mapping[str, float] = field(default_factory=lambda: DEEPBOOT_COLD_START)
     cold_start_default: float = 6.0
     host_cache: HostCacheConfig = field(default_factory=HostCacheConfig)
+    event_lending: bool = False
     model_gb: Mapping[str, float] = field(default_factory=lambda: MODEL_GB)
     job_bounds: str = "reference"
     grad_min_replicas: int = 1

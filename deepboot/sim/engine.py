@@ -290,6 +290,7 @@ class Simulation:
                 lifecycle=config.lifecycle,
                 reserve=config.lend_reserve,
                 slo=slo,
+                event_lending=config.event_lending,
             ),
         )
         guarded = loop.settings.slo
@@ -305,7 +306,11 @@ class Simulation:
         self._collect: Callable[[], None] = _nothing
         self._on_progress: ProgressCallback | None = None
         self._on_event: EventCallback | None = None
-        self._track = self.serving is not None and self._lending
+        # Jobs resized between ticks (reclaims; the top-up's grows) roll back to the
+        # last tick's checkpoint; their views as of their last change are kept.
+        self._eager = config.event_lending
+        self._track = (self.serving is not None and self._lending) or self._eager
+        self._live_views = self.serving is not None or self._eager
         # The SLO guard holds or pre-warms replicas at ticks: they go on while
         # inference runs, jobs or not.
         self._guarded = self.serving is not None and (
@@ -551,16 +556,22 @@ class Simulation:
 
     def snapshot(self, event: Event) -> Snapshot:
         """The world for ``event``: at a tick, every active job as of now and the
-        services' recent load; otherwise the jobs as of their last change (what the
-        reference's inference placement sees between ticks)."""
+        services' recent load; at a top-up, that load with the jobs as of their last
+        change; otherwise the jobs as of their last change (what the reference's
+        inference placement sees between ticks)."""
         now = self.now
         serving = self.serving
         waiting = () if serving is None else serving.pending()
-        if event.kind is EventKind.TICK:
-            active = sorted(
-                self._active.values(), key=lambda r: (r.job.spec.submit_time, r.job.name)
-            )
-            jobs = tuple(r.job.view(now) for r in active)
+        if event.kind in _TICK_LIKE:
+            if event.kind is EventKind.TICK:
+                active = sorted(
+                    self._active.values(), key=lambda r: (r.job.spec.submit_time, r.job.name)
+                )
+                jobs = tuple(r.job.view(now) for r in active)
+            else:
+                # A top-up between ticks: each job as of its last change (its state
+                # now is integrated ahead to the next tick).
+                jobs = self._job_views()
             reserve = self.config.lend_reserve
             demand = None if serving is None else serving.demand
             arrivals: Mapping[str, ArrivalHistory] = MappingProxyType({})
@@ -583,7 +594,7 @@ class Simulation:
                 loading=frozenset() if serving is None else serving.loading(now),
             )
         else:
-            jobs = self._job_views() if serving is not None else ()
+            jobs = self._job_views() if self._live_views else ()
             snap = Snapshot(
                 now, self.cluster, jobs, self.board.views(), waiting, services=self._services
             )
@@ -671,7 +682,7 @@ class Simulation:
         """Placements are fixed until the next tick unless a reclaim shrinks one:
         integrate every active job up to the tick now, keeping where each was."""
         active = self._active_sorted()
-        if self.serving is not None:
+        if self._live_views:
             # What inference placements see until the next change (before the jobs
             # are integrated ahead to the next tick).
             for rec in active:
@@ -745,6 +756,8 @@ class Simulation:
 
 
 _RUNNING = GpuState.RUNNING
+_TICK_LIKE = frozenset({EventKind.TICK, EventKind.TOP_UP})
+"""Snapshots with the services' loads and arrivals (what a round's guard reads)."""
 
 
 def _nothing() -> None:

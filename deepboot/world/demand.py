@@ -24,10 +24,18 @@ class _Series:
     """One service's bins: arrivals, their one-second counts squared, the busiest
     second, and the second still open (its count folds into its bin once it ends)."""
 
-    __slots__ = ("last", "counts", "squares", "peaks", "second", "in_second", "second_bin")
+    __slots__ = (
+        "last", "counts", "squares", "peaks", "second", "in_second", "second_bin",
+        "version", "handed",
+    )  # fmt: skip
 
     def __init__(self, bin_index: int, keep: int) -> None:
         self.last = bin_index  # the bin counts[-1] covers
+        # Bumped by every change; ``handed`` is the history last handed out, with the
+        # (bin in progress, version) it was made at: the same until either moves (an
+        # event-time top-up asks for the histories at many events of one bin).
+        self.version = 0
+        self.handed: tuple[int, int, ArrivalHistory] | None = None
         self.counts: deque[int] = deque(maxlen=keep + 1)
         self.squares: deque[int] = deque(maxlen=keep + 1)
         self.peaks: deque[int] = deque(maxlen=keep + 1)
@@ -51,6 +59,7 @@ class _Series:
         n, self.in_second = self.in_second, 0
         if n == 0:
             return
+        self.version += 1
         at = len(self.counts) - 1 - (self.last - self.second_bin)
         if at >= 0:
             self.squares[at] += n * n
@@ -88,6 +97,7 @@ class DemandLedger:
         if series is None:
             series = self._series[service] = _Series(b, self.keep)
         b = series.advance(b)
+        series.version += 1
         series.counts[-1] += 1
         second = max(math.floor(now), series.second)
         if second != series.second:
@@ -109,6 +119,10 @@ class DemandLedger:
         for service, series in self._series.items():
             if math.floor(now) > series.second:
                 series.fold()  # a second that has ended counts now
+            handed = series.handed
+            if handed is not None and handed[0] == current and handed[1] == series.version:
+                out[service] = handed[2]
+                continue
             n = len(series.counts)
             if series.last >= current:  # drop the bins from the one in progress on
                 stop, pad = max(n - (series.last - current + 1), 0), 0
@@ -119,7 +133,8 @@ class DemandLedger:
                 tuple(itertools.islice(values, start, stop)) + (0,) * pad
                 for values in (series.counts, series.squares, series.peaks)
             )
-            out[service] = ArrivalHistory(self.bin_s, counts, end, squares, peaks)
+            out[service] = history = ArrivalHistory(self.bin_s, counts, end, squares, peaks)
+            series.handed = (current, series.version, history)
         return out
 
     def loads(self) -> dict[str, ServiceLoad]:

@@ -223,8 +223,9 @@ class Driver:
                         f"{after:g} s (times this large lose sub-interval precision)"
                     )
                 self.queue.push(after, Event(EventKind.TICK))
-        elif kind is not EventKind.JOB_SUBMITTED:
-            # A submission changes nothing before the next tick.
+        elif kind is not EventKind.JOB_SUBMITTED or self.loop.settings.event_lending:
+            # A submission changes nothing before the next tick, unless the loop
+            # decides at every event (the new job may take GPUs free now).
             self.decide(event)
         world.after_event(now, event)
         return True

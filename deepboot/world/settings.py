@@ -73,6 +73,8 @@ class SharedCluster:
         host_init_s: The fixed seconds of a start from it (None: the default).
         host_cache_preload: Stage every service's model in the caches before the
             first request (:attr:`HostCacheConfig.preload`; the simulator's only).
+        event_lending: Hand out GPUs freed between rounds at once, at the event
+            that frees them (``LoopSettings.event_lending``), not at the next round.
 
     Raises:
         ConfigError: ``protect_factor``, ``reserve_target``, ``reserve_window``,
@@ -101,6 +103,7 @@ class SharedCluster:
     host_gbps: float | None = None
     host_init_s: float | None = None
     host_cache_preload: bool = False
+    event_lending: bool = False
 
     def __post_init__(self) -> None:
         # Numbers as numbers, whichever door they came in by (a matrix cell, JSON).
@@ -225,6 +228,7 @@ class SharedCluster:
             "inference_policy": self.inference_policy(policy),
             "inference_params": MappingProxyType(dict(self.ats_i_params)),
             "host_cache": self.host_cache,
+            "event_lending": bool(self.event_lending),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -256,6 +260,7 @@ def loop_settings(
     lifecycle: LifecycleConfig,
     reserve: LendReserveConfig,
     slo: SloConfig,
+    event_lending: bool = False,
 ) -> LoopSettings:
     """The control loop's settings, in both worlds (the one place they are made).
 
@@ -269,6 +274,7 @@ def loop_settings(
         lifecycle=lifecycle,
         reserve=reserve,
         slo=paced(slo, interval) if lending else SloConfig(),
+        event_lending=event_lending,
     )
 
 
@@ -280,4 +286,5 @@ def shared_loop_settings(shared: SharedCluster, interval: float) -> LoopSettings
         lifecycle=shared.lifecycle_config,
         reserve=shared.lend_reserve,
         slo=shared.slo_config,
+        event_lending=shared.event_lending,
     )

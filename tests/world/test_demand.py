@@ -51,3 +51,30 @@ def test_counts_match_counting_by_hand(times: list[float], now: float, keep: int
 def test_bad_bins_are_refused() -> None:
     with pytest.raises(ValueError):
         DemandLedger(0.0, 3)
+
+
+@settings(max_examples=60, derandomize=True)
+@given(st.lists(st.tuples(st.floats(0.0, 600.0), st.booleans()), max_size=30))
+def test_handed_histories_are_reused_only_while_nothing_changed(
+    steps: list[tuple[float, bool]],
+) -> None:
+    """Asked again in the same bin with no arrival since, a service's history is the
+    same object; whatever happened, it equals what a fresh ledger fed the same
+    arrivals hands out (the memo never serves a stale history)."""
+    d = DemandLedger(20.0, keep=6)
+    fed: list[float] = []
+    now = 0.0
+    for dt, arrive in steps:
+        now += dt / 10.0
+        if arrive:
+            d.arrived("a", now)
+            fed.append(now)
+        first = d.histories(now)
+        again = d.histories(now)
+        assert first.keys() == again.keys()
+        for name in first:
+            assert again[name] is first[name]
+        fresh = DemandLedger(20.0, keep=6)
+        for t in fed:
+            fresh.arrived("a", t)
+        assert fresh.histories(now) == first

@@ -117,7 +117,7 @@ class RayBackend:
         loads: dict[str, ServiceLoad] = {}
         arrivals: dict[str, ArrivalHistory] = {}
         settings = self.loop.settings
-        rounds = event.kind in ROUND_KINDS
+        rounds = event.kind in ROUND_KINDS or event.kind is EventKind.TOP_UP
         if rounds and requests.arrivals is not None:
             # SLO-guarded lending (it replaces the reserve): the guard's forecast reads
             # the binned arrivals and the mean run times, as the simulator's does.
