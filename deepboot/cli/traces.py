@@ -1,5 +1,6 @@
-"""``deepboot workload from-genai | from-azure-llm | rate-shape | compose``: workloads
-from the public production inference traces (see :mod:`deepboot.sim.traces`).
+"""``deepboot workload from-genai | from-azure-llm | rate-shape | compose | week``:
+workloads from the public production inference traces (see :mod:`deepboot.sim.traces`),
+and a week of a large cluster from Philly and GenAI (:mod:`deepboot.sim.week`).
 
 Every subcommand checks its flags against the ranges its help states (one error line,
 exit 2), refuses an output that is one of its inputs, writes every file atomically and
@@ -9,6 +10,7 @@ prints one summary line that credits the trace (CC-BY-4.0).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import re
 from collections.abc import Sequence
@@ -120,6 +122,28 @@ below the stream's mean gap) so that the largest window's fraction reaches
 --peak-busy; the achieved peak and average are printed. Training rows are kept as
 they are; inference rows of the training file are dropped (counted)."""
 
+_WEEK_EPILOG = """\
+example: a week of a 1,024-GPU cluster (256 nodes x 4 GPUs, the last 128 nodes the
+inference pool), training at 0.8 of its pool's GPU-hours, the GenAI trace's busiest
+week at a peak busy fraction of 0.8 of the inference pool:
+  deepboot workload week --philly ../shared/traces/philly.csv \\
+      --genai ../shared/traces/inference/alibaba-genai-2026/lora_request_trace.csv \\
+      --load-latency \\
+      ../shared/traces/inference/alibaba-genai-2026/basemodel_update_latency_anon.csv \\
+      --cluster 256x4 --inference-nodes 128 --load 0.8 --peak-busy 0.8 --seed 1 \\
+      --out week.csv
+
+Training: the --days days of Philly (from midnight) in which the most of its jobs
+arrive, drawn with replacement at their own times of day (plus under a minute) and
+mapped to models as 'from-philly' maps them, until their nominal GPU-hours (each job
+alone at its own request, on --profiles or the built-in catalog) reach --load times
+the training pool's GPU-hours over the days. Inference: the GenAI trace's busiest
+--days x 24 hours, its --top busiest models as services, composed as 'compose'
+does: shifted to the first job, thinned or replicated to --peak-busy. The summary
+counts the jobs, the requests and the load reached.
+
+Sources: Microsoft Philly trace; Alibaba cluster-trace-v2026-GenAI, CC-BY-4.0."""
+
 
 # ------------------------------------------------------------------ ranges
 
@@ -174,6 +198,8 @@ RANGES: dict[str, _Range] = {
     "--model-gb": _Range(float, 0, 100_000, open_low=True),
     "--gpus-per-replica": _Range(int, 1, 64),  # core.service.MAX_GPUS_PER_REPLICA
     "--slo-wait": _Range(float, 0, 86_400, open_low=True),
+    "--days": _Range(int, 1, 28),
+    "--load": _Range(float, 0, 4, open_low=True),
 }
 """Every numeric flag of these subcommands (``--seed`` and ``--cluster``: cli.limits)."""
 
@@ -201,6 +227,19 @@ def add_parsers(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     _add_rate_shape(sub, formatter)
     _add_bursty(sub, formatter)
     _add_compose(sub, formatter)
+    _add_week(sub, formatter)
+
+
+def _cluster_flags(p: argparse.ArgumentParser, cluster: str, inference_nodes: int) -> None:
+    """``--cluster`` and ``--inference-nodes``, with these defaults."""
+    p.add_argument("--cluster", default=cluster, metavar="NODESxGPUS", help=limits.CLUSTER_HELP)
+    p.add_argument(
+        "--inference-nodes",
+        type=int,
+        default=inference_nodes,
+        metavar="N",
+        help="the last N nodes form the inference pool, 1 <= N < NODES",
+    )
 
 
 def _common(p: argparse.ArgumentParser, seed: str, inputs: str, *, services: bool = True) -> None:
@@ -415,14 +454,7 @@ def _add_compose(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         metavar="FILE",
         help="the services file of the --inference at the same position; repeatable",
     )
-    p.add_argument("--cluster", default="16x4", metavar="NODESxGPUS", help=limits.CLUSTER_HELP)
-    p.add_argument(
-        "--inference-nodes",
-        type=int,
-        default=8,
-        metavar="N",
-        help="the last N nodes form the inference pool, 1 <= N < NODES",
-    )
+    _cluster_flags(p, "16x4", 8)
     _number(
         p, "--peak-busy", "F", "scale the inference load to this peak busy fraction "
         "(default: no scaling)",
@@ -431,6 +463,51 @@ def _add_compose(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     _number(p, "--max-requests", "N", "most inference requests written", default=1_000_000)
     _common(p, "the thinning and the copies", "an input")
     p.set_defaults(func=workload_compose)
+
+
+def _add_week(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "week",
+        help="a week of a large cluster: Philly's arrivals at a stated training load, "
+        "with the GenAI trace's services",
+        description="Generate a week (or --days days) of a large shared cluster: training "
+        "jobs from the Philly trace's arrivals, scaled to a nominal load of the training "
+        "pool, and the Alibaba GenAI trace's requests composed onto the inference pool.",
+        epilog=_WEEK_EPILOG,
+        formatter_class=formatter,
+    )
+    p.add_argument("--philly", required=True, metavar="FILE", help="philly.csv")
+    p.add_argument("--genai", required=True, metavar="FILE", help="lora_request_trace.csv")
+    p.add_argument(
+        "--load-latency",
+        required=True,
+        metavar="FILE",
+        help="basemodel_update_latency_anon.csv: each service's cold start is drawn from it",
+    )
+    p.add_argument(
+        "--profiles",
+        metavar="DIR",
+        help="measured profiles for the nominal GPU times (default: the built-in catalog)",
+    )
+    _cluster_flags(p, "256x4", 128)
+    _number(p, "--days", "D", "days of arrivals (default: 7)", default=7)
+    _number(
+        p, "--load", "F", "the training jobs' nominal GPU-hours over the training pool's "
+        "(default: 0.8)", default=0.8,
+    )  # fmt: skip
+    _number(
+        p, "--peak-busy", "F", "the inference load's peak busy fraction of the inference "
+        "pool (default: 0.8)", default=0.8,
+    )  # fmt: skip
+    _number(p, "--top", "N", "busiest GenAI models kept as services, the rest 'other'", default=10)
+    _number(
+        p, "--model-gb", "GB", "every service's model size, for a host cache (default: 28, "
+        "a host start of 2.84 s at 12 GB/s plus 0.5 s, the median of the trace's fast "
+        "base-model loads; the trace names no sizes)", default=28.0,
+    )  # fmt: skip
+    _number(p, "--max-requests", "N", "most inference requests written", default=MAX_REQUESTS)
+    _common(p, "every draw", "an input")
+    p.set_defaults(func=workload_week)
 
 
 # ------------------------------------------------------------------ handlers
@@ -695,6 +772,87 @@ def workload_compose(args: argparse.Namespace, out: Console, err: Console) -> in
     result = compose(train, streams, config, np.random.default_rng(args.seed))
     _write(outputs, "compose", result.rows, result.services, result.notes)
     _say(out, result.summary)
+    _say(
+        out,
+        f"wrote {outputs.workload} ({len(result.rows):,} rows) and {outputs.services} "
+        f"({_plural(len(result.services), 'service')})",
+    )
+    return 0
+
+
+def workload_week(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``deepboot workload week``."""
+    from deepboot.core.cluster import ClusterSpec, Pool
+    from deepboot.perf.apps import load_apps
+    from deepboot.sim.philly import read_philly
+    from deepboot.sim.traces.compose import (
+        ComposeConfig,
+        Stream,
+        TrainingFile,
+        TrainingRow,
+        compose,
+    )
+    from deepboot.sim.traces.genai import (
+        GenaiConfig,
+        Window,
+        genai_stream,
+        read_load_latencies,
+        read_requests,
+    )
+    from deepboot.sim.week import WeekConfig, training_week
+
+    philly = require_path(args.philly, "--philly")
+    genai = require_path(args.genai, "--genai")
+    latency = require_path(args.load_latency, "--load-latency")
+    inputs = [PathArg("--philly", philly), PathArg("--genai", genai)]
+    inputs.append(PathArg("--load-latency", latency))
+    limits.check_seed(args.seed)
+    limits.check_cluster(args.cluster, args.inference_nodes)
+    if args.inference_nodes < 1:
+        raise ConfigError("--inference-nodes must be at least 1: the week has inference")
+    _check_numbers(args, "--days", "--load", "--peak-busy", "--top", "--model-gb", "--max-requests")
+    cluster = ClusterSpec.parse(args.cluster, args.inference_nodes)
+    training_gpus = sum(n.gpus for n in cluster.pool_nodes(Pool.TRAINING))
+    inference_gpus = sum(n.gpus for n in cluster.pool_nodes(Pool.INFERENCE))
+    outputs = _output_paths(args, inputs)
+    rng = np.random.default_rng(args.seed)
+    week = training_week(
+        read_philly(philly),
+        load_apps(args.profiles),
+        WeekConfig(args.days, training_gpus, cluster.nodes[0].gpus, args.load),
+        rng,
+    )
+    rows = tuple(
+        TrainingRow(i + 2, j.name, j.submit_time, j.application, j.num_replicas, j.batch_size)
+        for i, j in enumerate(week.jobs)
+    )
+    window = Window(busiest_hours=24.0 * args.days)
+    stream = genai_stream(
+        read_requests(genai),
+        GenaiConfig(window=window, top=args.top),
+        rng,
+        read_load_latencies(latency),
+    )
+    specs = tuple(dataclasses.replace(v, model_gb=args.model_gb) for v in stream.services)
+    streams = [Stream(genai, outputs.services, stream.requests, specs, stream.notes)]
+    config = ComposeConfig(inference_gpus, args.peak_busy, 600.0, args.max_requests)
+    result = compose(TrainingFile(philly, rows, 0), streams, config, rng)
+    notes = (
+        f"Training: the {args.days} busiest days of the Microsoft Philly trace from "
+        f"{week.start:%Y-%m-%d}, {len(week.jobs):,} jobs drawn from its {week.philly_jobs:,}, "
+        f"nominal load {week.load:.3f} of {training_gpus} GPUs.",
+        *result.notes,
+    )
+    _write(outputs, "week", result.rows, result.services, notes)
+    requests = len(result.rows) - len(rows)
+    _say(
+        out,
+        f"training: {len(week.jobs):,} jobs over {args.days} days (Philly's busiest from "
+        f"{week.start:%Y-%m-%d}: {week.philly_jobs:,} of its jobs, drawn with replacement), "
+        f"nominal {week.nominal_gpu_hours:,.0f} GPU-hours = {week.load:.3f} of the "
+        f"{training_gpus} training GPUs' {week.capacity_gpu_hours:,.0f}",
+    )
+    _say(out, f"inference: {requests:,} requests; {result.summary}")
     _say(
         out,
         f"wrote {outputs.workload} ({len(result.rows):,} rows) and {outputs.services} "
