@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeAlias
 
@@ -123,10 +123,12 @@ class GpuView:
     job: str | None = None
     protect_until: float | None = None
     replica_gpus: tuple[GpuId, ...] = ()
+    # ``(node_id, index)``, made once: policies and worlds ask for it tens of millions
+    # of times in a long run (a property built a tuple each time).
+    gpu_id: GpuId = field(init=False, repr=False, compare=False)
 
-    @property
-    def gpu_id(self) -> tuple[int, int]:
-        return (self.node_id, self.index)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpu_id", (self.node_id, self.index))
 
     @property
     def members(self) -> tuple[GpuId, ...]:

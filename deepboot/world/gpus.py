@@ -131,6 +131,11 @@ class GpuBoard:
         self._clock: float | None = None
         self._start: float | None = None
         self._views: tuple[GpuView, ...] | None = None
+        # The views, patched GPU by GPU: a snapshot after a change rebuilds only the
+        # changed GPUs' views (a 1,024-GPU cluster took ~1 ms a snapshot to rebuild all).
+        self._view_list: list[GpuView] | None = None
+        self._position = {g.gpu_id: i for i, g in enumerate(self.gpus)}
+        self._dirty: list[BoardGpu] = []
         self.evictions = 0
 
     # -- time ------------------------------------------------------------------------
@@ -190,7 +195,15 @@ class GpuBoard:
     def views(self) -> tuple[GpuView, ...]:
         """Frozen views of every GPU, sorted by (node_id, index); cached until a change."""
         if self._views is None:
-            self._views = tuple(g.view() for g in self.gpus)
+            listed = self._view_list
+            if listed is None:
+                listed = self._view_list = [g.view() for g in self.gpus]
+            else:
+                position = self._position
+                for g in self._dirty:
+                    listed[position[g.node_id, g.index]] = g.view()
+            self._dirty.clear()
+            self._views = tuple(listed)
         return self._views
 
     def held(self, job: str) -> tuple[BoardGpu, ...]:
@@ -292,6 +305,8 @@ class GpuBoard:
         gpu.version += 1
         gpu._view = None
         self._views = None
+        if self._view_list is not None:
+            self._dirty.append(gpu)
 
     def release_job(self, job: str) -> None:
         """Every GPU of ``job`` goes back to FREE (the job finished or was preempted)."""

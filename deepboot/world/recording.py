@@ -49,7 +49,10 @@ def encode(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return {"$e": _name(type(value)), "v": value.value}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        # A field left out of __init__ is derived from the others: not written.
+        fields = {
+            f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init
+        }
         return {"$d": _name(type(value)), "f": fields}
     if isinstance(value, tuple):
         return {"$t": [encode(v) for v in value]}

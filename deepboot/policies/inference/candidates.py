@@ -161,11 +161,16 @@ def reclaim_losses(
         base = fair_share_base(fn, fair)
         # (n, k, n_after) of each GPU; a job unknown to the GPU views counts the GPU.
         shapes = []
+        known = counts.get(name)
+        if known is not None:
+            k_known, n_known = max(sum(known.values()), 1), max(len(known), 1)
         for i in members:
             node = gpus[i].node_id
-            per_node = counts.get(name, Counter({node: 1}))
-            k = max(sum(per_node.values()), 1)
-            n = max(len(per_node), 1)
+            if known is None:
+                per_node: Counter[int] = Counter({node: 1})
+                k, n = 1, 1
+            else:
+                per_node, k, n = known, k_known, n_known
             shapes.append((n, k, n - 1 if per_node.get(node, 0) <= 1 else n))
         pairs = sorted({(n, k) for n, k, _ in shapes} | {(a, k - 1) for _, k, a in shapes})
         values = fn(np.array([n for n, _ in pairs]), np.array([k for _, k in pairs])).tolist()
