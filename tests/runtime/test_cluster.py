@@ -237,10 +237,15 @@ def test_first_job_shrinks_for_the_second_and_grows_back(cluster: Path, tmp_path
         lambda: job(cluster, "long-a")["num_workers"] == 4 and job(cluster, "long-a")["step"] > 30,
     )
     cli(cluster, "submit", str(b))
-    wait_for("short-b to finish", lambda: job(cluster, "short-b")["state"] == "finished", 900)
+    # Usually short-b finishes, then long-a grows back. But ATS-T may take short-b's
+    # GPUs back first (below), and then short-b waits for them while the gated long-a
+    # trains on: waiting for short-b's end before opening the gate never ended (a CI
+    # run, 2026-12-07: short-b preempted 4 s after its start, before its workers
+    # formed). So the gate opens once long-a has grown back, whichever came first.
     wait_for("long-a to grow back", lambda: _grew_back(cluster, "long-a"), 900)
     open_gate_at(cluster, "long-a", gate)
     wait_for("long-a to finish", lambda: job(cluster, "long-a")["state"] == "finished", 900)
+    wait_for("short-b to finish", lambda: job(cluster, "short-b")["state"] == "finished", 900)
     resizes = assert_exact_resizes(cluster, "long-a")
     assert_exact_resizes(cluster, "short-b")
     sizes = [len(r["to"]) for r in resizes]
