@@ -296,6 +296,9 @@ def test_one_slot_never_runs_two_calls(cluster: Path, tmp_path: Path) -> None:
             "args": {"record": str(record), "sleep_s": 4},
         },
     )
+    # The first call must reach a loaded replica to time out there (504); a cold start
+    # slower than the four calls' 6 s (a loaded CI machine) answered all four 503.
+    wait_for("slow's replica loaded", lambda: _replica_events(cluster, "slow", "ready"), 120)
     codes = []
     for i in range(4):
         codes.append(_infer(cluster, "slow", {"tag": f"s{i}"}, f"s{i}")[0])
