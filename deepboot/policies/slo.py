@@ -35,7 +35,6 @@ the arrival histories and the measured durations.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
@@ -421,13 +420,31 @@ def _idle(
     return max(replicas_for(offered, config.idle_target, 1) - busy, 0)
 
 
-@functools.lru_cache(maxsize=1024)
-def _forecast_peak(history: ArrivalHistory, horizon_s: float, config: ForecastConfig) -> float:
-    """``forecast(history, horizon_s, config).peak``, remembered: a pure function of
-    frozen, hashable arguments, and the guard asks it again for the same history at
-    every event-time top-up until the next bin completes (the world hands out the
-    same history object meanwhile: ``DemandLedger.histories``)."""
-    return forecast(history, horizon_s, config).peak
+class _PeakMemo:
+    """``forecast(history, horizon_s, config).peak``, remembered by the history's
+    identity: the guard asks again for the same history object at every event-time
+    top-up until the next bin completes (``DemandLedger.histories`` hands out the same
+    object meanwhile). Keyed by identity, not by value: hashing a history hashes its
+    whole tuples, which cost as much as the lookup saved when a round brings a new
+    one. An entry keeps its history alive, so an id is never reused while cached."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._peaks: dict[tuple[int, float, ForecastConfig], tuple[ArrivalHistory, float]] = {}
+
+    def __call__(self, history: ArrivalHistory, horizon_s: float, config: ForecastConfig) -> float:
+        key = (id(history), horizon_s, config)
+        hit = self._peaks.get(key)
+        if hit is not None and hit[0] is history:
+            return hit[1]
+        peak = forecast(history, horizon_s, config).peak
+        if len(self._peaks) >= self._size:
+            del self._peaks[next(iter(self._peaks))]  # the oldest entry
+        self._peaks[key] = (history, peak)
+        return peak
+
+
+_forecast_peak = _PeakMemo(1024)
 
 
 def _demand(

@@ -236,3 +236,25 @@ def test_the_forecast_is_paced_to_the_loops_interval() -> None:
     # A forecast set on purpose is left alone.
     mine = SloConfig(enabled=True, forecast=ForecastConfig(bin_s=30.0, halflife_s=90.0))
     assert paced(mine, 5.0) is mine
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 50), min_size=1, max_size=30), min_size=1, max_size=6),
+    st.sampled_from([60.0, 98.0, 600.0]),
+)
+def test_the_remembered_peak_is_the_forecast_peak_of_that_very_history(
+    series: list[list[int]], horizon_s: float
+) -> None:
+    """The memo is keyed by a history's identity: each history, and an equal copy made
+    after it, gets its own forecast's peak, even once the memo evicts (size 2 here)."""
+    from deepboot.policies.forecast import forecast
+    from deepboot.policies.slo import _PeakMemo
+
+    memo = _PeakMemo(2)
+    config = ForecastConfig(bin_s=60.0, halflife_s=300.0)
+    histories = [ArrivalHistory(60.0, tuple(c), 60.0 * len(c)) for c in series]
+    for h in histories + histories[::-1]:
+        copy = ArrivalHistory(h.bin_s, tuple(h.counts), h.end)
+        for x in (h, copy, h):
+            assert memo(x, horizon_s, config) == forecast(x, horizon_s, config).peak
