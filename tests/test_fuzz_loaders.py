@@ -921,6 +921,8 @@ def test_the_campaign_reached_both_outcomes() -> None:
     if not OUTCOMES:
         pytest.skip("run together with the fuzz tests")
     for kind in ("profile", "philly", "genai", "loads", "azure", "qps", "compose", "services"):
+        if f"{kind}-loaded" not in OUTCOMES and f"{kind}-error" not in OUTCOMES:
+            continue  # that kind's fuzz test ran in another process (pytest -n)
         assert OUTCOMES.get(f"{kind}-loaded", 0) >= 3, OUTCOMES
         assert OUTCOMES.get(f"{kind}-error", 0) >= 3, OUTCOMES
     # A services example loaded with inference tasks; one refused for each file.

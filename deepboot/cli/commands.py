@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``deepboot simulate``: run one policy on one workload and print the table."""
+    from deepboot.perf import gputypes
     from deepboot.perf.apps import load_apps
     from deepboot.policies import registry
     from deepboot.sim.config import SimConfig
@@ -62,6 +63,9 @@ def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
 
     workload_path = require_path(args.workload, "--workload")
     profiles = None if args.profiles is None else require_path(args.profiles, "--profiles")
+    gpu_profiles = args.gpu_profiles
+    if gpu_profiles is not None:
+        require_path(gpu_profiles, "--gpu-profiles")
     if args.services is not None:
         require_path(args.services, "--services")
     summary_json = args.summary_json
@@ -82,6 +86,7 @@ def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
         check_outputs([PathArg("--summary-json", summary_json)], inputs)
     services = read_services_arg(args.services)
     apps = load_apps(profiles)
+    apps, typed_apps = gputypes.apps_for_cluster(cluster.gpu_types, apps, gpu_profiles)
     workload = load_workload(
         workload_path, apps.keys(), {n: a.limits for n, a in apps.items()}, services
     )
@@ -107,7 +112,9 @@ def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     show = not args.quiet and err.file.isatty()
     started = time.perf_counter()
     with SimProgress(err, total=len(workload.training), enabled=show) as progress:
-        result = run_simulation(workload, cluster, policy, apps, config, on_progress=progress)
+        result = run_simulation(
+            workload, cluster, policy, apps, config, on_progress=progress, typed_apps=typed_apps
+        )
     wall_s = time.perf_counter() - started
 
     summary: dict[str, Any] = dict(result.summary(args.policy, workload.name))

@@ -43,7 +43,7 @@ INFERENCE_NODES_HELP = "0 <= N < NODES"
 PHILLY_JOBS_HELP = f"1 <= JOBS <= {MAX_PHILLY_JOBS:,}"
 PROTECT_FACTOR_HELP = f"0 <= P <= {MAX_PROTECT_FACTOR:g}"
 
-_SHAPE = re.compile(r"\s*(\d+)\s*[xX]\s*(\d+)\s*")
+_SHAPE = re.compile(r"\s*(?:[^:,]*:)?\s*(\d+)\s*[xX]\s*(\d+)\s*")
 
 
 def check_seed(seed: int) -> int:
@@ -83,14 +83,19 @@ def check_cluster(shape: str, inference_nodes: int) -> None:
     which says what the format is; this check only runs before it so that a huge
     cluster is refused before it is built.
     """
-    m = _SHAPE.fullmatch(shape)
-    if m is None:
-        return
-    # Compare digit counts first: int() refuses strings of over 4300 digits.
-    nodes_text, gpus_text = m.group(1).lstrip("0") or "0", m.group(2).lstrip("0") or "0"
-    nodes = int(nodes_text) if len(nodes_text) <= 9 else MAX_NODES + 1
-    gpus = int(gpus_text) if len(gpus_text) <= 9 else MAX_GPUS_PER_NODE + 1
-    if nodes > MAX_NODES or gpus > MAX_GPUS_PER_NODE or nodes * gpus > MAX_GPUS:
+    nodes = gpus_in_all = widest = 0
+    for group in shape.split(","):
+        m = _SHAPE.fullmatch(group)
+        if m is None:
+            return
+        # Compare digit counts first: int() refuses strings of over 4300 digits.
+        nodes_text, gpus_text = m.group(1).lstrip("0") or "0", m.group(2).lstrip("0") or "0"
+        count = int(nodes_text) if len(nodes_text) <= 9 else MAX_NODES + 1
+        gpus = int(gpus_text) if len(gpus_text) <= 9 else MAX_GPUS_PER_NODE + 1
+        nodes += count
+        widest = max(widest, gpus)
+        gpus_in_all += count * gpus
+    if nodes > MAX_NODES or widest > MAX_GPUS_PER_NODE or gpus_in_all > MAX_GPUS:
         raise ConfigError(f"cluster shape {shape!r} is too large: {CLUSTER_HELP}")
     if nodes >= 1 and not 0 <= inference_nodes < nodes:
         raise ConfigError(

@@ -145,8 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--cluster",
         default="16x4",
-        metavar="NODESxGPUS",
-        help=f"homogeneous cluster shape, {limits.CLUSTER_HELP}",
+        metavar="SHAPE",
+        help="NODESxGPUS (16x4), or GPU types by group, nodes numbered in the order "
+        f"written: TYPE:NODESxGPUS,... (t4:6x4,rtx:3x8,a100:2x8); {limits.CLUSTER_HELP}",
     )
     sim.add_argument(
         "--inference-nodes",
@@ -159,6 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--profiles",
         metavar="DIR",
         help="measured profile directory (reference format); default: the built-in catalog",
+    )
+    sim.add_argument(
+        "--gpu-profiles",
+        metavar="DIR",
+        help="profiles per GPU type (<model>/placements-<type>.csv, scalability-<type>.csv; "
+        "Sia's layout, e.g. ../shared/traces/hetero/profiles), for a --cluster naming types "
+        "other than t4 (the --profiles folder's type)",
     )
     add_interval_and_seed(sim, "the policy's", preset_sets_it=True)
     sim.add_argument(

@@ -82,8 +82,11 @@ def read_numeric_csv(
     expected: Sequence[str],
     ranges: Mapping[str, Range] | None = None,
     text: Sequence[str] = (),
+    any_order: bool = False,
 ) -> CsvTable:
-    """Read ``path``, whose header must be exactly ``expected`` (in that order).
+    """Read ``path``, whose header must be exactly ``expected`` (in that order, or in
+    any order with ``any_order``: the table's columns are then in ``expected``'s order
+    whatever the file's; Sia's per-type profiles order their columns differently).
 
     Args:
         path: The CSV file.
@@ -113,11 +116,15 @@ def read_numeric_csv(
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise InputError(p, 0, "", f"cannot read the file: {e}") from e
     records = [(ln, row) for ln, row in records if any(c.strip() for c in row)]
-    want = ",".join(expected)
+    want = ",".join(expected) + (" (in any order)" if any_order else "")
     if not records:
         raise InputError(p, 1, expected[0], f"the file is empty; expected the header '{want}'")
     head_line, header = records[0]
     header = [c.strip() for c in header]
+    order = list(range(len(expected)))
+    if any_order and sorted(header) == sorted(expected) and len(set(header)) == len(header):
+        order = [header.index(name) for name in expected]
+        header = list(expected)
     for i, name in enumerate(expected):
         got = header[i] if i < len(header) else ""
         if got != name:
@@ -141,7 +148,7 @@ def read_numeric_csv(
             raise InputError(
                 p, line, field, f"expected {len(expected)} values ({want}), found {len(row)}"
             )
-        cells = tuple(c.strip() for c in row)
+        cells = tuple(row[j].strip() for j in order)
         values = tuple(
             math.nan if is_text else _number(p, line, name, cell, valid)
             for (name, is_text, valid), cell in zip(columns, cells, strict=True)

@@ -222,8 +222,12 @@ def _mean(values: list[float]) -> float:
     return float(values[0]) if len(values) == 1 else float(np.mean(values))
 
 
-def _read_placements(path: Path) -> tuple[tuple[str, int, float, float], ...]:
-    table = read_numeric_csv(path, PLACEMENT_COLUMNS, PLACEMENT_RANGES, text=("placement",))
+def _read_placements(
+    path: Path, any_order: bool = False
+) -> tuple[tuple[str, int, float, float], ...]:
+    table = read_numeric_csv(
+        path, PLACEMENT_COLUMNS, PLACEMENT_RANGES, text=("placement",), any_order=any_order
+    )
     out: list[tuple[str, int, float, float]] = []
     for i, (raw, row) in enumerate(zip(table.raw, table.rows, strict=True)):
         digits = raw[0]
@@ -254,8 +258,8 @@ def read_scalability(path: str | Path) -> FloatArray:
     return _read_scalability(Path(path))
 
 
-def _read_scalability(path: Path) -> FloatArray:
-    table = read_numeric_csv(path, SCALABILITY_COLUMNS, SCALABILITY_RANGES)
+def _read_scalability(path: Path, any_order: bool = False) -> FloatArray:
+    table = read_numeric_csv(path, SCALABILITY_COLUMNS, SCALABILITY_RANGES, any_order=any_order)
     for i, row in enumerate(table.rows):
         nodes, replicas = int(row[0]), int(row[1])
         if nodes > replicas:
@@ -320,6 +324,29 @@ def _spans_a_volume(points: Sequence[tuple[int, int, int]]) -> bool:
     return any(normal[0] * v[0] + normal[1] * v[1] + normal[2] * v[2] != 0 for v in vecs)
 
 
+def read_measurements(
+    placements_file: Path, scalability_file: Path, any_order: bool = False
+) -> tuple[tuple[tuple[str, int, float, float], ...], FloatArray]:
+    """A placements and a scalability file, validated (columns in any order with
+    ``any_order``), whose points together span a volume.
+
+    Raises:
+        InputError: a file is missing or malformed, or the points lie in one plane.
+    """
+    placements = _read_placements(placements_file, any_order)
+    scalability = _read_scalability(scalability_file, any_order)
+    if not _spans_a_volume(_measured_points(placements, scalability)):
+        raise InputError(
+            str(scalability_file),
+            0,
+            "",
+            f"with {placements_file.name}, the measurements lie in one plane of (num_nodes, "
+            "num_replicas, local_bsz), so other placements cannot be interpolated; "
+            "measure more node counts, replica counts or batch sizes",
+        )
+    return placements, scalability
+
+
 def read_profile_dir(path: str | Path) -> ProfileData:
     """Parse one model's profile folder, checking every value (see the module doc).
 
@@ -331,17 +358,7 @@ def read_profile_dir(path: str | Path) -> ProfileData:
     folder = Path(path)
     if not folder.is_dir():
         raise InputError(str(folder), 0, "", "profile folder not found")
-    placements = _read_placements(folder / PLACEMENTS_FILE)
-    scalability = _read_scalability(folder / SCALABILITY_FILE)
-    if not _spans_a_volume(_measured_points(placements, scalability)):
-        raise InputError(
-            str(folder / SCALABILITY_FILE),
-            0,
-            "",
-            f"with {PLACEMENTS_FILE}, the measurements lie in one plane of (num_nodes, "
-            "num_replicas, local_bsz), so other placements cannot be interpolated; "
-            "measure more node counts, replica counts or batch sizes",
-        )
+    placements, scalability = read_measurements(folder / PLACEMENTS_FILE, folder / SCALABILITY_FILE)
     traces: list[ValidationTrace] = []
     for file in sorted(folder.glob("validation-*.csv")):
         m = _VALIDATION_RE.fullmatch(file.name)

@@ -21,7 +21,8 @@ Schema (nested keys; values are numbers unless noted)::
 
 Optional keys (:data:`OPTIONAL_KEYS`) appear only in runs that use what they count:
 ``inference.host_starts`` with the host-memory model cache on (so that a run without
-it reports exactly what it always did), and ``preset`` (a string) in a run of a
+it reports exactly what it always did), ``cluster.shape`` on a cluster of several GPU
+types (its typed spec, ``t4:6x4,a100:2x8``), and ``preset`` (a string) in a run of a
 preset.
 """
 
@@ -83,7 +84,9 @@ SUMMARY_SCHEMA: Mapping[str, tuple[str, ...] | None] = MappingProxyType(
 )
 """Top-level key -> its sub-keys (None for a scalar)."""
 
-OPTIONAL_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType({"inference": ("host_starts",)})
+OPTIONAL_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"inference": ("host_starts",), "cluster": ("shape",)}
+)
 """Sub-keys kept, after the schema's, when a run reports them (see the module doc)."""
 
 OPTIONAL_TOP_KEYS: tuple[str, ...] = ("preset",)

@@ -96,7 +96,7 @@ def _completed(summary: Mapping[str, Any]) -> str:
 
 def _cluster(summary: Mapping[str, Any]) -> str:
     c = summary.get("cluster", {})
-    text = f"{c.get('nodes', '?')}x{c.get('gpus_per_node', '?')}"
+    text = c.get("shape") or f"{c.get('nodes', '?')}x{c.get('gpus_per_node', '?')}"
     inference = c.get("inference_nodes") or 0
     return text + (f", {inference} inference nodes" if inference else "")
 

@@ -10,6 +10,7 @@ from deepboot.core.placement import EMPTY
 from deepboot.core.state import ClusterState
 from deepboot.policies.base import TrainingPolicy
 from deepboot.policies.topup import TopUpConfig, top_up
+from deepboot.policies.typecut import one_type_each
 from deepboot.scheduler.decision import (
     Decision,
     Operation,
@@ -40,6 +41,10 @@ class Scheduler:
     def decide(self, state: ClusterState, rng: np.random.Generator) -> Decision:
         """Ask the policy for an allocation and turn it into validated operations.
 
+        On a cluster of several GPU types, a policy that does not declare
+        ``type_aware`` has each placement cut to one type
+        (:func:`~deepboot.policies.typecut.one_type_each`).
+
         Args:
             state: The snapshot to decide on; never mutated.
             rng: The only source of randomness, passed to the policy.
@@ -53,6 +58,8 @@ class Scheduler:
                 has been applied.
         """
         alloc = self.policy.allocate(state, rng)
+        if state.cluster.heterogeneous and not getattr(self.policy, "type_aware", False):
+            alloc = one_type_each(alloc, state.cluster, {j.name: j.placement for j in state.jobs})
         active = {j.name for j in state.jobs}
         unknown = sorted(name for name in alloc if name not in active)
         if unknown:
@@ -86,6 +93,13 @@ class Scheduler:
                 been applied.
         """
         grown = top_up(state, self.policy.job_mode, config)
+        if state.cluster.heterogeneous:
+            held = {j.name: j.placement for j in state.jobs}
+            grown = {
+                name: p
+                for name, p in one_type_each(grown, state.cluster, held, stay=True).items()
+                if p != held.get(name)
+            }
         ops: list[Operation] = []
         for view in state.jobs:
             new = grown.get(view.name)

@@ -60,6 +60,7 @@ from deepboot.core.placement import Placement
 from deepboot.core.service import ServiceSpec
 from deepboot.core.state import JobView
 from deepboot.perf.application import Application
+from deepboot.perf.gputypes import TypedApps, require_types
 from deepboot.perf.restart import job_resize_cost
 from deepboot.policies.forecast import ArrivalHistory
 from deepboot.policies.inference import InferencePolicy
@@ -188,6 +189,7 @@ class Simulation:
         apps: Mapping[str, Application],
         config: SimConfig,
         inference_policy: InferencePolicy | None = None,
+        typed_apps: TypedApps | None = None,
     ) -> None:
         """Prepare a run; nothing is simulated until :meth:`run`.
 
@@ -200,20 +202,29 @@ class Simulation:
             inference_policy: Places inference tasks; None builds
                 ``config.inference_policy`` from the inference registry (only when
                 there is inference to place).
+            typed_apps: On a cluster of several GPU types, ground truth per type and
+                application (every type of the cluster, every application of the
+                workload); ignored on one type.
 
         Raises:
-            ConfigError: a job names an application missing from ``apps``, or the
-                inference policy is unknown.
+            ConfigError: a job names an application missing from ``apps``, the
+                inference policy is unknown, or a typed cluster lacks a (type,
+                application) ground truth.
         """
         self.cluster = cluster
         self.config = config
         self._has_pool = any(n.pool is Pool.INFERENCE for n in cluster.nodes)
         self._lending = config.lending and self._has_pool
         truths: dict[str, GroundTruth] = {}
+        typed = self._typed_truths(workload, cluster, typed_apps)
+        node_types = cluster.node_types()
         self.jobs: list[SimJob] = []
         mode = scheduler.job_mode
         for spec in workload.training:
             truth = truths.get(spec.application)
+            if truth is None and spec.application in typed:
+                # Before its first run a job shows the first type's model.
+                truth = truths[spec.application] = typed[spec.application][cluster.gpu_types[0]]
             if truth is None:
                 app = apps.get(spec.application)
                 if app is None:
@@ -235,6 +246,8 @@ class Simulation:
                     grad_min_replicas=config.grad_min_replicas,
                     profile_steps=config.profile_steps,
                     restart_cost=job_resize_cost(config.restart, spec),
+                    truths=typed.get(spec.application),
+                    node_types=node_types,
                 )
             )
         self._records = {j.name: _JobRecord(j) for j in self.jobs}
@@ -369,6 +382,21 @@ class Simulation:
         return self._job_waits.get(name) or self._task_waits.get(name)
 
     # -- the loop --------------------------------------------------------------------
+
+    @staticmethod
+    def _typed_truths(
+        workload: Workload, cluster: ClusterSpec, typed_apps: TypedApps | None
+    ) -> dict[str, dict[str, GroundTruth]]:
+        """Application -> GPU type -> ground truth, on a cluster of several types
+        (one per pair, shared by the application's jobs); empty on one type."""
+        if not cluster.heterogeneous:
+            return {}
+        names = sorted({spec.application for spec in workload.training})
+        require_types(typed_apps or {}, cluster.gpu_types, names)
+        assert typed_apps is not None
+        return {
+            name: {t: GroundTruth(typed_apps[t][name]) for t in cluster.gpu_types} for name in names
+        }
 
     def run(
         self, on_progress: ProgressCallback | None = None, on_event: EventCallback | None = None

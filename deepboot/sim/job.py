@@ -116,10 +116,13 @@ class JobCheckpoint:
     """Opaque saved state of a :class:`SimJob` (see :meth:`SimJob.checkpoint`)."""
 
     values: tuple[object, ...]
-    profile_len: int
+    profile_lens: tuple[tuple[str | None, int], ...]
 
 
 _MUTABLE: tuple[str, ...] = (
+    "truth",
+    "gpu_type",
+    "_profile",
     "placement",
     "_shape",
     "_num_nodes",
@@ -184,7 +187,9 @@ class SimJob:
         "_grad_min_replicas",
         "_profile_steps",
         "_restart_cost",
-        "_profile",
+        "_truths",
+        "_node_types",
+        "_profiles",
         *_MUTABLE,
     )
 
@@ -202,6 +207,8 @@ class SimJob:
         grad_min_replicas: int = 1,
         profile_steps: int = 0,
         restart_cost: float | None = None,
+        truths: dict[str, GroundTruth] | None = None,
+        node_types: tuple[str | None, ...] = (),
     ) -> None:
         """Create a job that has not been submitted yet.
 
@@ -228,9 +235,22 @@ class SimJob:
                 policy (``JobView.restart_cost``; None: the policy's default;
                 :func:`~deepboot.perf.restart.job_resize_cost`). What the job pays
                 is charged by :meth:`reallocate`.
+            truths: On a cluster of several GPU types, the ground truth of
+                ``spec.application`` per type (``truth`` must be one of them: the one
+                its view shows before it first runs); None on one type.
+            node_types: Each node's GPU type, by node id (with ``truths``).
+
+        On several types, the job runs at its placement's type's ground truth (a
+        placement spanning types: each step takes the slowest type's time, as a
+        synchronous all-reduce waits for its slowest worker), keeps one profile and
+        one fitted model per type, and a change of type is a restart from no GPUs
+        (nothing of the old workers survives it).
         """
         self.spec = spec
         self.truth = truth
+        self._truths = truths
+        self._node_types = node_types
+        self.gpu_type: str | None = None
         self.mode = mode
         self.target_batch_size = target_batch(mode, spec.batch_size, fixed_batch_size)
         self.round_epoch_times = round_epoch_times
@@ -255,6 +275,9 @@ class SimJob:
         self.completion: float | None = None
         self.time = spec.submit_time
         self._profile: dict[ProfileKey, tuple[float, float]] = {}
+        self._profiles: dict[str | None, dict[ProfileKey, tuple[float, float]]] = {
+            None: self._profile
+        }
         self._perf: PerfParams | None = None
         self._perf_stale = False
         self._grad: GradParams | None = None
@@ -363,6 +386,8 @@ class SimJob:
             return
         self._shape = placement.shape()
         self._num_nodes = len(self._shape)
+        if self._truths is not None and self._retype(placement):
+            old_replicas = 0  # a change of type keeps no worker alive
         first = self.num_restarts is None
         self.num_restarts = 0 if first else (self.num_restarts or 0) + 1
         if first:
@@ -372,6 +397,29 @@ class SimJob:
         )
         self._repick()
 
+    def _retype(self, placement: Placement) -> bool:
+        """Point the job at ``placement``'s type (its slowest type's ground truth, its
+        profile and fit); whether the type changed from the last one it ran on."""
+        truths = self._truths
+        assert truths is not None
+        types = sorted({self._node_types[n] or "" for n in placement.node_ids})
+        gpu_type = types[0]
+        if len(types) > 1:
+            # Spanning types: the slowest one's step decides (by the one-GPU time at
+            # the smallest per-GPU batch every type measured).
+            atomic = max(truths[t].app.limits.min_local_bsz for t in types)
+            gpu_type = max(types, key=lambda t: truths[t].step_time((1,), atomic)[0])
+        changed = self.gpu_type is not None and gpu_type != self.gpu_type
+        if gpu_type != self.gpu_type:
+            self.gpu_type = gpu_type
+            self.truth = truths[gpu_type]
+            self._profile = self._profiles.setdefault(gpu_type, {})
+            self._perf_stale = bool(self._profile)
+            if not self._profile:
+                self._perf = None
+            self._pick_key = None
+        return changed
+
     def checkpoint(self) -> JobCheckpoint:
         """Everything :meth:`advance` and :meth:`reallocate` may change, for :meth:`rollback`.
 
@@ -380,15 +428,20 @@ class SimJob:
         checkpoint taken at the round and integrates again up to the reclaim.
         """
         values = tuple(getattr(self, name) for name in _MUTABLE)
-        return JobCheckpoint(values, len(self._profile))
+        return JobCheckpoint(values, tuple((t, len(p)) for t, p in self._profiles.items()))
 
     def rollback(self, cp: JobCheckpoint) -> None:
         """Restore the state saved by :meth:`checkpoint` (profile entries added since
         are dropped; the profile only ever grows, in insertion order)."""
         for name, value in zip(_MUTABLE, cp.values, strict=True):
             setattr(self, name, value)
-        while len(self._profile) > cp.profile_len:
-            self._profile.popitem()
+        kept = dict(cp.profile_lens)
+        for gpu_type in [t for t in self._profiles if t not in kept]:
+            del self._profiles[gpu_type]
+        for gpu_type, length in kept.items():
+            profile = self._profiles[gpu_type]
+            while len(profile) > length:
+                profile.popitem()
 
     def advance(self, until: float) -> float | None:
         """Integrate the job from ``self.time`` to ``until`` on its current placement.

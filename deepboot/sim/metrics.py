@@ -241,6 +241,8 @@ class SimResult:
                 "reclaims": len(self.reclaim_times),
                 "util_training_pool": self.utilisation(Pool.TRAINING),
                 "util_inference_pool": self.utilisation(Pool.INFERENCE),
+                # Only where it says more than nodes x GPUs (report/schema.py).
+                **({"shape": self.cluster.shape_text()} if self.cluster.heterogeneous else {}),
             },
             "training": {
                 "jobs": len(self.jobs),

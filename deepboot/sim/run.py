@@ -9,6 +9,7 @@ from types import MappingProxyType
 from deepboot.core.cluster import ClusterSpec, Pool
 from deepboot.core.jobs import Workload
 from deepboot.perf.application import Application
+from deepboot.perf.gputypes import TypedApps
 from deepboot.policies.base import TrainingPolicy
 from deepboot.policies.inference import InferencePolicy
 from deepboot.scheduler import Scheduler
@@ -27,6 +28,7 @@ def simulate(
     *,
     inference_policy: InferencePolicy | None = None,
     on_event: EventCallback | None = None,
+    typed_apps: TypedApps | None = None,
 ) -> SimResult:
     """Simulate ``policy`` scheduling ``workload``'s training jobs on ``cluster``, and
     the inference policy placing its inference tasks on the inference pool.
@@ -48,6 +50,8 @@ def simulate(
         inference_policy: Places inference tasks; None builds
             ``config.inference_policy`` from the inference registry.
         on_event: ``on_event(now, event, sim)`` after every event (debug hook).
+        typed_apps: Ground truth per GPU type and application, on a cluster of
+            several types (:mod:`deepboot.perf.gputypes`).
 
     Returns:
         The frozen per-job records and scheduler statistics.
@@ -57,7 +61,9 @@ def simulate(
         InvalidDecisionError: the policy broke a scheduling invariant.
     """
     start = time.perf_counter()
-    sim = Simulation(workload, cluster, Scheduler(policy), apps, config, inference_policy)
+    sim = Simulation(
+        workload, cluster, Scheduler(policy), apps, config, inference_policy, typed_apps
+    )
     sim.run(on_progress, on_event)
     serving = sim.serving
     seconds = {

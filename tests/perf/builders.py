@@ -82,3 +82,39 @@ def write_profile(
     for bsz, text in (VALIDATION if validation is None else validation).items():
         (folder / f"validation-{bsz}.csv").write_text(text)
     return folder
+
+
+def _reordered(text: str, order: list[str], speedup: float) -> str:
+    """``text`` (a CSV) with its columns in ``order`` and its times divided by
+    ``speedup``."""
+    lines = text.strip().splitlines()
+    header = lines[0].split(",")
+    out = [",".join(order)]
+    for line in lines[1:]:
+        row = dict(zip(header, line.split(","), strict=True))
+        for name in ("step_time", "sync_time"):
+            row[name] = repr(float(row[name]) / speedup)
+        out.append(",".join(row[c] for c in order))
+    return "\n".join(out) + "\n"
+
+
+def write_typed_profiles(
+    tmp_path: Path, validation: dict[int, str] | None = None
+) -> tuple[Path, Path]:
+    """A base profile folder (``toy``, the t4 type's) and a typed one beside it: type
+    ``fast`` 2x and type ``a100`` (Sia's ``dgx-ext`` files) 4x faster, their columns
+    in Sia's order. Returns (base root, typed root)."""
+    base = tmp_path / "base"
+    write_profile(base, validation=validation)
+    typed = tmp_path / "typed" / "toy"
+    typed.mkdir(parents=True)
+    placement_order = ["local_bsz", "step_time", "sync_time", "placement"]
+    scalability_order = ["local_bsz", "step_time", "sync_time", "num_nodes", "num_replicas"]
+    for suffix, speedup in (("fast", 2.0), ("dgx-ext", 4.0)):
+        (typed / f"placements-{suffix}.csv").write_text(
+            _reordered(PLACEMENTS_CSV, placement_order, speedup)
+        )
+        (typed / f"scalability-{suffix}.csv").write_text(
+            _reordered(SCALABILITY_CSV, scalability_order, speedup)
+        )
+    return base, tmp_path / "typed"
