@@ -107,6 +107,11 @@ def simulate(args: argparse.Namespace, out: Console, err: Console) -> int:
     # An unknown inference policy or a bad parameter fails before the run, with or
     # without inference rows.
     inference.create(settings["inference_policy"], **settings["inference_params"])
+    if args.sia_costs:
+        from deepboot.perf.restart import SIA_SLOWDOWNS, sia_restart_cost
+
+        settings["restart"] = sia_restart_cost()
+        settings["slowdowns"] = SIA_SLOWDOWNS
     config = SimConfig(interval=args.interval, seed=args.seed, max_time=args.max_time, **settings)
 
     show = not args.quiet and err.file.isatty()

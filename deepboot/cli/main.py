@@ -168,6 +168,14 @@ def build_parser() -> argparse.ArgumentParser:
         "Sia's layout, e.g. ../shared/traces/hetero/profiles), for a --cluster naming types "
         "other than t4 (the --profiles folder's type)",
     )
+    sim.add_argument(
+        "--sia-costs",
+        action="store_true",
+        help="Sia's simulator's costs, for checking against its published table: its "
+        "per-model restart delays on every change (cifar10 50 s, deepspeech2 25, bert 120, "
+        "yolov3 80, imagenet 250, ncf 15, others 30; no AFE) and its per-model slowdowns "
+        "of real runs against their profiles (cifar10 1.8, ncf 1.5, others 1.2)",
+    )
     add_interval_and_seed(sim, "the policy's", preset_sets_it=True)
     sim.add_argument(
         "--max-time",

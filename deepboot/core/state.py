@@ -14,6 +14,27 @@ from deepboot.core.placement import EMPTY, Placement
 
 
 @dataclass(frozen=True, slots=True)
+class TypeModel:
+    """What a policy may know about one job on one GPU type of a cluster of several.
+
+    Attributes:
+        gpu_type: The type.
+        limits: The job's batch limits on that type (a larger GPU fits a larger
+            per-GPU batch).
+        speed: The model's peak one-GPU throughput on that type, samples per second
+            (what profiling one GPU of each type at submission gives, as Sia does):
+            the projection of a type the job has not run on from one it has.
+        perf_params: The job's own throughput model fitted on that type; None until
+            it has run there.
+    """
+
+    gpu_type: str
+    limits: BatchLimits
+    speed: float
+    perf_params: PerfParams | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class JobView:
     """What a policy may know about one active (submitted, unfinished) training job.
 
@@ -41,6 +62,10 @@ class JobView:
             ``resize="restart"`` jobs (their cold or explicit restart cost) and leaves
             it None for AFE jobs, whose resizes the policies' calibrated defaults
             stand for; the runtime may set it from measured resize costs.
+        types: On a cluster of several GPU types, one entry per type, in the
+            cluster's order (empty on one type: ``perf_params`` and ``limits`` say
+            it all). ``perf_params`` and ``limits`` are then those of the type it
+            runs on (or last ran on; the first type's before it ran).
     """
 
     name: str
@@ -58,6 +83,7 @@ class JobView:
     target_batch_size: int | None = None
     remaining_progress: float = 0.0
     restart_cost: float | None = None
+    types: tuple[TypeModel, ...] = ()
 
     def __post_init__(self) -> None:
         cost = self.restart_cost

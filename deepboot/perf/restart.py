@@ -68,6 +68,30 @@ DEEPBOOT_RESTART_TABLE: Mapping[str, RestartDelays] = MappingProxyType(
 )
 """DeepBoot's measured delays (TPDS'23; ALGORITHMS.md §2.5)."""
 
+SIA_RESTART_TABLE: Mapping[str, RestartDelays] = MappingProxyType(
+    {
+        name: RestartDelays(cold=seconds, afe=seconds)
+        for name, seconds in (
+            ("cifar10", 50.0),
+            ("deepspeech2", 25.0),
+            ("bert", 120.0),
+            ("yolov3", 80.0),
+            ("imagenet", 250.0),
+            ("ncf", 15.0),
+        )
+    }
+)
+"""The per-model restart delays of Sia's simulator (SOSP'23; its artifact's
+``applications.py``), charged on every change of a job's GPUs, its first start and a
+change of type included; 30 s for any other model (:func:`sia_restart_cost`)."""
+
+SIA_SLOWDOWNS: Mapping[str, float] = MappingProxyType(
+    {"cifar10": 1.8, "ncf": 1.5, "bert": 1.2, "deepspeech2": 1.2, "yolov3": 1.2, "imagenet": 1.2}
+)
+"""The per-model slowdowns of Sia's simulator: a real run's goodput was this many
+times below its profile's (fitted by Sia's authors to their testbed runs); its
+simulated progress is divided by them, whatever the policy."""
+
 
 @dataclass(frozen=True, slots=True)
 class FlatRestartCost:
@@ -137,6 +161,12 @@ class AfeRestartCost:
             return d.afe
         grown = new_replicas - old_replicas
         return d.afe + (d.cold - d.afe) * grown / new_replicas
+
+
+def sia_restart_cost() -> AfeRestartCost:
+    """Sia's simulator's restart costs: :data:`SIA_RESTART_TABLE`, no AFE, 30 s for any
+    other model."""
+    return AfeRestartCost(SIA_RESTART_TABLE, afe=False, default=RestartDelays(30.0, 30.0))
 
 
 def job_restart_delay(

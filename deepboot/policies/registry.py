@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from deepboot.core.errors import ConfigError
-from deepboot.policies import afs, deepboot, fifo, lyra, optimus, pollux, tiresias
+from deepboot.policies import afs, deepboot, fifo, lyra, optimus, pollux, sia, tiresias
 from deepboot.policies.base import TrainingPolicy
 from deepboot.policies.inference import ats_i, lyra_placement, random_placement
 from deepboot.policies.inference.base import InferencePolicy
@@ -81,6 +81,7 @@ BUILTIN_TRAINING: tuple[Builtin, ...] = (
     ("lyra", lyra.LyraPolicy, lyra.LyraConfig),
     ("optimus", optimus.OptimusPolicy, optimus.OptimusConfig),
     ("pollux", pollux.PolluxPolicy, pollux.PolluxConfig),
+    ("sia", sia.SiaPolicy, sia.SiaConfig),
     ("tiresias", tiresias.TiresiasPolicy, tiresias.TiresiasConfig),
 )
 """The built-in training policies: (name, factory from its config, config class)."""

@@ -101,6 +101,13 @@ class SimConfig:
             times a generation's steps from its second one, so 2; ``bench/twin.py``).
         check_invariants: Re-check every GPU-state invariant after every event
             (a debug hook for the property tests; O(GPUs) per event).
+        slowdowns: Model name -> how many times slower than its profile a job of it
+            progresses (>= 1; absent: 1). Sia's simulator divides every job's goodput
+            so (:data:`~deepboot.perf.restart.SIA_SLOWDOWNS`), to match its testbed.
+        model_per_type: On a cluster of several GPU types, each job keeps one profile
+            and fitted model per type (True), or one for all types (False: the job's
+            measurements on one type stand for every type, as Sia's simulator runs
+            its heterogeneity-unaware Pollux baseline).
         stall_ticks: Consecutive ticks with jobs waiting, no job holding a GPU and
             nothing but ticks left to happen, after which the run stops with
             ``SimulationStalledError`` instead of ticking forever (>= 1; the default
@@ -132,10 +139,15 @@ class SimConfig:
     profile_steps: int = 0
     check_invariants: bool = False
     stall_ticks: int = 10_000
+    slowdowns: Mapping[str, float] = field(default_factory=lambda: _frozen({}))
+    model_per_type: bool = True
 
     def __post_init__(self) -> None:
         if self.stall_ticks < 1:
             raise ConfigError(f"stall_ticks must be >= 1; got {self.stall_ticks}")
+        for name, slowdown in self.slowdowns.items():
+            if not (math.isfinite(slowdown) and slowdown >= 1.0):
+                raise ConfigError(f"slowdown of {name!r} must be finite and >= 1; got {slowdown}")
         if not (math.isfinite(self.interval) and 0 < self.interval <= 86_400):
             raise ConfigError(f"interval must be in (0, 86400] seconds; got {self.interval}")
         if self.max_time is not None and not self.max_time >= 0:

@@ -248,6 +248,8 @@ class Simulation:
                     restart_cost=job_resize_cost(config.restart, spec),
                     truths=typed.get(spec.application),
                     node_types=node_types,
+                    slowdown=config.slowdowns.get(spec.application, 1.0),
+                    model_per_type=config.model_per_type,
                 )
             )
         self._records = {j.name: _JobRecord(j) for j in self.jobs}

@@ -16,7 +16,7 @@ from deepboot.core.jobs import TrainingJobSpec
 from deepboot.core.modes import JobMode
 from deepboot.core.params import GradParams, PerfParams
 from deepboot.core.placement import EMPTY, Placement
-from deepboot.core.state import JobView
+from deepboot.core.state import JobView, TypeModel
 from deepboot.perf.application import Application
 from deepboot.perf.fit import fit_perf_params
 from deepboot.perf.goodput import GoodputModel, select_batch
@@ -41,7 +41,16 @@ class GroundTruth:
     Pollux workloads, with identical results).
     """
 
-    __slots__ = ("app", "final_progress", "_step", "_grad", "_progress", "_fits", "_picks")
+    __slots__ = (
+        "app",
+        "final_progress",
+        "_step",
+        "_grad",
+        "_progress",
+        "_fits",
+        "_picks",
+        "_peak",
+    )
 
     def __init__(self, app: Application) -> None:
         self.app = app
@@ -50,7 +59,22 @@ class GroundTruth:
         self._progress: dict[int, float] = {}
         self._fits: dict[Profile, PerfParams] = {}
         self._picks: dict[tuple[PerfParams, GradParams, int, int], tuple[int, int]] = {}
+        self._peak: float | None = None
         self.final_progress = self.progress(app.max_epochs)
+
+    def peak_one_gpu(self) -> float:
+        """The most samples per second one GPU reaches, over the per-GPU batches
+        within the limits (both ends, and every power of two and three times one
+        between them), memoized."""
+        if self._peak is None:
+            lo, hi = self.app.limits.min_local_bsz, self.app.limits.max_local_bsz
+            batches = {lo, hi}
+            b = 1
+            while b <= hi:
+                batches |= {x for x in (b, 3 * b) if lo <= x <= hi}
+                b *= 2
+            self._peak = max(x / self.step_time((1,), x)[0] for x in sorted(batches))
+        return self._peak
 
     def fit(self, profile: Profile) -> PerfParams:
         """The throughput model fitted to ``profile`` (non-empty), memoized."""
@@ -189,6 +213,8 @@ class SimJob:
         "_restart_cost",
         "_truths",
         "_node_types",
+        "_slowdown",
+        "_model_per_type",
         "_profiles",
         *_MUTABLE,
     )
@@ -209,6 +235,8 @@ class SimJob:
         restart_cost: float | None = None,
         truths: dict[str, GroundTruth] | None = None,
         node_types: tuple[str | None, ...] = (),
+        slowdown: float = 1.0,
+        model_per_type: bool = True,
     ) -> None:
         """Create a job that has not been submitted yet.
 
@@ -239,6 +267,12 @@ class SimJob:
                 ``spec.application`` per type (``truth`` must be one of them: the one
                 its view shows before it first runs); None on one type.
             node_types: Each node's GPU type, by node id (with ``truths``).
+            slowdown: The ground truth's progress rate is divided by it
+                (``SimConfig.slowdowns``); what the job measures is not.
+            model_per_type: Keep one profile and fitted model per type (True), or
+                one for every type, a configuration's first measurement kept
+                whatever its type (False: a type-unaware job, as Sia's simulator
+                runs its Pollux baseline).
 
         On several types, the job runs at its placement's type's ground truth (a
         placement spanning types: each step takes the slowest type's time, as a
@@ -250,6 +284,8 @@ class SimJob:
         self.truth = truth
         self._truths = truths
         self._node_types = node_types
+        self._slowdown = slowdown
+        self._model_per_type = model_per_type
         self.gpu_type: str | None = None
         self.mode = mode
         self.target_batch_size = target_batch(mode, spec.batch_size, fixed_batch_size)
@@ -361,7 +397,20 @@ class SimJob:
             target_batch_size=self.target_batch_size,
             remaining_progress=max(self.truth.final_progress - self.progress, 0.0),
             restart_cost=self._restart_cost,
+            types=self._type_models() if self._truths is not None else (),
         )
+
+    def _type_models(self) -> tuple[TypeModel, ...]:
+        """One :class:`~deepboot.core.state.TypeModel` per type of the cluster."""
+        assert self._truths is not None
+        out = []
+        for gpu_type, truth in self._truths.items():
+            profile = self._profiles.get(gpu_type)
+            perf = self.perf_params if gpu_type == self.gpu_type else None
+            if perf is None and profile:
+                perf = truth.fit(tuple(profile.items()))
+            out.append(TypeModel(gpu_type, truth.app.limits, truth.peak_one_gpu(), perf))
+        return tuple(out)
 
     def reallocate(self, placement: Placement, now: float, restart: RestartCostModel) -> None:
         """Apply a new placement at ``now`` (the reference ``Job.reallocate``).
@@ -413,6 +462,9 @@ class SimJob:
         if gpu_type != self.gpu_type:
             self.gpu_type = gpu_type
             self.truth = truths[gpu_type]
+            self._pick_key = None
+            if not self._model_per_type:
+                return changed
             self._profile = self._profiles.setdefault(gpu_type, {})
             self._perf_stale = bool(self._profile)
             if not self._profile:
@@ -501,6 +553,8 @@ class SimJob:
             denom = var / scale + sqr
             gain = (var + sqr) / denom if denom > 0.0 else 1.0
             rate = gain / (step + (step - sync) * accum)
+            if self._slowdown != 1.0:
+                rate /= self._slowdown
             target = truth.progress(self.epoch + 1)
             if not rate > 0.0 or self.progress + rate * span < target:
                 # The whole span stays inside this epoch.

@@ -152,3 +152,39 @@ def test_pollux_on_sias_cluster_runs_every_job_on_one_type() -> None:
     assert all(len(s) == 1 for s in seen)
     assert {t for s in seen for t in s} == {"t4", "rtx", "a100"}
     assert all(r.completion is not None for r in result.jobs)
+
+
+def test_one_model_for_every_type_keeps_each_configurations_first_measurement(
+    tmp_path: Path,
+) -> None:
+    base_dir, typed_dir = write_typed_profiles(tmp_path, SLOW)
+    cluster = ClusterSpec.parse("t4:1x4,fast:1x4")
+    apps, typed = apps_for_cluster(cluster.gpu_types, load_profiles(base_dir), typed_dir)
+    wl = Workload("w", (TrainingJobSpec("a", 0.0, "toy", 1, 8),))
+    config = SimConfig(interval=60.0, max_time=480.0, model_per_type=False)
+    sim = Simulation(wl, cluster, Scheduler(Script(_plan)), apps, config, typed_apps=typed)
+    sim.run()
+    job = sim.jobs[0]
+    assert job.gpu_type == "fast"  # it runs at fast's speed ...
+    assert set(job._profiles) == {None}  # ... but keeps one profile, t4's points first
+    t4 = typed["t4"]["toy"]  # type: ignore[index]
+    for (_nodes, replicas, atomic), times in job._profile.items():
+        if replicas == 1:
+            assert times == t4.step_time((1,), atomic)
+
+
+def test_a_slowdown_divides_the_progress_rate() -> None:
+    wl = Workload("w", (TrainingJobSpec("a", 0.0, "cifar10", 1, 128),))
+    spans = []
+    for slowdowns in ({}, {"cifar10": 1.8}):
+        result = simulate(
+            wl,
+            ClusterSpec.parse("1x4"),
+            Script(lambda now: Placement((0,))),
+            load_catalog(),
+            SimConfig(interval=60.0, slowdowns=slowdowns, max_time=50_000.0),
+        )
+        record = result.jobs[0]
+        assert record.completion is not None and record.first_start is not None
+        spans.append(record.completion - record.first_start - record.restart_s)
+    assert spans[1] / spans[0] == pytest.approx(1.8, rel=1e-3)
