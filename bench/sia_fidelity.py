@@ -8,7 +8,8 @@ on each workload of each trace on that cluster with Sia's simulator's costs
 (``--sia-costs``: its restart delays and slowdowns) at 60 s rounds, and prints, per
 trace and policy, the figures as Sia computes them: the average JCT pooled over every
 job of every workload, the makespan averaged over the workloads (each: last
-completion minus first submission), both in hours, beside the published ones.
+completion minus first submission), both in hours, beside the published ones; the
+decision time per round (median, p95) and the share of bert's GPU-hours on A100s.
 
 Pollux here is deepboot's Pollux allocator with a mixed-type allocation cut to its
 majority type and a job capped at the smallest type's GPUs (16), Sia's baseline's
@@ -36,6 +37,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -45,6 +47,7 @@ from deepboot.perf.profiles import load_profiles
 from deepboot.perf.restart import SIA_SLOWDOWNS, sia_restart_cost
 from deepboot.policies import registry
 from deepboot.sim.config import SimConfig
+from deepboot.sim.engine import Simulation
 from deepboot.sim.run import simulate
 from deepboot.sim.workload import load_workload
 
@@ -62,8 +65,39 @@ PUBLISHED = {
 """(average JCT h, makespan h): Sia's Table 3 (pre-publication draft), heterogeneous."""
 
 
-def run_one(task: tuple[str, int, str]) -> tuple[str, int, str, list[float], float, float]:
-    """(trace, workload, policy, JCTs s, makespan s, wall s) of one run."""
+Seconds = dict[tuple[str, str | None], float]
+
+
+class TypeHours:
+    """GPU-seconds per (model, GPU type), summed between consecutive events."""
+
+    def __init__(self, cluster: ClusterSpec) -> None:
+        self.types = cluster.node_types()
+        self.last = 0.0
+        self.seconds: Seconds = {}
+        self.held: dict[tuple[str, str | None], int] = {}
+
+    def __call__(self, now: float, event: object, sim: Simulation) -> None:
+        # The GPUs held since the last event, counted up to this one; then this
+        # event's placements.
+        span, self.last = now - self.last, now
+        for key, gpus in self.held.items():
+            self.seconds[key] = self.seconds.get(key, 0.0) + span * gpus
+        self.held = {}
+        for job in sim.jobs:
+            for node in job.placement.node_ids:
+                key = (job.spec.application, self.types[node])
+                self.held[key] = self.held.get(key, 0) + 1
+
+
+Run = tuple[
+    str, int, str, list[float], float, float, list[float], dict[tuple[str, str | None], float]
+]
+
+
+def run_one(task: tuple[str, int, str]) -> Run:
+    """(trace, workload, policy, JCTs s, makespan s, wall s, decision ms, GPU-seconds
+    per (model, type)) of one run."""
     trace, number, policy = task
     cluster = ClusterSpec.parse(CLUSTER)
     apps, typed = apps_for_cluster(
@@ -82,13 +116,16 @@ def run_one(task: tuple[str, int, str]) -> tuple[str, int, str, list[float], flo
         model_per_type=policy != "pollux",
     )
     started = time.perf_counter()
-    result = simulate(workload, cluster, registry.create(policy), apps, config, typed_apps=typed)
+    hours = TypeHours(cluster)
+    result = simulate(
+        workload, cluster, registry.create(policy), apps, config, on_event=hours, typed_apps=typed
+    )
     wall = time.perf_counter() - started
     jcts = [r.completion - r.submit for r in result.jobs if r.completion is not None]
     if len(jcts) != len(result.jobs):
         raise SystemExit(f"{trace} {number} {policy}: not every job finished")
     makespan = max(r.completion or 0.0 for r in result.jobs) - min(r.submit for r in result.jobs)
-    return trace, number, policy, jcts, makespan, wall
+    return trace, number, policy, jcts, makespan, wall, list(result.decision_ms), hours.seconds
 
 
 def main() -> None:
@@ -113,8 +150,9 @@ def main() -> None:
     table = Table(title=f"Sia's heterogeneous cluster ({CLUSTER}), --sia-costs, 60 s rounds")
     for col in ("trace", "policy", "runs", "avg JCT h", "published", "ratio"):
         table.add_column(col, justify="right")
-    for col in ("makespan h", "published", "ratio", "wall s/run"):
+    for col in ("makespan h", "published", "ratio", "wall s/run", "decision ms p50/p95"):
         table.add_column(col, justify="right")
+    table.add_column("bert on a100", justify="right")
     rows = []
     for trace in args.traces:
         for policy in args.policies:
@@ -123,6 +161,9 @@ def main() -> None:
             jct_h = sum(jcts) / len(jcts) / 3600
             span_h = sum(r[4] for r in mine) / len(mine) / 3600
             wall = sum(r[5] for r in mine) / len(mine)
+            decisions = np.array([d for r in mine for d in r[6]])
+            bert = {t: sum(r[7].get(("bert", t), 0.0) for r in mine) for t in ("t4", "rtx", "a100")}
+            bert_total = sum(bert.values())
             pub = PUBLISHED.get((trace, policy))
             cells = [
                 trace,
@@ -135,14 +176,16 @@ def main() -> None:
                 f"{pub[1]:.1f}" if pub else "-",
                 f"{span_h / pub[1]:.2f}x" if pub else "-",
                 f"{wall:.1f}",
+                f"{np.median(decisions):.1f} / {np.percentile(decisions, 95):.1f}",
+                f"{bert['a100'] / bert_total:.0%}" if bert_total else "-",
             ]
             table.add_row(*cells)
             rows.append(cells)
     Console().print(table)
     if args.markdown:
         print("| trace | policy | runs | avg JCT h | published | ratio | makespan h | published "
-              "| ratio | wall s/run |")  # fmt: skip
-        print("|---" * 10 + "|")
+              "| ratio | wall s/run | decision ms p50 / p95 | bert GPU-h on a100 |")  # fmt: skip
+        print("|---" * 12 + "|")
         for cells in rows:
             print("| " + " | ".join(cells) + " |")
 
