@@ -405,10 +405,14 @@ def test_without_afe_resizes_checkpoint_and_restart(cluster: Path, tmp_path: Pat
         ),
     )
     cli(cluster, "submit", str(g))
-    wait_for("restart-g to finish", lambda: job(cluster, "restart-g")["state"] == "finished", 900)
+    # As in test_first_job_shrinks_for_the_second_and_grows_back: ATS-T may take
+    # restart-g's GPUs back before its workers form (a CI run, 2026-12-07: 18 s after
+    # it was given them), and then it waits behind the gated restart-f for ever. The
+    # gate opens once restart-f has grown back, whichever came first.
     wait_for("restart-f to grow back", lambda: _grew_back(cluster, "restart-f"), 900)
     open_gate_at(cluster, "restart-f", gate)
     wait_for("restart-f to finish", lambda: job(cluster, "restart-f")["state"] == "finished", 900)
+    wait_for("restart-g to finish", lambda: job(cluster, "restart-g")["state"] == "finished", 900)
     resizes = assert_exact_resizes(cluster, "restart-f")
     assert resizes and all(r["how"] == "restart" for r in resizes)
     assert all(r["steps_lost"] == 0 for r in resizes)  # the checkpoint is taken at the boundary
