@@ -173,6 +173,16 @@ def job_row(job: JobView, types: Sequence[_Type]) -> list[float]:
     return [v if max(lo, 1) <= k <= hi else NOTHING for v, k in zip(row, ks, strict=True)]
 
 
+def normalised_row(job: JobView, types: Sequence[_Type]) -> npt.NDArray[np.float64]:
+    """:func:`job_row` divided by its smallest useful entry, :data:`NOTHING` kept
+    where of no use (the module doc, item 3)."""
+    row = np.asarray(job_row(job, types))
+    useful = row[row > NOTHING]
+    row = row / (useful.min() if useful.size else 1.0)
+    row[row <= NOTHING] = NOTHING
+    return row
+
+
 def _restart_factor(job: JobView, now: float, config: SiaConfig) -> float:
     s = SIA_RESTART_PENALTY.get(job.application, config.restart_penalty)
     if job.restart_cost is not None:
@@ -204,10 +214,7 @@ class SiaPolicy:
         node_type = {n: t.name for t in types for n in t.nodes}
         scores = np.empty((len(jobs), len(columns)))
         for j, job in enumerate(jobs):
-            row = np.asarray(job_row(job, types))
-            useful = row[row > NOTHING]
-            row = row / (useful.min() if useful.size else 1.0)
-            row[row <= NOTHING] = NOTHING
+            row = normalised_row(job, types)
             held = _held_column(job, columns, node_type)
             r = _restart_factor(job, state.now, self.config) if held is not None else 1.0
             if held is not None and r != 1.0:

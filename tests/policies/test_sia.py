@@ -21,6 +21,7 @@ from deepboot.policies.sia import (
     _cluster_types,
     _restart_factor,
     job_row,
+    normalised_row,
 )
 from tests.policies.builders import GRAD, LIMITS, PERF, make_job
 
@@ -107,11 +108,7 @@ def _cost_of(policy: SiaPolicy, st_: ClusterState, job: JobView, placement: obje
 
 
 def _costs(policy: SiaPolicy, st_: ClusterState, job: JobView) -> list[float]:
-    types = _cluster_types(st_)
-    row = np.asarray(job_row(job, types))
-    useful = row[row > NOTHING]
-    row = row / (useful.min() if useful.size else 1.0)
-    row[row <= NOTHING] = NOTHING
+    row = normalised_row(job, _cluster_types(st_))
     return list(row**policy.config.p - policy.config.lam)
 
 
